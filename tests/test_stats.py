@@ -1,0 +1,93 @@
+"""Statistics helpers: intervals cover what they should, tests tell signal from noise."""
+
+import numpy as np
+import pytest
+
+from stepbench import stats
+
+# Real per-step times of one eager+sdpa and one compile+sdpa process on an H200
+# (/work/shared/anchors/h200-variance-2026-11-30.jsonl, first 20 steps of each).
+EAGER_H200 = [94.36, 96.79, 95.92, 102.65, 98.64, 97.42, 101.19, 90.25, 88.77, 92.98,
+              88.82, 88.82, 88.81, 93.07, 95.58, 94.03, 93.41, 92.53, 92.49, 93.62]
+COMPILED_H200 = [70.12, 67.14, 67.46, 67.61, 67.63, 67.85, 67.81, 69.31, 69.14, 71.64,
+                 70.91, 70.73, 69.82, 71.08, 69.62, 68.95, 68.33, 67.88, 67.99, 67.99]
+
+
+def test_median_ci_contains_true_median_of_known_distribution():
+    rng = np.random.default_rng(123)
+    sample = rng.normal(loc=100.0, scale=2.0, size=200)   # true median 100
+    lo, hi = stats.median_ci(sample)
+    assert lo < 100.0 < hi
+    assert hi - lo < 1.5          # a 200-value sample pins the median down to about +-0.4
+
+
+def test_median_ci_is_reproducible_and_none_for_one_value():
+    sample = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert stats.median_ci(sample) == stats.median_ci(sample)
+    assert stats.median_ci([5.0]) is None
+    assert stats.mean_ci([]) is None
+
+
+def test_mean_ci_brackets_sample_mean():
+    lo, hi = stats.mean_ci(EAGER_H200)
+    assert lo < np.mean(EAGER_H200) < hi
+
+
+def test_compare_real_compile_speedup_is_significant():
+    result = stats.compare(COMPILED_H200, EAGER_H200)
+    assert result.significant is True
+    assert result.p_value < 1e-6
+    assert result.ratio == pytest.approx(np.median(COMPILED_H200) / np.median(EAGER_H200))
+    assert result.ci[1] < 1.0
+
+
+def test_compare_two_draws_of_the_same_process_is_not_significant():
+    # Two halves of the same eager process: any difference is noise.
+    result = stats.compare(EAGER_H200[:10], EAGER_H200[10:])
+    assert result.significant is False
+    assert result.p_value >= 0.05 or result.ci[0] <= 1.0 <= result.ci[1]
+
+
+def test_compare_small_shift_inside_spread_is_not_significant():
+    rng = np.random.default_rng(7)
+    a = rng.normal(100.0, 8.0, size=20)
+    b = rng.normal(101.0, 8.0, size=20)      # 1% shift under 8% spread
+    assert stats.compare(a, b).significant is False
+
+
+def test_compare_with_single_values_cannot_test():
+    result = stats.compare([215.0], [196.0])
+    assert result.significant is None
+    assert result.p_value is None and result.ci is None
+    assert result.ratio == pytest.approx(215 / 196)
+
+
+def test_compare_rejects_empty_sample():
+    with pytest.raises(ValueError):
+        stats.compare([], [1.0])
+
+
+def test_bootstrap_ratio_ci_contains_true_ratio():
+    rng = np.random.default_rng(1)
+    a = rng.normal(50.0, 1.0, size=100)
+    b = rng.normal(100.0, 2.0, size=100)
+    lo, hi = stats.bootstrap_ratio_ci(a, b)
+    assert lo < 0.5 < hi
+    assert stats.bootstrap_ratio_ci([1.0], b) is None
+
+
+def test_noise_flags_for_flags_noisy_sample_only():
+    noisy = [100.0, 100.0, 120.0, 90.0, 100.0, 130.0, 95.0, 100.0]   # CV about 13%
+    quiet = [100.0, 100.5, 99.5, 100.2, 99.8, 100.1]                 # CV about 0.4%
+    assert stats.noise_flags_for(noisy) == ["high_cv"]
+    assert stats.noise_flags_for(quiet) == []
+    assert stats.noise_flags_for(quiet, cv_threshold=0.001) == ["high_cv"]
+    assert stats.noise_flags_for([100.0]) == []
+
+
+def test_noise_flags_for_real_h200_eager_process():
+    # The eager process's bursts (88.8 to 102.7 ms) give a CV of 4.2%; compiled about 2%.
+    assert stats.coefficient_of_variation(EAGER_H200) == pytest.approx(0.0425, abs=0.0005)
+    assert stats.noise_flags_for(EAGER_H200) == []
+    assert stats.noise_flags_for(EAGER_H200, cv_threshold=0.03) == ["high_cv"]
+    assert stats.noise_flags_for(COMPILED_H200) == []
