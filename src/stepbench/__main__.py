@@ -1,0 +1,3 @@
+from stepbench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""Which model a setup trains: named presets or any Hugging Face config, built with random weights.
+
+Presets are small dicts of LlamaConfig arguments that build on each other; `llama-468m` is the
+post's config exactly. `--model PATH` takes a config.json (or a folder holding one) of any causal
+LM that transformers knows; no weights are read and nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stepbench.errors import UserError
+
+# The post's model: LlamaForCausalLM, 468.2M parameters. max_position_embeddings follows --seq.
+LLAMA_468M = dict(model_type="llama", vocab_size=32000, hidden_size=1024, intermediate_size=4096,
+                  num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16)
+PRESETS: dict[str, dict] = {
+    "llama-468m": LLAMA_468M,
+    # Same architecture, small enough for a CPU: a step of 4 x 256 tokens takes tens of ms.
+    "llama-tiny": {**LLAMA_468M, "vocab_size": 4096, "hidden_size": 128, "intermediate_size": 512,
+                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4},
+    # A mid-size preset for small GPUs and quick checks (about 40M parameters).
+    "llama-small": {**LLAMA_468M, "hidden_size": 512, "intermediate_size": 2048,
+                    "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 8},
+}
+
+
+def config_dict(model: str) -> dict:
+    """The config as a plain dict: a preset, or a config.json file / a folder holding one."""
+    if model in PRESETS:
+        return dict(PRESETS[model])
+    path = Path(model)
+    if not path.exists():
+        raise UserError(f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) and no such "
+                        "file; pass a preset name or the path of an HF config.json")
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise UserError(f"{model}: folder has no config.json; pass a config file or a folder "
+                            "holding one")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not a readable JSON config ({exc}); fix the file or pass a "
+                        "preset") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise UserError(f"{path}: no 'model_type' in the config; add it (e.g. \"llama\")")
+    return data
+
+
+def build_config(model: str, seq: int):
+    """A transformers config for `model`, checked against the sequence length."""
+    from transformers import AutoConfig
+
+    data = config_dict(model)
+    model_type = data.pop("model_type")
+    for key in ("architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype",
+                "auto_map"):
+        data.pop(key, None)
+    if model in PRESETS:
+        data["max_position_embeddings"] = seq
+    try:
+        cfg = AutoConfig.for_model(model_type, **data)
+    except ValueError as exc:
+        raise UserError(f"{model}: transformers does not know model_type {model_type!r} ({exc}); "
+                        "check the config or upgrade transformers") from None
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if limit is not None and seq > limit:
+        raise UserError(f"--seq {seq} is above the model's max_position_embeddings ({limit}); "
+                        f"use --seq {limit} or less")
+    return cfg
+
+
+def build_model(model: str, seq: int, attn: str):
+    """A causal LM with random weights, in fp32 on the CPU; the caller moves and casts it.
+
+    Building in fp32 then calling .to(dtype) avoids the torch_dtype/dtype rename between
+    transformers 4.x and 5.x.
+    """
+    from transformers import AutoModelForCausalLM
+
+    cfg = build_config(model, seq)
+    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
+
+
+def synthetic_batch(vocab_size: int, batch: int, seq: int, seed: int, device: str):
+    """Random token ids, the same for every setup with the same seed (as in the post)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    return torch.randint(0, vocab_size, (batch, seq), generator=gen).to(device)

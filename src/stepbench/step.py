@@ -1,0 +1,164 @@
+"""The training step and the measuring loop. Runs in the child process only.
+
+The step is the post's: random token ids, `loss = model(input_ids=x, labels=x).loss`, backward,
+AdamW(lr=1e-4, fused), `zero_grad(set_to_none=True)`. The loop times the first step on its own (it
+includes compilation), runs the warm-up steps, then the timed steps. On a GPU each timed step is
+bracketed by a CUDA event pair and the host synchronizes once, after the last step: nothing inside
+the timed window waits for the GPU, logs or calls hooks. On the CPU a step is synchronous, so
+perf_counter around each step is exact.
+
+`measure()` fills the `result` dict as it goes, so that a failure part-way (an out-of-memory error
+in the third warm-up step, say) still leaves what was measured before it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from stepbench.models import build_model, synthetic_batch
+from stepbench.setups import Setup
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+GB = 1e9
+
+Progress = Callable[..., None]
+
+
+def measure(setup: Setup, result: dict, progress: Progress) -> None:
+    """Build, compile if asked, and time `setup`; write every measured value into `result`."""
+    device = torch.device(setup.device)
+    cuda = device.type == "cuda"
+    if cuda:
+        result["device_name"] = torch.cuda.get_device_name(device)
+        result["cuda_version"] = torch.version.cuda
+    result["phase"] = "building"
+    progress("building")
+    torch.manual_seed(setup.seed)
+    model = build_model(setup.model, setup.seq, setup.attn)
+    model.to(device=device, dtype=TORCH_DTYPES[setup.dtype])
+    model.train()
+    result["params"] = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    forward = model
+    if setup.mode == "compile":
+        forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
+    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq, setup.seed, setup.device)
+
+    def step() -> torch.Tensor:
+        loss = forward(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    result["phase"] = "first_step"
+    progress("first_step", compiling=setup.mode == "compile")
+    sync()
+    start = time.perf_counter()
+    losses = [step()]
+    sync()
+    result["first_step_s"] = time.perf_counter() - start
+    result["loss_first"] = losses[0].item()
+
+    result["phase"] = "warmup"
+    for i in range(setup.warmup):
+        progress("warmup", i + 1, setup.warmup)
+        losses.append(step())
+    sync()
+
+    result["phase"] = "timed"
+    progress("timed", setup.steps)
+    memory = CudaMemory() if cuda else CpuMemory()
+    memory.reset()
+    window_start = time.perf_counter()
+    if cuda:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(setup.steps)]
+        for begin, end in events:
+            begin.record()
+            losses.append(step())
+            end.record()
+        torch.cuda.synchronize()
+        step_times_ms = [begin.elapsed_time(end) for begin, end in events]
+    else:
+        step_times_ms = []
+        for _ in range(setup.steps):
+            t0 = time.perf_counter()
+            losses.append(step())
+            step_times_ms.append((time.perf_counter() - t0) * 1000)
+    result["timed_wall_s"] = time.perf_counter() - window_start
+    result.update(memory.peaks())
+    result["phase"] = "done"
+
+    result["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
+    result["loss_last"] = result["losses"][-1]
+    result.update(step_time_summary(step_times_ms, setup.tokens_per_step))
+
+
+def step_time_summary(step_times_ms: list[float], tokens_per_step: int) -> dict:
+    """Mean, median, spread and tokens/s of the timed steps."""
+    mean = statistics.fmean(step_times_ms)
+    return {
+        "step_times_ms": step_times_ms,
+        "step_ms": mean,
+        "step_ms_median": statistics.median(step_times_ms),
+        "step_ms_min": min(step_times_ms),
+        "step_ms_max": max(step_times_ms),
+        "step_ms_std": statistics.stdev(step_times_ms) if len(step_times_ms) > 1 else 0.0,
+        "tokens_per_s": tokens_per_step / (mean / 1000),
+    }
+
+
+class CudaMemory:
+    """Peak allocated/reserved over the timed window, as the post measured it."""
+
+    def reset(self) -> None:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def peaks(self) -> dict:
+        return {"peak_memory_gb": torch.cuda.max_memory_allocated() / GB,
+                "peak_reserved_gb": torch.cuda.max_memory_reserved() / GB}
+
+    @staticmethod
+    def in_use_gb() -> float:
+        return torch.cuda.memory_allocated() / GB
+
+
+class CpuMemory:
+    """The child's peak resident memory over the timed window.
+
+    Writing 5 to /proc/self/clear_refs resets the kernel's peak RSS (ru_maxrss) to the current RSS;
+    the growth above the RSS at that moment is what the timed steps needed. Without clear_refs
+    (not Linux) the peak covers the whole process life, which over-states it: the record says so
+    through peak_reserved_gb being the absolute peak.
+    """
+
+    def reset(self) -> None:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            pass
+        self.baseline_bytes = self.in_use_gb() * GB
+
+    def peaks(self) -> dict:
+        peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        return {"peak_memory_gb": max(peak_bytes - self.baseline_bytes, 0) / GB,
+                "peak_reserved_gb": peak_bytes / GB}
+
+    @staticmethod
+    def in_use_gb() -> float:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GB
+        except OSError:
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB
