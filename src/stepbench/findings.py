@@ -1,0 +1,438 @@
+"""What the numbers say: sentences built only from the report's rows.
+
+Each finding function takes the rows of one workload (model, batch x seq, dtype) and returns
+zero or more findings; a finding with no data behind it is left out, never invented. Every
+"faster" or "slower" between two setups is checked against the spread of their step times
+(stats.compare): when the difference cannot be told apart from noise the sentence says so, and
+when no spread was recorded it states the direction and the last finding says it was untested.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import permutations
+
+from stepbench import stats
+from stepbench.report import Row
+from stepbench.table import sig
+
+BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str   # which rule wrote it: compile_speed, compile_memory, ... (stable, for tools)
+    text: str
+
+
+def findings_for(rows: list[Row]) -> list[Finding]:
+    """All findings, per workload; with several workloads each sentence names its workload."""
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    out = []
+    for workload in workloads:
+        group = [r for r in rows if r.workload == workload]
+        prefix = _workload_label(workload) + ": " if len(workloads) > 1 else ""
+        for rule in RULES:
+            out += [Finding(f.kind, prefix + f.text) for f in rule(group)]
+    return out
+
+
+def _workload_label(workload: tuple) -> str:
+    model, batch, seq, dtype = workload
+    return f"{model}, batch {batch} x {seq}, {dtype}"
+
+
+# ---------------------------------------------------------------- helpers
+
+def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
+    """Test a's step times against b's: per-process means when both ran several processes,
+    else per-step times; None when either side has no spread to test."""
+    if len(a.repeat_step_ms) >= 2 and len(b.repeat_step_ms) >= 2:
+        return stats.compare(a.repeat_step_ms, b.repeat_step_ms)
+    if len(a.step_times_ms) >= 2 and len(b.step_times_ms) >= 2:
+        return stats.compare(a.step_times_ms, b.step_times_ms)
+    return None
+
+
+def change(new_ms: float, old_ms: float) -> tuple[str, str]:
+    """(size, direction) of a step-time change: ("10%", "slower"), ("2.6x", "faster"), ("", "same").
+
+    Percentages are the change in step time relative to `old_ms`.
+    """
+    ratio = new_ms / old_ms
+    if ratio >= BIG_RATIO:
+        return f"{ratio:.1f}x", "slower"
+    if ratio <= 1 / BIG_RATIO:
+        return f"{1 / ratio:.1f}x", "faster"
+    pct = abs(ratio - 1) * 100
+    if pct < 0.05:
+        return "", "same"
+    return (f"{pct:.0f}%" if pct >= 1 else f"{pct:.1f}%"), ("slower" if ratio > 1 else "faster")
+
+
+def verdict(new: Row, old: Row) -> tuple[str, str]:
+    """(phrase, direction) for new's step time against old's; direction "noise" when a test on
+    their step times finds no significant difference."""
+    result = compare_rows(new, old)
+    if result is not None and result.significant is False:
+        return f"within the noise, p = {result.p_value:.2f}", "noise"
+    size, direction = change(new.step_ms, old.step_ms)
+    return (f"{size} {direction}" if size else "the same"), direction
+
+
+def join(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def span(values: list[float], fmt, unit: str = "") -> str:
+    """'4.0 GB' when all values print the same, else '17.3-17.4 GB'."""
+    lo, hi = fmt(min(values)), fmt(max(values))
+    return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
+
+
+def one(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def on_gpus(gpus: list[str], total: int) -> str:
+    return f"on all {total} GPUs" if len(gpus) == total > 1 else "on " + join(gpus)
+
+
+def compiler(compile_mode: str) -> str:
+    return "torch.compile" if compile_mode == "default" else f"torch.compile ({compile_mode})"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def variants(rows: list[Row], both_ok: bool = True) -> dict[tuple, list[tuple[Row, Row]]]:
+    """{(attn, compile_mode): [(eager row, compiled row) per GPU]} in row order."""
+    eager = {(r.gpu, r.attn): r for r in rows if r.mode == "eager"}
+    out: dict[tuple, list[tuple[Row, Row]]] = {}
+    for row in rows:
+        twin = eager.get((row.gpu, row.attn))
+        if row.mode != "compile" or twin is None or (both_ok and not (row.ok and twin.ok)):
+            continue
+        out.setdefault((row.attn, row.compile_mode), []).append((twin, row))
+    return out
+
+
+# ---------------------------------------------------------------- rules
+
+def compile_speed(rows: list[Row]) -> list[Finding]:
+    """Per attention: compiled against eager step time on every GPU, with direction."""
+    out = []
+    for (attn, mode), pairs in variants(rows).items():
+        items, moved = [], []
+        for eager, comp in pairs:
+            phrase, direction = verdict(comp, eager)
+            items.append(f"{comp.gpu} {sig(comp.step_ms)} vs {sig(eager.step_ms)} ms ({phrase})")
+            if direction in ("slower", "faster"):
+                moved.append((comp.step_ms / eager.step_ms, comp.gpu, direction))
+        lead = _speed_lead(moved, len(pairs), compiler(mode))
+        out.append(Finding("compile_speed", f"With {attn} attention, {lead}compiled against "
+                           f"eager step time: {join(items)}."))
+    return out
+
+
+def _speed_lead(moved: list[tuple], total: int, name: str) -> str:
+    if len(moved) < 2:
+        return ""
+    moved.sort()
+    (lo, lo_gpu, lo_dir), (hi, hi_gpu, hi_dir) = moved[0], moved[-1]
+    lo_size, hi_size = change(lo, 1)[0], change(hi, 1)[0]
+    if lo_dir == hi_dir:
+        first, last = ((lo_size, lo_gpu), (hi_size, hi_gpu)) if lo_dir == "slower" else \
+            ((hi_size, hi_gpu), (lo_size, lo_gpu))
+        where = f"all {total} GPUs" if len(moved) == total else f"{len(moved)} of {total} GPUs"
+        return (f"{name} made the step {lo_dir} on {where}, by {first[0]} ({first[1]}) to "
+                f"{last[0]} ({last[1]}); ")
+    return (f"{name} changed the step time by between {hi_size} slower ({hi_gpu}) and "
+            f"{lo_size} faster ({lo_gpu}); ")
+
+
+def compile_memory(rows: list[Row]) -> list[Finding]:
+    """Per attention: how much peak memory compile saved (or cost)."""
+    out = []
+    for (attn, mode), pairs in variants(rows).items():
+        pairs = [(e, c) for e, c in pairs
+                 if e.peak_memory_gb is not None and c.peak_memory_gb is not None]
+        if not pairs:
+            continue
+        lower = [(e, c) for e, c in pairs if c.peak_memory_gb < e.peak_memory_gb - 0.05]
+        higher = [(e, c) for e, c in pairs if c.peak_memory_gb > e.peak_memory_gb + 0.05]
+        same = [c.gpu for e, c in pairs if (e, c) not in lower + higher]
+        parts = []
+        if lower:
+            pct = [(1 - c.peak_memory_gb / e.peak_memory_gb) * 100 for e, c in lower]
+            saved = [e.peak_memory_gb - c.peak_memory_gb for e, c in lower]
+            parts.append(
+                f"cut peak memory {on_gpus([c.gpu for _, c in lower], len(pairs))} by "
+                f"{span(pct, lambda x: f'{x:.0f}', '%')} ({span(saved, one, ' GB')}): from "
+                f"{span([e.peak_memory_gb for e, _ in lower], one, ' GB')} to "
+                f"{span([c.peak_memory_gb for _, c in lower], one, ' GB')}")
+        if higher:
+            parts.append("raised it on " + join(
+                [f"{c.gpu} ({one(e.peak_memory_gb)} to {one(c.peak_memory_gb)} GB)"
+                 for e, c in higher]))
+        if same:
+            parts.append("left it unchanged on " + join(same))
+        text = "; ".join(parts)
+        out.append(Finding("compile_memory",
+                           f"With {attn} attention, {compiler(mode)} {text}."))
+    return out
+
+
+def compile_cost(rows: list[Row]) -> list[Finding]:
+    """Range of compile time: first step minus a warm step, per attention; warm cache apart."""
+    compiled = [r for r in rows if r.mode == "compile" and r.ok and r.step_ms is not None]
+    cold = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
+            if r.first_step_s is not None and r.compile_cache != "warm"]
+    warm = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
+            if r.first_step_s is not None and r.compile_cache == "warm"]
+    warm += [(r.first_step_warm_s - r.step_ms / 1000, r) for r in compiled
+             if r.first_step_warm_s is not None]
+    out = []
+    if cold:
+        secs = lambda x: sig(x, 2)  # noqa: E731
+        (lo, lo_row), (hi, hi_row) = min(cold, key=_first), max(cold, key=_first)
+        text = f"Compilation took {span([lo, hi], secs, ' s')} (first step minus a warm step"
+        if lo_row.gpu != hi_row.gpu:
+            text += f"; least on {lo_row.gpu}, most on {hi_row.gpu}"
+        elif len({r.gpu for _, r in cold}) == 1:
+            text += f", on {lo_row.gpu}"
+        text += ")"
+        attns = list(dict.fromkeys(r.attn for _, r in cold))
+        if len(attns) > 1:
+            text += "; " + ", ".join(
+                f"{span([c for c, r in cold if r.attn == a], secs, ' s')} with {a} attention"
+                for a in attns)
+        out.append(Finding("compile_cost", text + "."))
+    if warm:
+        out.append(Finding("compile_cost", "With a warm compile cache (a later process of the "
+                           f"same setup) it took {span([c for c, _ in warm], lambda x: sig(x, 2), ' s')}."))
+    return out
+
+
+def _first(item: tuple) -> float:
+    return item[0]
+
+
+def compile_payback(rows: list[Row]) -> list[Finding]:
+    """After how many steps the compile time is earned back by faster steps, or never."""
+    parts = []
+    for (attn, mode), pairs in variants(rows).items():
+        paid, never, noise = [], [], []
+        for eager, comp in pairs:
+            if comp.first_step_s is None:
+                continue
+            _, direction = verdict(comp, eager)
+            if direction == "faster":
+                steps = _payback_steps(eager, comp)
+                count = f"{steps}" if steps < 100 else f"{float(f'{steps:.1e}'):,.0f}"
+                paid.append(f"after about {count} steps "
+                            f"({duration(steps * comp.step_ms / 1000)}) on {comp.gpu}")
+            elif direction == "noise":
+                noise.append(comp.gpu)
+            else:
+                never.append(comp.gpu)
+        clauses = [join(paid)] if paid else []
+        if never:
+            clauses.append(f"never on {join(never)}, where compiled steps were not faster")
+        if noise:
+            clauses.append(f"not measurably on {join(noise)}, where the difference was "
+                           "within the noise")
+        if clauses:
+            parts.append(f"With {attn} attention, {compiler(mode)} paid back its compile time "
+                         + "; ".join(clauses) + ".")
+    return [Finding("compile_payback", " ".join(parts))] if parts else []
+
+
+def _payback_steps(eager: Row, comp: Row) -> int:
+    """Steps n at which compiled total time (first step + n-1 warm steps) drops below eager's."""
+    eager_first = eager.first_step_s if eager.first_step_s is not None else eager.step_ms / 1000
+    extra_ms = (comp.first_step_s - eager_first) * 1000
+    gain_ms = eager.step_ms - comp.step_ms
+    return 1 if extra_ms <= 0 else 1 + math.ceil(extra_ms / gain_ms)
+
+
+def fit(rows: list[Row]) -> list[Finding]:
+    """Setups that fit in memory only when compiled (or only eager, or neither)."""
+    out = []
+    for (attn, mode), pairs in variants(rows, both_ok=False).items():
+        only_compiled = [c for e, c in pairs if e.status == "oom" and c.ok]
+        only_eager = [e for e, c in pairs if c.status == "oom" and e.ok]
+        neither = [c for e, c in pairs if e.status == "oom" and c.status == "oom"]
+        name = compiler(mode)
+        parts = []
+        if only_compiled:
+            peaks = [c.peak_memory_gb for c in only_compiled if c.peak_memory_gb is not None]
+            parts.append(f"the step fit in memory only with {name}, on "
+                         f"{join(_with_memory(only_compiled))}"
+                         + (f", at a compiled peak of {span(peaks, one, ' GB')}" if peaks else ""))
+        if only_eager:
+            parts.append(f"it fit only without {name}, on {join(_with_memory(only_eager))}")
+        if neither:
+            parts.append(f"it ran out of memory either way on {join(_with_memory(neither))}")
+        if parts:
+            out.append(Finding("fit", f"With {attn} attention, " + "; ".join(parts) + "."))
+    return out
+
+
+def _with_memory(rows: list[Row]) -> list[str]:
+    return [f"{r.gpu} ({r.gpu_memory_gb:.0f} GB)" if r.gpu_memory_gb else r.gpu for r in rows]
+
+
+def attention_vs_compile(rows: list[Row]) -> list[Finding]:
+    """Where eager mode with one attention kernel beats the compiled model with another."""
+    attns = list(dict.fromkeys(r.attn for r in rows))
+    out = []
+    for a, b in permutations(attns, 2):
+        beat, lost, noise = [], [], []
+        for gpu in dict.fromkeys(r.gpu for r in rows):
+            eager = next((r for r in rows if r.gpu == gpu and r.mode == "eager"
+                          and r.attn == a and r.ok), None)
+            comp = min((r for r in rows if r.gpu == gpu and r.mode == "compile"
+                        and r.attn == b and r.ok), key=lambda r: r.step_ms, default=None)
+            if eager is None or comp is None:
+                continue
+            _, direction = verdict(eager, comp)
+            item = f"{gpu} {sig(eager.step_ms)} vs {sig(comp.step_ms)} ms"
+            {"faster": beat, "noise": noise}.get(direction, lost).append((item, eager, comp))
+        if not beat:
+            continue
+        total = len(beat) + len(lost) + len(noise)
+        where = (f"on all {total} GPUs where both ran" if total > 1 and not (lost or noise)
+                 else f"on {len(beat)} of {total} GPUs where both ran" if total > 1 else "")
+        text = (f"Eager mode with {a} attention was faster than torch.compile with {b} "
+                f"attention {where}".rstrip() + ": " + join([i for i, _, _ in beat]))
+        ratios = [e.peak_memory_gb / c.peak_memory_gb for _, e, c in beat
+                  if e.peak_memory_gb and c.peak_memory_gb]
+        if len(ratios) == len(beat):
+            text += f", at {span(ratios, lambda x: f'{x:.2f}')}x the peak memory"
+        if lost:
+            text += "; not on " + join([i for i, _, _ in lost])
+        if noise:
+            text += "; within the noise on " + join([i for i, _, _ in noise])
+        out.append(Finding("attention_vs_compile", text + "."))
+    return out
+
+
+def _best_per_gpu(rows: list[Row], value) -> list[Row]:
+    best: dict[str, Row] = {}
+    for row in rows:
+        if row.ok and value(row) is not None and (
+                row.gpu not in best or value(row) > value(best[row.gpu])):
+            best[row.gpu] = row
+    return sorted(best.values(), key=value, reverse=True)
+
+
+def gpus(rows: list[Row]) -> list[Finding]:
+    """Tokens per dollar across GPUs, and the fastest GPU against the runner-up with prices."""
+    out = []
+    by_dollar = _best_per_gpu(rows, lambda r: r.m_tokens_per_dollar)
+    by_speed = _best_per_gpu(rows, lambda r: r.tokens_per_s)
+    if len(by_dollar) >= 2:
+        top, rest = by_dollar[0], by_dollar[1:]
+        text = (f"Per dollar, {top.gpu} trained the most tokens: "
+                f"{sig(top.m_tokens_per_dollar, 2)}M tokens per $ with {top.setup}, against "
+                + join([f"{sig(r.m_tokens_per_dollar, 2)}M on {r.gpu}" for r in rest]))
+        fastest = by_speed[0]
+        if fastest.gpu != top.gpu and fastest.price_per_hour:
+            text += (f"; it costs {_times(top.price_per_hour / fastest.price_per_hour)} the "
+                     f"hourly price of the fastest GPU, {fastest.gpu}")
+        out.append(Finding("tokens_per_dollar", text + "."))
+    elif len(by_dollar) == 1:
+        top = by_dollar[0]
+        out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.setup} trained the most "
+                           f"tokens per dollar: {sig(top.m_tokens_per_dollar, 2)}M per $."))
+    if len(by_speed) >= 2:
+        top, second = by_speed[:2]
+        _, direction = verdict(second, top)
+        if direction == "noise":
+            text = (f"{top.gpu} and {second.gpu} were the fastest GPUs, equally fast within "
+                    f"the noise ({sig(top.step_ms)} vs {sig(second.step_ms)} ms)")
+        else:
+            text = (f"{top.gpu} was the fastest GPU ({top.tokens_per_s:,.0f} tokens/s with "
+                    f"{top.setup}), {_times(top.tokens_per_s / second.tokens_per_s)} "
+                    f"{second.gpu} ({second.tokens_per_s:,.0f} tokens/s with {second.setup})")
+            if top.price_per_hour and second.price_per_hour:
+                text += f" at {_times(top.price_per_hour / second.price_per_hour)} its price"
+        out.append(Finding("fastest_gpu", text + "."))
+    return out
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:.2f}x" if ratio < 1 else f"{ratio:.1f}x"
+
+
+def parity(rows: list[Row]) -> list[Finding]:
+    """Compiled and eager losses after the same steps: flag a difference over tolerance."""
+    checked = [r for r in rows if r.parity_rel_diff is not None]
+    if not checked:
+        return []
+    bad = [r for r in checked if not r.parity_ok]
+    if bad:
+        return [Finding("parity", f"{r.setup} on {r.gpu} ended at a loss "
+                        f"{_pct(r.parity_rel_diff)} away from eager mode's, over the "
+                        f"{_pct(r.parity_tolerance)} tolerance for {r.dtype}: check its "
+                        "numerics before trusting its speed.") for r in bad]
+    worst = max(checked, key=lambda r: r.parity_rel_diff)
+    return [Finding("parity", f"Compiled and eager setups ended at the same loss within "
+                    f"tolerance in all {len(checked)} pairs (largest difference "
+                    f"{_pct(worst.parity_rel_diff)}, {worst.setup} on {worst.gpu}; tolerance "
+                    f"{_pct(worst.parity_tolerance)} for {worst.dtype}).")]
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.2g}%"
+
+
+def mfu(rows: list[Row]) -> list[Finding]:
+    """Best model FLOPs utilization per GPU, naming the peak it is measured against."""
+    best = _best_per_gpu(rows, lambda r: r.mfu)
+    if not best:
+        return []
+    peak = {"measured": "the measured matmul peak", "datasheet": "the datasheet peak"}
+    items = [f"{r.mfu * 100:.0f}% on {r.gpu} with {r.setup} (against {peak[r.mfu_source]})"
+             for r in best]
+    return [Finding("mfu", "Best model FLOPs utilization: " + join(items) + ".")]
+
+
+def energy(rows: list[Row]) -> list[Finding]:
+    """Most tokens per kWh per GPU."""
+    best = _best_per_gpu(rows, lambda r: r.tokens_per_kwh)
+    if not best:
+        return []
+    items = [f"{sig(r.tokens_per_kwh / 1e6, 2)}M on {r.gpu} with {r.setup}" for r in best]
+    return [Finding("energy", "Most tokens per kWh of GPU energy: " + join(items) + ".")]
+
+
+def testing(rows: list[Row]) -> list[Finding]:
+    """How the differences above were tested, or that they could not be."""
+    ok = [r for r in rows if r.ok]
+    untested = [r for r in ok if len(r.step_times_ms) < 2 and len(r.repeat_step_ms) < 2]
+    if len(ok) < 2:
+        return []
+    if len(untested) == len(ok):
+        return [Finding("testing", "The records carry no step-time spread (one process per "
+                        "setup, no per-step times), so the differences above are stated as "
+                        "measured, untested against noise.")]
+    text = ("Differences were tested with a Mann-Whitney U test and a 95% bootstrap interval "
+            "of the ratio of medians, on per-process means where both setups ran several "
+            "processes, else on per-step times (which miss the spread between processes)")
+    if untested:
+        text += (f"; {len(untested)} of {len(ok)} setups carry no spread, so differences "
+                 "involving them are untested")
+    return [Finding("testing", text + ".")]
+
+
+RULES = [compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_vs_compile,
+         gpus, parity, mfu, energy, testing]

@@ -1,0 +1,78 @@
+"""Bar charts of the report's rows: step time, peak memory and tokens per dollar, per setup per GPU.
+
+Drawn only from stored results (the rows the report built), never from a live run, with
+matplotlib's Agg canvas and no pyplot state, so that they render on a headless machine and the
+same rows give the same PNG bytes. A setup that did not run shows its status (e.g. "OOM") where
+its bar would be, as the table keeps its row.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from stepbench.report import Row, setup_labels, status_text
+
+# (file stem, axis label, value of a row, error interval of a row or None)
+PLOTS = [
+    ("step_time", "Step time (ms, lower is better)", lambda r: r.step_ms,
+     lambda r: r.step_ms_ci),
+    ("peak_memory", "Peak memory (GB)", lambda r: r.peak_memory_gb, lambda r: None),
+    ("tokens_per_dollar", "M tokens per $ (higher is better)",
+     lambda r: r.m_tokens_per_dollar, lambda r: None),
+]
+
+
+def figures(rows: list[Row]) -> dict[str, bytes]:
+    """{stem: PNG bytes} for each plot that has at least one value to draw."""
+    out = {}
+    for stem, label, value, interval in PLOTS:
+        if any(value(r) is not None for r in rows):
+            out[stem] = _bar_chart(rows, label, value, interval)
+    return out
+
+
+def write_plots(rows: list[Row], folder: Path) -> list[Path]:
+    """Write each plot as folder/<stem>.png; returns the paths written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for stem, png in figures(rows).items():
+        path = folder / f"{stem}.png"
+        path.write_bytes(png)
+        paths.append(path)
+    return paths
+
+
+def _bar_chart(rows: list[Row], label: str, value, interval) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = setup_labels(rows)
+    setups = list(dict.fromkeys(names[id(r)] for r in rows))
+    gpus = list(dict.fromkeys(r.gpu for r in rows))
+    width = 0.8 / len(gpus)
+    fig = Figure(figsize=(max(6.0, 1.6 * len(setups) + 2), 4.2), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    top = max((value(r) for r in rows if value(r) is not None), default=1.0)
+    for g, gpu in enumerate(gpus):
+        for row in (r for r in rows if r.gpu == gpu):
+            x = setups.index(names[id(row)]) + (g - (len(gpus) - 1) / 2) * width
+            y = value(row)
+            if y is None:
+                text = status_text(row.status) if not row.ok else "n/a"
+                ax.text(x, top * 0.01, text, rotation=90, ha="center", va="bottom", fontsize=7)
+                continue
+            ci = interval(row)
+            err = [[y - ci[0]], [ci[1] - y]] if ci else None
+            ax.bar(x, y, width, color=f"C{g}", yerr=err, capsize=2,
+                   label=gpu if gpu not in ax.get_legend_handles_labels()[1] else None)
+    ax.set_xticks(range(len(setups)), setups, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(label)
+    ax.legend(fontsize=7, ncols=min(4, len(gpus)), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              frameon=False)   # above the axes: never over a bar
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
