@@ -1,0 +1,119 @@
+"""`stepbench peak`: the command's output, its JSON, and its errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from stepbench import cli, peak
+from conftest import run_cli
+
+
+def peak_parser() -> argparse.ArgumentParser:
+    """A parser holding only the peak command, built with peak.add_parser as cli.py does."""
+    parser = argparse.ArgumentParser(prog="stepbench")
+    peak.add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def run_peak(argv, capsys) -> tuple[int, str, str]:
+    """Run `stepbench ARGV` through cli.main's real UserError handling, with only our command."""
+    original = cli.build_parser
+    cli.build_parser = peak_parser
+    try:
+        code = cli.main(argv)
+    finally:
+        cli.build_parser = original
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_on_cpu_gives_one_object_with_a_positive_rate(capsys):
+    code, out, err = run_peak(["peak", "--device", "cpu", "--size", "256", "--format", "json"],
+                              capsys)
+    assert code == 0, err
+    result = json.loads(out)                 # the whole of stdout is one JSON object
+    assert result["device"] == "cpu" and result["gpu"] == "cpu"
+    assert result["dtype"] == "bf16" and result["size"] == 256 and result["repeats"] == 5
+    assert result["measured_tflops"] > 0
+    assert result["datasheet_tflops"] is None and result["fraction_of_datasheet"] is None
+    assert isinstance(result["cpu"], str) and result["cpu"]
+
+
+def test_table_on_cpu(capsys):
+    code, out, _ = run_peak(["peak", "--device", "cpu", "--dtype", "fp32", "--size", "128",
+                             "--repeats", "2"], capsys)
+    assert code == 0
+    header, rule, row = out.splitlines()[1:4]
+    assert header.split() == ["device", "dtype", "size", "measured", "TFLOP/s", "datasheet",
+                              "TFLOP/s", "of", "datasheet"]
+    assert row.strip().startswith("cpu (")
+    cells = row.split()[-5:]
+    assert cells[:2] == ["fp32", "128"] and float(cells[2]) > 0 and cells[3:] == ["-", "-"]
+    assert "median of 2 timed 128 x 128 x 128 products" in out
+
+
+def test_render_with_a_datasheet_peak():
+    text = peak.render_peak({"device": "cuda", "gpu": "NVIDIA H200", "cpu": None, "dtype": "bf16",
+                             "size": 8192, "repeats": 20, "measured_tflops": 790.14,
+                             "datasheet_tflops": 989.4, "fraction_of_datasheet": 790.14 / 989.4})
+    row = text.splitlines()[3].split()
+    assert row == ["NVIDIA", "H200", "bf16", "8192", "790.1", "989.4", "80%"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_cuda_is_a_one_line_user_error(capsys):
+    code, out, err = run_peak(["peak", "--device", "cuda"], capsys)
+    assert code == 2
+    assert out == ""
+    assert err == ("stepbench peak: error: CUDA was requested but torch.cuda.is_available() is "
+                   "False; use --device cpu\n")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "cpu", "--size", "0"], "--size must be a positive matrix size, got 0"),
+    (["--device", "cpu", "--repeats", "-1"], "--repeats must be positive, got -1"),
+    (["--device", "cpu", "--dtype", "tf32"], "tf32 is a CUDA tensor-core mode; use --dtype fp32 on cpu"),
+])
+def test_bad_arguments_are_user_errors(argv, message, capsys):
+    code, out, err = run_peak(["peak", *argv], capsys)
+    assert code == 2 and out == ""
+    assert err == f"stepbench peak: error: {message}\n"
+
+
+def test_unknown_choice_is_rejected_by_argparse(capsys):
+    with pytest.raises(SystemExit) as exc:
+        peak_parser().parse_args(["peak", "--dtype", "fp8"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'fp8'" in capsys.readouterr().err
+
+
+def test_real_cli_in_a_subprocess():
+    proc = run_cli("peak", "--device", "cpu", "--size", "128", "--repeats", "1", "--format", "json",
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["measured_tflops"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_real_cli_cuda_error_in_a_subprocess():
+    proc = run_cli("peak", "--device", "cuda", timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "stepbench peak: error: CUDA was requested but torch.cuda.is_available() is False; "
+        "use --device cpu"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_json_has_the_datasheet_peak_of_a_known_gpu(capsys):
+    code, out, err = run_peak(["peak", "--device", "cuda", "--format", "json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["gpu"] == torch.cuda.get_device_name()
+    assert result["size"] == 8192 and result["measured_tflops"] > 1
+    if result["datasheet_tflops"] is not None:
+        assert 0.3 < result["fraction_of_datasheet"] <= 1.02
