@@ -62,6 +62,22 @@ def test_compare_with_single_values_cannot_test():
     assert result.ratio == pytest.approx(215 / 196)
 
 
+def test_compare_too_few_processes_to_test_is_unknown_not_noise():
+    # 2 against 4 per-process means, completely separated: the exact test cannot go below
+    # p = 2/15, so the comparison must say "cannot tell", not "no difference".
+    result = stats.compare([69.3, 69.6], [95.6, 96.0, 92.3, 96.7])
+    assert stats.min_p_value(2, 4) == pytest.approx(2 / 15)
+    assert result.significant is None
+    assert result.ratio < 0.75
+    assert stats.compare([1.0, 1.1, 1.2, 1.3], [2.0, 2.1, 2.2, 2.3]).significant is True
+
+
+def test_min_p_value():
+    assert stats.min_p_value(3, 3) == pytest.approx(0.1)
+    assert stats.min_p_value(4, 4) == pytest.approx(2 / 70)
+    assert stats.min_p_value(1, 1) == 1.0
+
+
 def test_compare_rejects_empty_sample():
     with pytest.raises(ValueError):
         stats.compare([], [1.0])

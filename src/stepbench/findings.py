@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import permutations
 
 from stepbench import stats
-from stepbench.report import Row
+from stepbench.rows import Row
 from stepbench.table import sig
 
 BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
@@ -46,12 +46,20 @@ def _workload_label(workload: tuple) -> str:
 # ---------------------------------------------------------------- helpers
 
 def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's step times against b's: per-process means when both ran several processes,
-    else per-step times; None when either side has no spread to test."""
+    """Test a's step times against b's; None when nothing can be tested.
+
+    Per-process means come first, since identical processes differ by more than the steps
+    within one do; when there are too few processes for the test to reach p < 0.05 (fewer than
+    4 against 4, say), the pooled per-step times are tested instead.
+    """
     if len(a.repeat_step_ms) >= 2 and len(b.repeat_step_ms) >= 2:
-        return stats.compare(a.repeat_step_ms, b.repeat_step_ms)
+        result = stats.compare(a.repeat_step_ms, b.repeat_step_ms)
+        if result.significant is not None:
+            return result
     if len(a.step_times_ms) >= 2 and len(b.step_times_ms) >= 2:
-        return stats.compare(a.step_times_ms, b.step_times_ms)
+        result = stats.compare(a.step_times_ms, b.step_times_ms)
+        if result.significant is not None:
+            return result
     return None
 
 
@@ -203,7 +211,9 @@ def compile_cost(rows: list[Row]) -> list[Finding]:
     if cold:
         secs = lambda x: sig(x, 2)  # noqa: E731
         (lo, lo_row), (hi, hi_row) = min(cold, key=_first), max(cold, key=_first)
-        text = f"Compilation took {span([lo, hi], secs, ' s')} (first step minus a warm step"
+        cache = " with a cold cache" if all(r.compile_cache for _, r in cold) else ""
+        text = (f"Compilation{cache} took {span([lo, hi], secs, ' s')} (first step minus a "
+                "warm step")
         if lo_row.gpu != hi_row.gpu:
             text += f"; least on {lo_row.gpu}, most on {hi_row.gpu}"
         elif len({r.gpu for _, r in cold}) == 1:
@@ -418,16 +428,17 @@ def energy(rows: list[Row]) -> list[Finding]:
 def testing(rows: list[Row]) -> list[Finding]:
     """How the differences above were tested, or that they could not be."""
     ok = [r for r in rows if r.ok]
-    untested = [r for r in ok if len(r.step_times_ms) < 2 and len(r.repeat_step_ms) < 2]
     if len(ok) < 2:
         return []
+    untested = [r for r in ok if len(r.step_times_ms) < 2 and len(r.repeat_step_ms) < 2]
     if len(untested) == len(ok):
         return [Finding("testing", "The records carry no step-time spread (one process per "
                         "setup, no per-step times), so the differences above are stated as "
                         "measured, untested against noise.")]
     text = ("Differences were tested with a Mann-Whitney U test and a 95% bootstrap interval "
-            "of the ratio of medians, on per-process means where both setups ran several "
-            "processes, else on per-step times (which miss the spread between processes)")
+            "of the ratio of medians, on per-process means where both setups ran enough "
+            "processes for the test to reach p < 0.05 (4 against 4, say), else on per-step "
+            "times, which miss the spread between processes")
     if untested:
         text += (f"; {len(untested)} of {len(ok)} setups carry no spread, so differences "
                  "involving them are untested")

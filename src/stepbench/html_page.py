@@ -43,7 +43,7 @@ def render_html(rows: list[Row], findings: list) -> str:
     parts += [f'<p class="note">{html.escape(n)}</p>\n' for n in footnotes(rows)]
     extra = details(rows)
     if extra:
-        parts += ["<h2>Details</h2>\n", _table(*extra)]
+        parts += ["<h2>Details</h2>\n", _table(*extra)]  # columns, cells, align
     if findings:
         parts.append("<h2>What the numbers say</h2>\n<ol>\n")
         parts += [f"<li>{html.escape(f.text)}</li>\n" for f in findings]

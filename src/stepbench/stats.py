@@ -9,6 +9,7 @@ same thing.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -29,7 +30,8 @@ class Comparison:
     ci: bootstrap confidence interval of that ratio, or None with fewer than 2 values per side.
     p_value: two-sided Mann-Whitney U p-value, or None with fewer than 2 values per side.
     significant: True when p < alpha and the ratio's interval excludes 1; False when the data
-        cannot tell the two apart; None when there is too little data to test at all.
+        cannot tell the two apart; None when there is too little data to test at all (fewer
+        than 2 values a side, or so few that even a complete separation gives p >= alpha).
     """
 
     ratio: float
@@ -90,7 +92,9 @@ def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA,
     """Compare two samples of times: ratio of medians, its bootstrap CI and a Mann-Whitney U test.
 
     A difference counts as significant only when both agree: p < alpha and the (1 - alpha)
-    interval of the ratio excludes 1. Raises ValueError on an empty sample.
+    interval of the ratio excludes 1. With samples too small for the test ever to reach alpha
+    (2 against 4, 3 against 3: see min_p_value) `significant` is None rather than False, so
+    that "not tested" is not reported as "no difference". Raises ValueError on an empty sample.
     """
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0:
@@ -102,8 +106,16 @@ def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA,
 
     p_value = float(mannwhitneyu(x, y, alternative="two-sided").pvalue)
     ci = bootstrap_ratio_ci(x, y, confidence=1 - alpha, n_boot=n_boot, seed=seed)
+    if min_p_value(x.size, y.size) >= alpha:
+        return Comparison(ratio, ci, p_value, None)
     significant = p_value < alpha and not (ci[0] <= 1.0 <= ci[1])
     return Comparison(ratio, ci, p_value, significant)
+
+
+def min_p_value(n_a: int, n_b: int) -> float:
+    """Smallest two-sided Mann-Whitney U p-value that samples of these sizes can give (no ties):
+    2 / C(n_a + n_b, n_a). 3 processes against 3 can never reach 0.05 (0.10); 4 against 4 can."""
+    return min(1.0, 2 / math.comb(n_a + n_b, n_a))
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float | None:

@@ -1,0 +1,256 @@
+"""A row of the report: every record of one setup on one GPU, combined.
+
+Records arrive one per process (`repeat`), possibly from several runs; the report shows one row
+per GPU x setup, so repeats are combined here (median of per-process means, bootstrap CI, max
+of peaks), prices are joined, and each compiled row is checked against its eager twin's loss.
+Rows are ordered like the post: per GPU, per attention in order of appearance, eager first.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from stepbench import stats
+from stepbench.prices import price_for
+
+# Tolerance on the relative difference of the last loss between a compiled setup and its eager
+# twin. bf16 keeps about 3 significant digits (8-bit mantissa) and fused kernels round in
+# another order, so losses drift apart over the steps; fp32 keeps about 7.
+PARITY_TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
+
+
+@dataclass
+class Row:
+    """One GPU x setup: the records of all its repeats combined. Units are in the names."""
+
+    gpu: str
+    setup: str
+    mode: str
+    attn: str
+    compile_mode: str
+    model: str
+    batch: int
+    seq: int
+    dtype: str
+    status: str
+    statuses: dict[str, int]
+    repeats: int
+    runs: int
+    price_per_hour: float | None = None
+    step_ms: float | None = None
+    step_ms_ci: tuple[float, float] | None = None
+    ci_method: str | None = None
+    tokens_per_s: float | None = None
+    peak_memory_gb: float | None = None
+    first_step_s: float | None = None
+    first_step_warm_s: float | None = None
+    m_tokens_per_dollar: float | None = None
+    noise_flags: list[str] = field(default_factory=list)
+    error: str | None = None
+    gpu_memory_gb: float | None = None
+    mfu: float | None = None
+    mfu_source: str | None = None
+    compile_cache: str | None = None
+    tokens_per_kwh: float | None = None
+    loss_last: float | None = None
+    parity_rel_diff: float | None = None
+    parity_tolerance: float | None = None
+    # Samples for significance tests (not shown): per-process step_ms and all step times.
+    repeat_step_ms: list[float] = field(default_factory=list, repr=False)
+    step_times_ms: list[float] = field(default_factory=list, repr=False)
+    records: list[dict] = field(default_factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.step_ms is not None
+
+    @property
+    def workload(self) -> tuple:
+        return (self.model, self.batch, self.seq, self.dtype)
+
+    @property
+    def parity_ok(self) -> bool | None:
+        if self.parity_rel_diff is None:
+            return None
+        return self.parity_rel_diff <= self.parity_tolerance
+
+    def as_dict(self) -> dict:
+        """The JSON row: the post's columns first, then everything else measured."""
+        return {
+            "gpu": self.gpu, "price_per_hour": self.price_per_hour, "setup": self.setup,
+            "status": self.status, "step_ms": self.step_ms, "tokens_per_s": self.tokens_per_s,
+            "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
+            "m_tokens_per_dollar": self.m_tokens_per_dollar,
+            "mode": self.mode, "attn": self.attn, "compile_mode": self.compile_mode,
+            "model": self.model, "batch": self.batch, "seq": self.seq, "dtype": self.dtype,
+            "repeats": self.repeats, "runs": self.runs, "statuses": self.statuses,
+            "step_ms_ci": list(self.step_ms_ci) if self.step_ms_ci else None,
+            "step_ms_ci_method": self.ci_method, "noise_flags": self.noise_flags,
+            "error": self.error, "gpu_memory_gb": self.gpu_memory_gb,
+            "first_step_warm_s": self.first_step_warm_s, "compile_cache": self.compile_cache,
+            "mfu": self.mfu, "mfu_source": self.mfu_source,
+            "tokens_per_kwh": self.tokens_per_kwh, "loss_last": self.loss_last,
+            "parity_rel_diff": self.parity_rel_diff, "parity_tolerance": self.parity_tolerance,
+            "parity_ok": self.parity_ok,
+        }
+
+
+def row_key(record: dict) -> tuple:
+    s = record["setup"]
+    return (record["machine"]["gpu"], s["name"], s.get("model"), s.get("batch"), s.get("seq"),
+            s.get("dtype"))
+
+
+def build_rows(records: list[dict], prices: dict[str, float]) -> list[Row]:
+    """Group records by GPU x setup, combine each group, order the rows like the post."""
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        groups.setdefault(row_key(record), []).append(record)
+    rows = [combine(group, price_for(prices, key[0])) for key, group in groups.items()]
+    rows.sort(key=_order(records))
+    add_parity(rows)
+    return rows
+
+
+def _order(records: list[dict]):
+    """Per GPU, per workload, per attention in order of appearance; eager before compile."""
+    first: dict[tuple, int] = {}
+    for i, r in enumerate(records):
+        s = r["setup"]
+        for key in (("gpu", r["machine"]["gpu"]),
+                    ("work", (s.get("model"), s.get("batch"), s.get("seq"), s.get("dtype"))),
+                    ("attn", s["attn"]), ("name", s["name"])):
+            first.setdefault(key, i)
+    return lambda row: (first[("gpu", row.gpu)], first[("work", row.workload)],
+                        first[("attn", row.attn)], row.mode != "eager", first[("name", row.setup)])
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def combine(records: list[dict], price: float | None) -> Row:
+    """One row from the records of one setup on one GPU (one per repeat, from any runs).
+
+    Step time: the median of the per-process means; with one process, its mean. Its 95% CI is
+    a bootstrap over the per-process means, or over the step times when one process ran.
+    Peak memory: the largest peak of any process. First step: median over processes, with a
+    warm compile cache counted apart (first_step_warm_s).
+    """
+    head, setup = records[0], records[0]["setup"]
+    statuses = Counter(r["status"] for r in records)
+    ok = [r for r in records if r["status"] == "ok" and r.get("step_ms") is not None]
+    failed = [r for r in records if r["status"] != "ok"]
+    row = Row(
+        gpu=head["machine"]["gpu"], setup=setup["name"], mode=setup["mode"], attn=setup["attn"],
+        compile_mode=setup.get("compile_mode") or "default", model=setup.get("model"),
+        batch=setup.get("batch"), seq=setup.get("seq"), dtype=setup.get("dtype"),
+        status="ok" if ok else statuses.most_common(1)[0][0], statuses=dict(statuses),
+        repeats=len(records), runs=len({r.get("run_id") for r in records}),
+        price_per_hour=price, gpu_memory_gb=head["machine"].get("gpu_memory_gb"),
+        error=next((r.get("error") for r in failed if r.get("error")), None), records=records)
+    if not ok:
+        return row
+    row.repeat_step_ms = [r["step_ms"] for r in ok]
+    row.step_times_ms = [t for r in ok for t in (r.get("step_times_ms") or [])]
+    row.step_ms = statistics.median(row.repeat_step_ms)
+    if len(ok) >= 2:
+        row.step_ms_ci = stats.median_ci(row.repeat_step_ms)
+        row.ci_method = f"median of {len(ok)} per-process means, bootstrap over processes"
+    elif len(row.step_times_ms) >= 2:
+        row.step_ms_ci = stats.mean_ci(row.step_times_ms)
+        row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
+    if row.batch and row.seq:
+        row.tokens_per_s = row.batch * row.seq * 1000.0 / row.step_ms
+    else:
+        row.tokens_per_s = _median(r.get("tokens_per_s") for r in ok)
+    if row.tokens_per_s is not None and price:
+        row.m_tokens_per_dollar = row.tokens_per_s * 3600 / price / 1e6
+    peaks = [r.get("peak_memory_gb") for r in ok if r.get("peak_memory_gb") is not None]
+    row.peak_memory_gb = max(peaks) if peaks else None
+    _combine_first_step(row, ok)
+    flags = [f for r in ok for f in (r.get("noise_flags") or [])]
+    if len(ok) >= 2:
+        flags += stats.noise_flags_for(row.repeat_step_ms)   # spread between processes
+    row.noise_flags = list(dict.fromkeys(flags))
+    _combine_details(row, ok)
+    return row
+
+
+def _cache(record: dict) -> str | None:
+    compiled = record.get("compile")
+    return compiled.get("cache") if isinstance(compiled, dict) else None
+
+
+def _combine_first_step(row: Row, ok: list[dict]) -> None:
+    warm = [r for r in ok if _cache(r) == "warm"]
+    rest = [r for r in ok if _cache(r) != "warm"] or warm
+    row.first_step_s = _median(r.get("first_step_s") for r in rest)
+    if rest is not warm:
+        row.first_step_warm_s = _median(r.get("first_step_s") for r in warm)
+    caches = Counter(_cache(r) for r in ok if _cache(r))
+    if len(caches) == 1:
+        row.compile_cache = next(iter(caches))
+    elif caches:
+        row.compile_cache = ", ".join(f"{n} {c}" for c, n in sorted(caches.items()))
+
+
+def _combine_details(row: Row, ok: list[dict]) -> None:
+    for source in ("measured", "datasheet"):
+        value = _median(r.get(f"mfu_{source}") for r in ok)
+        if value is not None:
+            row.mfu, row.mfu_source = value, source
+            break
+    row.tokens_per_kwh = _median((r.get("energy") or {}).get("tokens_per_kwh") for r in ok)
+    row.loss_last = _median(_last_loss(r) for r in ok)
+
+
+def _last_loss(record: dict) -> float | None:
+    losses = record.get("losses") or []
+    return losses[-1] if losses else record.get("loss_last")
+
+
+def add_parity(rows: list[Row]) -> None:
+    """Relative difference of the last loss, compiled against eager, same seed and workload.
+
+    Same seed gives the same weights and tokens, so after the same number of steps the two
+    should agree up to rounding; the largest difference over matching processes is kept.
+    """
+    eager = {(r.gpu, r.workload, r.attn): r for r in rows if r.mode == "eager" and r.ok}
+    for row in rows:
+        twin = eager.get((row.gpu, row.workload, row.attn))
+        if row.mode != "compile" or not row.ok or twin is None:
+            continue
+        diffs = []
+        for rc in row.records:
+            for re_ in twin.records:
+                if rc["setup"].get("seed") != re_["setup"].get("seed"):
+                    continue
+                lc, le = _last_loss(rc), _last_loss(re_)
+                steps_c, steps_e = len(rc.get("losses") or []), len(re_.get("losses") or [])
+                if lc is None or le is None or not le or steps_c != steps_e:
+                    continue
+                diffs.append(abs(lc - le) / abs(le))
+        if diffs:
+            row.parity_rel_diff = max(diffs)
+            row.parity_tolerance = PARITY_TOLERANCE.get(row.dtype, PARITY_TOLERANCE["bf16"])
+
+
+def setup_labels(rows: list[Row]) -> dict[int, str]:
+    """Setup name, plus the workload where rows differ in it (model, batch x seq, dtype)."""
+    varies = [len({getattr(r, f) for r in rows}) > 1 for f in ("model", "batch", "dtype")]
+    varies[1] = varies[1] or len({r.seq for r in rows}) > 1
+    labels = {}
+    for row in rows:
+        extra = [str(row.model)] if varies[0] else []
+        extra += [f"{row.batch}x{row.seq}"] if varies[1] else []
+        extra += [str(row.dtype)] if varies[2] else []
+        labels[id(row)] = row.setup + (f" ({', '.join(extra)})" if extra else "")
+    return labels
+
+
+def status_text(status: str) -> str:
+    return "OOM" if status == "oom" else status
