@@ -395,8 +395,9 @@ def parity(rows: list[Row]) -> list[Finding]:
                         f"{_pct(r.parity_tolerance)} tolerance for {r.dtype}: check its "
                         "numerics before trusting its speed.") for r in bad]
     worst = max(checked, key=lambda r: r.parity_rel_diff)
+    where = "in the one pair checked" if len(checked) == 1 else f"in all {len(checked)} pairs"
     return [Finding("parity", f"Compiled and eager setups ended at the same loss within "
-                    f"tolerance in all {len(checked)} pairs (largest difference "
+                    f"tolerance {where} (largest difference "
                     f"{_pct(worst.parity_rel_diff)}, {worst.setup} on {worst.gpu}; tolerance "
                     f"{_pct(worst.parity_tolerance)} for {worst.dtype}).")]
 
@@ -427,21 +428,23 @@ def energy(rows: list[Row]) -> list[Finding]:
 
 def testing(rows: list[Row]) -> list[Finding]:
     """How the differences above were tested, or that they could not be."""
-    ok = [r for r in rows if r.ok]
-    if len(ok) < 2:
+    pairs = [pair for pairs in variants(rows).values() for pair in pairs]
+    by_speed = _best_per_gpu(rows, lambda r: r.tokens_per_s)
+    pairs += [tuple(by_speed[:2])] if len(by_speed) >= 2 else []
+    if not pairs:
         return []
-    untested = [r for r in ok if len(r.step_times_ms) < 2 and len(r.repeat_step_ms) < 2]
-    if len(untested) == len(ok):
-        return [Finding("testing", "The records carry no step-time spread (one process per "
-                        "setup, no per-step times), so the differences above are stated as "
-                        "measured, untested against noise.")]
+    untested = sum(compare_rows(a, b) is None for a, b in pairs)
+    if untested == len(pairs):
+        return [Finding("testing", "The records hold no per-step times and too few processes "
+                        "per setup, so the differences above are stated as measured, untested "
+                        "against noise.")]
     text = ("Differences were tested with a Mann-Whitney U test and a 95% bootstrap interval "
             "of the ratio of medians, on per-process means where both setups ran enough "
             "processes for the test to reach p < 0.05 (4 against 4, say), else on per-step "
             "times, which miss the spread between processes")
     if untested:
-        text += (f"; {len(untested)} of {len(ok)} setups carry no spread, so differences "
-                 "involving them are untested")
+        text += (f"; {untested} of {len(pairs)} comparisons had too little spread to test "
+                 "and are stated as measured")
     return [Finding("testing", text + ".")]
 
 

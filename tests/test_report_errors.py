@@ -1,0 +1,216 @@
+"""Bad input to `stepbench report`: a clear message, the right exit code, nothing silently dropped.
+
+A user error is one line on stderr and exit code 2 with no traceback; a damaged line or an
+unpriced GPU is a warning that names the file and line (or the GPU), and the rest is reported.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepbench.cli import main
+
+POST = Path(__file__).parent / "data" / "post"
+PRICES = POST / "prices.toml"
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def report(capsys, *args) -> tuple[int, str, str]:
+    code = main(["report", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code: int, err: str, message: str) -> None:
+    assert code == 2
+    assert message in err
+    assert err.startswith("stepbench report: error: ")
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def copy_post(tmp_path: Path, edit=None) -> Path:
+    """The post's files in tmp_path; `edit(name, lines)` may change a file's lines."""
+    for path in sorted(POST.glob("*.jsonl")):
+        lines = path.read_text().splitlines()
+        if edit:
+            lines = edit(path.name, lines)
+        (tmp_path / path.name).write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+# ---------------------------------------------------------------- results files
+
+def test_missing_results_file(capsys, tmp_path):
+    code, out, err = report(capsys, POST / "1-rtx5090.jsonl", tmp_path / "nope.jsonl")
+    assert_user_error(code, err, f"results file '{tmp_path / 'nope.jsonl'}' not found; pass "
+                                 "results files (*.jsonl) or folders of them")
+    assert out == ""
+
+
+def test_folder_without_results_files(capsys, tmp_path):
+    code, _, err = report(capsys, tmp_path)
+    assert_user_error(code, err, f"folder '{tmp_path}' holds no results files (*.jsonl)")
+
+
+def test_truncated_and_garbled_lines_are_named_and_the_rest_kept(capsys, tmp_path):
+    def damage(name, lines):
+        if name == "2-l40s.jsonl":
+            lines[1] = lines[1][: len(lines[1]) // 2]          # truncated mid-record
+            lines.insert(3, "\x00\x00garbage{")                # garbled
+        return lines
+
+    folder = copy_post(tmp_path, damage)
+    code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "json")
+    assert code == 0
+    path = folder / "2-l40s.jsonl"
+    assert f"{path}:2: " in err and f"{path}:4: " in err
+    assert err.count("warning") == 2
+    rows = json.loads(out)["rows"]
+    assert len(rows) == 15                                       # only the truncated one lost
+    l40s = [r["setup"] for r in rows if r["gpu"] == "NVIDIA L40S"]
+    assert l40s == ["eager+sdpa", "eager+eager", "compile+eager"]
+
+
+def test_unknown_schema_version_is_warned_named_and_skipped(capsys, tmp_path):
+    def future(name, lines):
+        if name == "4-h100.jsonl":
+            rec = json.loads(lines[2])
+            rec["schema"] = 2
+            lines[2] = json.dumps(rec)
+        return lines
+
+    folder = copy_post(tmp_path, future)
+    code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "json")
+    assert code == 0
+    assert f"{folder / '4-h100.jsonl'}:3:" in err
+    assert "schema 2" in err
+    rows = json.loads(out)["rows"]
+    assert ("NVIDIA H100 PCIe", "eager+eager") not in [(r["gpu"], r["setup"]) for r in rows]
+    assert len(rows) == 15
+
+
+def test_record_without_gpu_is_warned_and_skipped(capsys, tmp_path):
+    def no_gpu(name, lines):
+        if name == "3-a6000.jsonl":
+            rec = json.loads(lines[0])
+            del rec["machine"]["gpu"]
+            lines[0] = json.dumps(rec)
+        return lines
+
+    folder = copy_post(tmp_path, no_gpu)
+    code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "json")
+    assert code == 0
+    assert f"{folder / '3-a6000.jsonl'}: record 1" in err and "machine.gpu" in err
+    assert len(json.loads(out)["rows"]) == 15
+
+
+def test_file_with_no_usable_records(capsys, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n{\"schema\": 1}\n")
+    code, _, err = report(capsys, bad)
+    assert code == 2
+    assert f"{bad}:1:" in err and f"{bad}:2:" in err
+    assert "error: no usable records in" in err
+    assert "Traceback" not in err
+
+
+def test_same_file_twice_is_read_once(capsys):
+    path = POST / "4-h100.jsonl"
+    code, out, err = report(capsys, path, path, "--prices", PRICES, "--format", "json")
+    assert code == 0
+    assert "given more than once" in err
+    assert all(r["repeats"] == 1 for r in json.loads(out)["rows"])
+
+
+# ---------------------------------------------------------------- prices
+
+@pytest.mark.parametrize("name, text, message", [
+    ("p.toml", '[prices]\n"NVIDIA L40S" = \n', "not valid TOML"),
+    ("p.toml", '"NVIDIA L40S" = 0.54\n', "no [prices] table; write lines like"),
+    ("p.toml", '[prices]\n"NVIDIA L40S" = "cheap"\n',
+     "price of 'NVIDIA L40S' is 'cheap'; expected dollars per hour as a positive number"),
+    ("p.toml", '[prices]\n"NVIDIA L40S" = -1\n', "price of 'NVIDIA L40S' is -1"),
+    ("p.csv", "name,dollars\nNVIDIA L40S,0.54\n", "the first line must be the header "
+                                                  "gpu,price_per_hour"),
+    ("p.csv", "gpu,price_per_hour\nNVIDIA L40S,0.54\nNVIDIA H100 PCIe,abc\n",
+     "line 3: price of 'NVIDIA H100 PCIe' is 'abc'"),
+    ("p.yaml", "NVIDIA L40S: 0.54\n", "unknown format '.yaml'; name it *.toml or *.csv"),
+])
+def test_malformed_price_file(capsys, tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    code, out, err = report(capsys, POST, "--prices", path)
+    assert_user_error(code, err, f"price file '{path}'")
+    assert message in err
+    assert out == ""
+
+
+def test_missing_price_file(capsys, tmp_path):
+    code, _, err = report(capsys, POST, "--prices", tmp_path / "prices.toml")
+    assert_user_error(code, err, f"price file '{tmp_path / 'prices.toml'}' not found")
+
+
+@pytest.mark.parametrize("flag", ["NVIDIA L40S", "=0.54", "NVIDIA L40S=free", "NVIDIA L40S=0"])
+def test_bad_price_flag(capsys, flag):
+    code, _, err = report(capsys, POST, "--price", flag)
+    assert_user_error(code, err, f"--price '{flag}'")
+
+
+def test_csv_price_file_and_flag_override(capsys, tmp_path):
+    path = tmp_path / "prices.csv"
+    path.write_text("gpu,price_per_hour\nNVIDIA L40S,0.54\nGeForce RTX 5090,1.15\n"
+                    "nvidia rtx a6000,0.65\nNVIDIA H100 PCIe,9.99\n")
+    code, out, err = report(capsys, POST, "--prices", path, "--price", "NVIDIA H100 PCIe=3.86",
+                            "--format", "json")
+    assert code == 0, err
+    assert err == ""
+    prices = {r["gpu"]: r["price_per_hour"] for r in json.loads(out)["rows"]}
+    assert prices == {"NVIDIA GeForce RTX 5090": 1.15, "NVIDIA L40S": 0.54,
+                      "NVIDIA RTX A6000": 0.65, "NVIDIA H100 PCIe": 3.86}
+
+
+def test_gpu_without_price_shows_missing_cost_and_a_warning(capsys, tmp_path):
+    path = tmp_path / "prices.toml"
+    path.write_text('[prices]\n"NVIDIA L40S" = 0.54\n"NVIDIA RTX A6000" = 0.65\n'
+                    '"NVIDIA GeForce RTX 5090" = 1.15\n"NVIDIA H100 SXM" = 2.99\n')
+    code, out, err = report(capsys, POST, "--prices", path, "--format", "json")
+    assert code == 0
+    assert "warning: no price for 'NVIDIA H100 PCIe'" in err
+    assert "price for 'NVIDIA H100 SXM' matches no GPU in the results" in err
+    doc = json.loads(out)
+    h100 = [r for r in doc["rows"] if r["gpu"] == "NVIDIA H100 PCIe"]
+    assert all(r["price_per_hour"] is None and r["m_tokens_per_dollar"] is None for r in h100)
+    assert all(r["tokens_per_s"] for r in h100)                 # the measurements stay
+    assert "No price for NVIDIA H100 PCIe: M tokens per $ is left blank." in doc["notes"]
+    per_dollar = next(f["text"] for f in doc["findings"] if f["kind"] == "tokens_per_dollar")
+    assert "NVIDIA H100 PCIe" not in per_dollar
+
+
+def test_markdown_table_shows_missing_price_as_dash(capsys):
+    code, out, _ = report(capsys, POST / "4-h100.jsonl", "--format", "markdown")
+    assert code == 0
+    row = next(line for line in out.splitlines() if "| eager+sdpa |" in line)
+    assert row.split("|")[2].strip() == "-" and row.split("|")[8].strip() == "-"
+
+
+def test_unknown_format_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(POST), "--format", "pdf"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'pdf'" in capsys.readouterr().err
+
+
+def test_module_entry_point_in_a_subprocess(tmp_path):
+    """The same error through `python -m stepbench`, as a user sees it."""
+    proc = subprocess.run([sys.executable, "-m", "stepbench", "report", str(tmp_path / "x.jsonl")],
+                          capture_output=True, text=True, env={"PYTHONPATH": str(SRC)},
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.strip() == (f"stepbench report: error: results file "
+                                   f"'{tmp_path / 'x.jsonl'}' not found; pass results files "
+                                   "(*.jsonl) or folders of them")

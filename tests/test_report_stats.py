@@ -1,0 +1,292 @@
+"""Repeats, significance, noise flags and the details (MFU, compile cache, energy, loss parity).
+
+tests/data/report-h200 holds real step times of 4 eager+sdpa and 2 compile+sdpa processes on
+an H200 (written by its make_records.py from the shared anchors); the other cases are records
+built here from one of the post's records, changed field by field.
+"""
+
+import copy
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepbench.cli import main
+
+DATA = Path(__file__).parent / "data"
+H200 = DATA / "report-h200" / "h200-repeats.jsonl"
+BASE = json.loads((DATA / "post" / "4-h100.jsonl").read_text().splitlines()[0])
+
+
+def rec(mode="eager", attn="sdpa", *, gpu="NVIDIA H200", repeat=0, steps=None, step_ms=None,
+        status="ok", **fields) -> dict:
+    """A schema-1 record; step_ms is the mean of `steps` when given."""
+    r = copy.deepcopy(BASE)
+    r["setup"].update(name=f"{mode}+{attn}", mode=mode, attn=attn)
+    r["machine"]["gpu"] = gpu
+    r["repeat"], r["status"] = repeat, status
+    r["step_times_ms"] = list(steps or [])
+    r["step_ms"] = statistics.fmean(steps) if steps else step_ms
+    if status != "ok":
+        r.update(step_ms=None, peak_memory_gb=None, first_step_s=None)
+    for key, value in fields.items():
+        if key in r["setup"]:
+            r["setup"][key] = value
+        else:
+            r[key] = value
+    return r
+
+
+def run_report(capsys, tmp_path, records, *args) -> tuple[dict, str]:
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code = main(["report", str(path), "--format", "json", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def report_text(capsys, fmt, *paths) -> str:
+    assert main(["report", *map(str, paths), "--format", fmt]) == 0
+    return capsys.readouterr().out
+
+
+def row(doc, setup, gpu="NVIDIA H200") -> dict:
+    return next(r for r in doc["rows"] if r["setup"] == setup and r["gpu"] == gpu)
+
+
+def texts(doc, kind) -> str:
+    return " ".join(f["text"] for f in doc["findings"] if f["kind"] == kind)
+
+
+# ---------------------------------------------------------------- repeats on a real H200
+
+@pytest.fixture
+def h200(capsys) -> dict:
+    assert main(["report", str(H200), "--format", "json", "--price", "NVIDIA H200=3.50"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_repeats_combine_to_median_of_process_means_with_bootstrap_ci(h200):
+    records = [json.loads(line) for line in H200.read_text().splitlines()]
+    means = [r["step_ms"] for r in records if r["setup"]["mode"] == "eager"]
+    eager = row(h200, "eager+sdpa")
+    assert eager["repeats"] == 4
+    assert eager["step_ms"] == pytest.approx(statistics.median(means))
+    assert eager["tokens_per_s"] == pytest.approx(8192 / (statistics.median(means) / 1000))
+    lo, hi = eager["step_ms_ci"]
+    assert min(means) <= lo <= eager["step_ms"] <= hi <= max(means)
+    assert eager["step_ms_ci_method"] == ("median of 4 per-process means, bootstrap over "
+                                          "processes")
+    assert eager["noise_flags"] == ["high_cv"]          # every eager process had CV > 5%
+
+
+def test_compile_cache_cold_and_warm_are_kept_apart(h200):
+    comp = row(h200, "compile+sdpa")
+    assert comp["first_step_s"] == pytest.approx(70.81)
+    assert comp["first_step_warm_s"] == pytest.approx(6.57)
+    assert comp["compile_cache"] == "1 cold, 1 warm"
+    assert "Compilation with a cold cache took 71 s" in texts(h200, "compile_cost")
+    assert "With a warm compile cache (a later process of the same setup) it took 6.5 s" in \
+        texts(h200, "compile_cost")
+
+
+def test_real_compile_speedup_is_significant_and_stated(h200):
+    # 2 against 4 processes cannot reach p < 0.05, so the pooled step times are tested.
+    speed = texts(h200, "compile_speed")
+    assert "NVIDIA H200 69.4 vs 95.8 ms (27% faster)" in speed
+    assert "on per-step times" in texts(h200, "testing")
+    assert "could not" not in texts(h200, "testing")
+
+
+def test_mfu_names_its_peak(h200):
+    comp = row(h200, "compile+sdpa")
+    assert comp["mfu_source"] == "measured"
+    assert comp["mfu"] == pytest.approx(0.48, abs=0.01)
+    assert texts(h200, "mfu") == ("Best model FLOPs utilization: 48% on NVIDIA H200 with "
+                                  "compile+sdpa (against the measured matmul peak).")
+
+
+def test_markdown_marks_noisy_rows_and_explains_marks_and_repeats(capsys):
+    out = report_text(capsys, "markdown", H200)
+    eager_line = next(line for line in out.splitlines() if "| eager+sdpa |" in line)
+    assert "| 95.8* |" in eager_line
+    assert "* step times varied by more than 5% (coefficient of variation)." in out
+    assert ("4 repeats combined (NVIDIA H200 eager+sdpa): median of per-process means, max of "
+            "peaks, 95% CI by bootstrap over the per-process means (details).") in out
+    assert "## Details" in out
+    details = out.split("## Details")[1].split("## What")[0]
+    assert "| NVIDIA H200 | eager+sdpa | 4 | 92.3-96.7 | high_cv | 35% (measured) |" in details
+    assert "†" not in out                                 # no mark explained that is not used
+
+
+# ---------------------------------------------------------------- significance in findings
+
+def test_difference_inside_the_spread_is_called_noise(capsys, tmp_path):
+    rng = np.random.default_rng(3)
+    eager = list(rng.normal(100.0, 6.0, 40))
+    comp = list(rng.normal(101.0, 6.0, 40))
+    doc, _ = run_report(capsys, tmp_path, [rec("eager", steps=eager, first_step_s=0.5),
+                                           rec("compile", steps=comp, first_step_s=30.0)])
+    speed = texts(doc, "compile_speed")
+    assert "within the noise, p = " in speed
+    assert "faster" not in speed and "slower" not in speed
+    assert "not measurably on NVIDIA H200" in texts(doc, "compile_payback")
+
+
+def test_clear_difference_between_processes_is_tested_per_process(capsys, tmp_path):
+    # 5 processes each, no per-step times: the per-process means carry the test.
+    eager = [rec("eager", repeat=i, step_ms=m) for i, m in enumerate([100, 101, 99, 100.5, 99.5])]
+    comp = [rec("compile", repeat=i, step_ms=m) for i, m in enumerate([80, 81, 79, 80.5, 79.5])]
+    doc, _ = run_report(capsys, tmp_path, eager + comp)
+    assert "NVIDIA H200 80.0 vs 100 ms (20% faster)" in texts(doc, "compile_speed")
+    assert "could not" not in texts(doc, "testing") and "untested" not in texts(doc, "testing")
+
+
+def test_overlapping_processes_are_noise_even_when_medians_differ(capsys, tmp_path):
+    eager = [rec("eager", repeat=i, step_ms=m) for i, m in enumerate([100, 92, 104, 97, 95])]
+    comp = [rec("compile", repeat=i, step_ms=m) for i, m in enumerate([98, 91, 103, 94, 99])]
+    doc, _ = run_report(capsys, tmp_path, eager + comp)
+    assert "NVIDIA H200 98.0 vs 97.0 ms (within the noise, p = " in texts(doc, "compile_speed")
+
+
+def test_too_few_processes_and_no_steps_is_stated_as_untested(capsys, tmp_path):
+    records = [rec("eager", repeat=0, step_ms=100), rec("eager", repeat=1, step_ms=101),
+               rec("compile", repeat=0, step_ms=90), rec("compile", repeat=1, step_ms=91)]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert "(10% faster)" in texts(doc, "compile_speed")
+    assert "untested against noise" in texts(doc, "testing")
+
+
+# ---------------------------------------------------------------- combining and marking
+
+def test_failed_repeat_keeps_the_row_and_is_footnoted(capsys, tmp_path):
+    records = [rec("eager", repeat=0, step_ms=100), rec("eager", repeat=1, status="oom"),
+               rec("eager", repeat=2, step_ms=102)]
+    doc, _ = run_report(capsys, tmp_path, records)
+    eager = row(doc, "eager+sdpa")
+    assert eager["status"] == "ok" and eager["statuses"] == {"ok": 2, "oom": 1}
+    assert eager["step_ms"] == pytest.approx(101)
+    assert ("NVIDIA H200 eager+sdpa: 1 OOM of 3 repeats; the numbers come from the others."
+            in doc["notes"])
+
+
+def test_records_from_two_runs_are_combined_and_said_so(capsys, tmp_path):
+    records = [rec("eager", step_ms=100, run_id="a"), rec("eager", step_ms=104, run_id="b")]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert row(doc, "eager+sdpa")["repeats"] == 2
+    assert "NVIDIA H200 eager+sdpa: records from 2 runs were combined as repeats." in \
+        doc["notes"]
+    assert any(n.startswith("2 repeats combined (every row)") for n in doc["notes"])
+
+
+def test_crash_keeps_its_place_and_error_line(capsys, tmp_path):
+    records = [rec("eager", step_ms=100),
+               rec("compile", status="crashed",
+                   error="Traceback...\nRuntimeError: CUDA error: an illegal memory access")]
+    out_doc, _ = run_report(capsys, tmp_path, records)
+    assert [r["status"] for r in out_doc["rows"]] == ["ok", "crashed"]
+    assert ("NVIDIA H200 compile+sdpa crashed: RuntimeError: CUDA error: an illegal memory "
+            "access") in out_doc["notes"]
+    assert any(n.startswith("crashed means") for n in out_doc["notes"])
+
+
+def test_each_noise_flag_gets_its_mark_and_footnote(capsys, tmp_path):
+    records = [rec("eager", step_ms=100, noise_flags=["throttled"]),
+               rec("compile", step_ms=90, noise_flags=["other_processes", "recompiled"]),
+               rec("eager", "eager", step_ms=200, noise_flags=["new_flag"])]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = report_text(capsys, "markdown", path)
+    assert "| 100† |" in out and "| 90.0‡§ |" in out
+    assert "| 200 |" in out                               # unknown flags get no mark
+    assert "† the GPU reported throttling" in out
+    assert "‡ other processes were using the GPU." in out
+    assert "§ torch.compile recompiled during the timed steps." in out
+    assert "Other noise flags: new_flag (see the details)." in out
+    assert "*" not in out.split("## Details")[0].replace("**", "")
+
+
+def test_rows_follow_the_posts_order_whatever_the_file_order(capsys, tmp_path):
+    records = [rec("compile", "flex_attention", step_ms=50), rec("compile", step_ms=60),
+               rec("eager", step_ms=70), rec("eager", "flex_attention", step_ms=80),
+               rec("eager", gpu="NVIDIA L4", step_ms=300)]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert [(r["gpu"], r["setup"]) for r in doc["rows"]] == [
+        ("NVIDIA H200", "eager+flex_attention"), ("NVIDIA H200", "compile+flex_attention"),
+        ("NVIDIA H200", "eager+sdpa"), ("NVIDIA H200", "compile+sdpa"),
+        ("NVIDIA L4", "eager+sdpa")]
+
+
+def test_two_batch_sizes_are_kept_apart_and_labelled(capsys, tmp_path):
+    records = [rec("eager", step_ms=100), rec("compile", step_ms=90),
+               rec("eager", step_ms=190, batch=8), rec("compile", step_ms=150, batch=8)]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert len(doc["rows"]) == 4
+    speed = [f["text"] for f in doc["findings"] if f["kind"] == "compile_speed"]
+    assert speed[0].startswith("llama-468m, batch 4 x 2048, bf16: With sdpa attention")
+    assert speed[1].startswith("llama-468m, batch 8 x 2048, bf16: With sdpa attention")
+    assert "(21% faster)" in speed[1]
+    path = tmp_path / "results.jsonl"
+    assert "| compile+sdpa (8x2048) |" in report_text(capsys, "markdown", path)
+
+
+# ---------------------------------------------------------------- details
+
+LOSSES_EAGER = [10.45, 10.30, 10.12, 9.95, 9.81]
+
+
+def test_loss_parity_within_bf16_tolerance(capsys, tmp_path):
+    records = [rec("eager", step_ms=100, losses=LOSSES_EAGER),
+               rec("compile", step_ms=90, losses=LOSSES_EAGER[:-1] + [9.86])]
+    doc, _ = run_report(capsys, tmp_path, records)
+    comp = row(doc, "compile+sdpa")
+    assert comp["parity_rel_diff"] == pytest.approx(0.05 / 9.81)
+    assert comp["parity_ok"] is True and comp["parity_tolerance"] == 0.02
+    assert texts(doc, "parity").startswith("Compiled and eager setups ended at the same loss "
+                                           "within tolerance in the one pair checked")
+
+
+def test_loss_parity_beyond_tolerance_is_flagged(capsys, tmp_path):
+    records = [rec("eager", step_ms=100, losses=LOSSES_EAGER),
+               rec("compile", step_ms=90, losses=LOSSES_EAGER[:-1] + [10.2])]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert row(doc, "compile+sdpa")["parity_ok"] is False
+    assert texts(doc, "parity") == ("compile+sdpa on NVIDIA H200 ended at a loss 4% away from "
+                                    "eager mode's, over the 2% tolerance for bf16: check its "
+                                    "numerics before trusting its speed.")
+    path = tmp_path / "results.jsonl"
+    assert "| 4% (over 2%) |" in report_text(capsys, "markdown", path)
+
+
+def test_loss_parity_fp32_tolerance_and_seed_matching(capsys, tmp_path):
+    fp32 = [rec("eager", step_ms=100, losses=[10.0, 9.0], dtype="fp32"),
+            rec("compile", step_ms=90, losses=[10.0, 9.001], dtype="fp32")]
+    doc, _ = run_report(capsys, tmp_path, fp32)
+    assert row(doc, "compile+sdpa")["parity_ok"] is False      # 1.1e-4 over 1e-4
+    other_seed = [rec("eager", step_ms=100, losses=[10.0, 9.0]),
+                  rec("compile", step_ms=90, losses=[10.0, 9.5], seed=1)]
+    doc, _ = run_report(capsys, tmp_path, other_seed)
+    assert row(doc, "compile+sdpa")["parity_rel_diff"] is None
+    assert texts(doc, "parity") == ""
+
+
+def test_energy_and_datasheet_mfu_are_shown_as_details(capsys, tmp_path):
+    records = [rec("eager", step_ms=100, mfu_datasheet=0.31,
+                   energy={"joules_per_step": 50.0, "avg_watts": 500.0,
+                           "tokens_per_kwh": 5.9e8}),
+               rec("compile", step_ms=80, mfu_datasheet=0.39, mfu_measured=0.45,
+                   energy={"joules_per_step": 40.0, "avg_watts": 500.0,
+                           "tokens_per_kwh": 7.4e8})]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert row(doc, "eager+sdpa")["mfu_source"] == "datasheet"
+    assert row(doc, "compile+sdpa")["mfu_source"] == "measured"   # measured wins when present
+    assert texts(doc, "energy") == ("Most tokens per kWh of GPU energy: 740M on NVIDIA H200 "
+                                    "with compile+sdpa.")
+    path = tmp_path / "results.jsonl"
+    out = report_text(capsys, "markdown", path)
+    assert "| NVIDIA H200 | eager+sdpa | 31% (datasheet) | 590 |" in out
+    results_table = out.split("## Details")[0]
+    assert "MFU" not in results_table and "kWh" not in results_table
