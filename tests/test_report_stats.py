@@ -290,3 +290,12 @@ def test_energy_and_datasheet_mfu_are_shown_as_details(capsys, tmp_path):
     assert "| NVIDIA H200 | eager+sdpa | 31% (datasheet) | 590 |" in out
     results_table = out.split("## Details")[0]
     assert "MFU" not in results_table and "kWh" not in results_table
+
+
+def test_terminal_table_prints_error_text_with_brackets_verbatim(capsys, tmp_path):
+    records = [rec("eager", step_ms=100),
+               rec("compile", status="error", error="[rank0]: RuntimeError: [bold]boom")]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = report_text(capsys, "table", path)
+    assert "NVIDIA H200 compile+sdpa error: [rank0]: RuntimeError: [bold]boom" in out

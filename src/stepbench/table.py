@@ -68,18 +68,20 @@ def _rich(columns, rows, title, footnotes, right) -> str:
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    # Cells and notes are plain text: an error such as "[rank0]: CUDA error" is not rich markup.
     table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
     for i, col in enumerate(columns):
-        table.add_column(col, justify="right" if right[i] else "left", no_wrap=True)
+        table.add_column(Text(col), justify="right" if right[i] else "left", no_wrap=True)
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     # A wide virtual console: the table is printed whole, never wrapped to a narrow pipe.
     console = Console(file=io.StringIO(), width=250, color_system=None, force_terminal=False,
                       highlight=False)
     console.print(table)
     for note in footnotes or []:
-        console.print(note, soft_wrap=True)
+        console.print(note, soft_wrap=True, markup=False)
     text = console.file.getvalue()
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
