@@ -104,6 +104,10 @@ def one(x: float) -> str:
     return f"{x:.1f}"
 
 
+def secs(x: float) -> str:
+    return sig(x, 2)
+
+
 def on_gpus(gpus: list[str], total: int) -> str:
     return f"on all {total} GPUs" if len(gpus) == total > 1 else "on " + join(gpus)
 
@@ -200,20 +204,18 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
 
 def compile_cost(rows: list[Row]) -> list[Finding]:
     """Range of compile time: first step minus a warm step, per attention; warm cache apart."""
-    compiled = [r for r in rows if r.mode == "compile" and r.ok and r.step_ms is not None]
+    compiled = [r for r in rows if r.mode == "compile" and r.ok]
     cold = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
             if r.first_step_s is not None and r.compile_cache != "warm"]
-    warm = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
+    warm = [r.first_step_s - r.step_ms / 1000 for r in compiled
             if r.first_step_s is not None and r.compile_cache == "warm"]
-    warm += [(r.first_step_warm_s - r.step_ms / 1000, r) for r in compiled
+    warm += [r.first_step_warm_s - r.step_ms / 1000 for r in compiled
              if r.first_step_warm_s is not None]
     out = []
     if cold:
-        secs = lambda x: sig(x, 2)  # noqa: E731
-        (lo, lo_row), (hi, hi_row) = min(cold, key=_first), max(cold, key=_first)
+        (lo, lo_row), (hi, hi_row) = min(cold, key=_cost), max(cold, key=_cost)
         cache = " with a cold cache" if all(r.compile_cache for _, r in cold) else ""
-        text = (f"Compilation{cache} took {span([lo, hi], secs, ' s')} (first step minus a "
-                "warm step")
+        text = f"Compilation{cache} took {span([lo, hi], secs, ' s')} (first step minus a warm step"
         if lo_row.gpu != hi_row.gpu:
             text += f"; least on {lo_row.gpu}, most on {hi_row.gpu}"
         elif len({r.gpu for _, r in cold}) == 1:
@@ -227,11 +229,11 @@ def compile_cost(rows: list[Row]) -> list[Finding]:
         out.append(Finding("compile_cost", text + "."))
     if warm:
         out.append(Finding("compile_cost", "With a warm compile cache (a later process of the "
-                           f"same setup) it took {span([c for c, _ in warm], lambda x: sig(x, 2), ' s')}."))
+                           f"same setup) it took {span(warm, secs, ' s')}."))
     return out
 
 
-def _first(item: tuple) -> float:
+def _cost(item: tuple[float, Row]) -> float:
     return item[0]
 
 

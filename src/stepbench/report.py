@@ -155,13 +155,9 @@ def footnotes(rows: list[Row]) -> list[str]:
                   key=list(STATUS_NOTES).index)
     notes += [STATUS_NOTES[s] for s in used]
     notes += _combined_notes(rows)
-    flagged: dict[str, list[str]] = {}
-    for row in rows:
-        for flag in row.noise_flags:
-            if flag in NOISE_MARKS:
-                mark, meaning = NOISE_MARKS[flag]
-                flagged.setdefault(f"{mark} {meaning}", [])
-    notes += [f"{text}." for text in flagged]
+    marks = dict.fromkeys(NOISE_MARKS[f] for r in rows for f in r.noise_flags
+                          if f in NOISE_MARKS)
+    notes += [f"{mark} {meaning}." for mark, meaning in marks]
     unknown = sorted({f for r in rows for f in r.noise_flags if f not in NOISE_MARKS})
     if unknown:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
@@ -246,9 +242,13 @@ def details(rows: list[Row]) -> tuple[list[str], list[list[str]], str] | None:
 def render_text(rows: list[Row], findings: list, fmt: str) -> str:
     """Terminal table or Markdown: results table, details table, then the findings."""
     markdown = fmt == "markdown"
+    notes = footnotes(rows)
     out = ["## Results\n\n" if markdown else ""]
     out.append(table.render(COLUMNS, table_cells(rows), fmt, align=ALIGN,
-                            title=None if markdown else "Results", footnotes=footnotes(rows)))
+                            title=None if markdown else "Results",
+                            footnotes=None if markdown else notes))
+    if markdown:   # one paragraph per note; a leading "*" would start a bullet list
+        out += [f"\n{_markdown_escape(note)}\n" for note in notes]
     extra = details(rows)
     if extra:
         out.append("\n## Details\n\n" if markdown else "\n")
@@ -259,6 +259,10 @@ def render_text(rows: list[Row], findings: list, fmt: str) -> str:
         out.append("\n## What the numbers say\n\n" if markdown else "\nWhat the numbers say\n\n")
         out += [f"{i}. {f.text}\n" for i, f in enumerate(findings, 1)]
     return "".join(out)
+
+
+def _markdown_escape(text: str) -> str:
+    return "\\" + text if text and text[0] in "*#+-" else text
 
 
 CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s",

@@ -224,19 +224,27 @@ def add_parity(rows: list[Row]) -> None:
         twin = eager.get((row.gpu, row.workload, row.attn))
         if row.mode != "compile" or not row.ok or twin is None:
             continue
-        diffs = []
-        for rc in row.records:
-            for re_ in twin.records:
-                if rc["setup"].get("seed") != re_["setup"].get("seed"):
-                    continue
-                lc, le = _last_loss(rc), _last_loss(re_)
-                steps_c, steps_e = len(rc.get("losses") or []), len(re_.get("losses") or [])
-                if lc is None or le is None or not le or steps_c != steps_e:
-                    continue
-                diffs.append(abs(lc - le) / abs(le))
+        diffs = [_loss_difference(rc, re_) for rc in _ok(row.records) for re_ in _ok(twin.records)
+                 if _comparable(rc, re_)]
+        diffs = [d for d in diffs if d is not None]
         if diffs:
             row.parity_rel_diff = max(diffs)
             row.parity_tolerance = PARITY_TOLERANCE.get(row.dtype, PARITY_TOLERANCE["bf16"])
+
+
+def _ok(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["status"] == "ok"]
+
+
+def _comparable(a: dict, b: dict) -> bool:
+    """Same seed (weights and tokens) and the same number of steps before the last loss."""
+    same = all(a["setup"].get(k) == b["setup"].get(k) for k in ("seed", "warmup", "steps"))
+    return same and len(a.get("losses") or []) == len(b.get("losses") or [])
+
+
+def _loss_difference(compiled: dict, eager: dict) -> float | None:
+    lc, le = _last_loss(compiled), _last_loss(eager)
+    return None if lc is None or not le else abs(lc - le) / abs(le)
 
 
 def setup_labels(rows: list[Row]) -> dict[int, str]:
