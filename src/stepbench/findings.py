@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import permutations
+from itertools import combinations, permutations
 
 from stepbench import stats
 from stepbench.rows import Row
@@ -302,6 +302,34 @@ def _with_memory(rows: list[Row]) -> list[str]:
     return [f"{r.gpu} ({r.gpu_memory_gb:.0f} GB)" if r.gpu_memory_gb else r.gpu for r in rows]
 
 
+def attention_pairs(rows: list[Row]) -> dict[tuple, list[tuple[Row, Row]]]:
+    """{(mode, compile_mode, attn a, attn b): [(row a, row b) per GPU where both ran]}."""
+    attns = list(dict.fromkeys(r.attn for r in rows))
+    out: dict[tuple, list[tuple[Row, Row]]] = {}
+    for mode in dict.fromkeys((r.mode, r.compile_mode) for r in rows):
+        same_mode = [r for r in rows if (r.mode, r.compile_mode) == mode and r.ok]
+        for a, b in combinations(attns, 2):
+            for gpu in dict.fromkeys(r.gpu for r in same_mode):
+                ra = next((r for r in same_mode if r.gpu == gpu and r.attn == a), None)
+                rb = next((r for r in same_mode if r.gpu == gpu and r.attn == b), None)
+                if ra and rb:
+                    out.setdefault((*mode, a, b), []).append((ra, rb))
+    return out
+
+
+def attention_speed(rows: list[Row]) -> list[Finding]:
+    """Attention kernels against each other in the same mode, per GPU."""
+    out = []
+    for (mode, compile_mode, a, b), pairs in attention_pairs(rows).items():
+        label = "In eager mode" if mode == "eager" else \
+            f"With {compiler(compile_mode)}" if mode == "compile" else f"In {mode} mode"
+        items = [f"{ra.gpu} {sig(ra.step_ms)} vs {sig(rb.step_ms)} ms ({verdict(ra, rb)[0]})"
+                 for ra, rb in pairs]
+        out.append(Finding("attention_speed",
+                           f"{label}, {a} attention against {b} attention: {join(items)}."))
+    return out
+
+
 def attention_vs_compile(rows: list[Row]) -> list[Finding]:
     """Where eager mode with one attention kernel beats the compiled model with another."""
     attns = list(dict.fromkeys(r.attn for r in rows))
@@ -431,6 +459,7 @@ def energy(rows: list[Row]) -> list[Finding]:
 def testing(rows: list[Row]) -> list[Finding]:
     """How the differences above were tested, or that they could not be."""
     pairs = [pair for pairs in variants(rows).values() for pair in pairs]
+    pairs += [pair for pairs in attention_pairs(rows).values() for pair in pairs]
     by_speed = _best_per_gpu(rows, lambda r: r.tokens_per_s)
     pairs += [tuple(by_speed[:2])] if len(by_speed) >= 2 else []
     if not pairs:
@@ -450,5 +479,5 @@ def testing(rows: list[Row]) -> list[Finding]:
     return [Finding("testing", text + ".")]
 
 
-RULES = [compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_vs_compile,
-         gpus, parity, mfu, energy, testing]
+RULES = [compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
+         attention_vs_compile, gpus, parity, mfu, energy, testing]
