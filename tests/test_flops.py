@@ -314,6 +314,8 @@ def test_measure_matmul_rejects_tf32_on_cpu_and_bad_sizes():
         flops.measure_matmul_tflops("cpu", "tf32", n=64)
     with pytest.raises(ValueError, match="must be positive"):
         flops.measure_matmul_tflops("cpu", "fp32", n=-1)
+    with pytest.raises(ValueError, match="sustained_s not negative"):
+        flops.measure_matmul_tflops("cpu", "fp32", n=64, sustained_s=-1)
 
 
 def test_measure_matmul_restores_matmul_precision():
@@ -325,12 +327,22 @@ def test_measure_matmul_restores_matmul_precision():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_measure_matmul_on_gpu_is_below_datasheet_peak():
     name = torch.cuda.get_device_name()
-    rate = flops.measure_matmul_tflops("cuda", "bf16")
+    burst = flops.measure_matmul_tflops("cuda", "bf16")
+    sustained = flops.measure_matmul_tflops("cuda", "bf16", sustained_s=2.0)
     peak = flops.datasheet_peak(name, "bf16")
-    assert rate > 1.0
+    assert burst > 1.0 and sustained > 1.0
+    # A power cap can only slow the sustained rate down (5% allowance for run-to-run noise).
+    assert sustained <= burst * 1.05
     if peak is not None:
-        # Measured dense bf16 on random data sits well inside the datasheet (H200: ~796 of 989.4).
-        assert 0.3 * peak < rate <= 1.02 * peak
+        # Measured dense bf16 on random data sits inside the datasheet (H200: ~800 of 989.4).
+        assert 0.3 * peak < sustained <= burst <= 1.02 * peak
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_measure_matmul_on_gpu_small_size_is_batched():
+    # n=256 takes microseconds: timed one by one it would measure launch latency, not the GPU.
+    small = flops.measure_matmul_tflops("cuda", "fp16", n=256, repeats=5)
+    assert 0 < small < flops.measure_matmul_tflops("cuda", "fp16", n=4096, repeats=5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -38,6 +38,7 @@ def test_json_on_cpu_gives_one_object_with_a_positive_rate(capsys):
     result = json.loads(out)                 # the whole of stdout is one JSON object
     assert result["device"] == "cpu" and result["gpu"] == "cpu"
     assert result["dtype"] == "bf16" and result["size"] == 256 and result["repeats"] == 5
+    assert result["sustained_s"] == 0
     assert result["measured_tflops"] > 0
     assert result["datasheet_tflops"] is None and result["fraction_of_datasheet"] is None
     assert isinstance(result["cpu"], str) and result["cpu"]
@@ -54,14 +55,17 @@ def test_table_on_cpu(capsys):
     cells = row.split()[-5:]
     assert cells[:2] == ["fp32", "128"] and float(cells[2]) > 0 and cells[3:] == ["-", "-"]
     assert "median of 2 timed 128 x 128 x 128 products" in out
+    assert "after a short warm-up (the burst rate)" in out
 
 
 def test_render_with_a_datasheet_peak():
     text = peak.render_peak({"device": "cuda", "gpu": "NVIDIA H200", "cpu": None, "dtype": "bf16",
-                             "size": 8192, "repeats": 20, "measured_tflops": 790.14,
+                             "size": 8192, "repeats": 20, "sustained_s": 5.0,
+                             "measured_tflops": 790.14,
                              "datasheet_tflops": 989.4, "fraction_of_datasheet": 790.14 / 989.4})
     row = text.splitlines()[3].split()
     assert row == ["NVIDIA", "H200", "bf16", "8192", "790.1", "989.4", "80%"]
+    assert "after 5 s of sustained load (the power-capped rate)" in text
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
@@ -77,6 +81,8 @@ def test_cuda_without_cuda_is_a_one_line_user_error(capsys):
     (["--device", "cpu", "--size", "0"], "--size must be a positive matrix size, got 0"),
     (["--device", "cpu", "--repeats", "-1"], "--repeats must be positive, got -1"),
     (["--device", "cpu", "--dtype", "tf32"], "tf32 is a CUDA tensor-core mode; use --dtype fp32 on cpu"),
+    (["--device", "cpu", "--sustained", "2"],
+     "--sustained takes seconds >= 0 and works on cuda only, got 2 on cpu"),
 ])
 def test_bad_arguments_are_user_errors(argv, message, capsys):
     code, out, err = run_peak(["peak", *argv], capsys)

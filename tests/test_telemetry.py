@@ -276,7 +276,8 @@ def snap(sm=1980, reasons=()):
     (snap(), snap(), 0, []),
     (snap(), snap(reasons=["gpu_idle"]), 0, []),                        # idle after the sync
     (snap(), snap(reasons=["applications_clocks_setting"]), 0, []),
-    (snap(), snap(reasons=["gpu_idle", "sw_power_cap"]), 0, ["throttled"]),
+    (snap(), snap(reasons=["gpu_idle", "sw_power_cap"]), 0, []),       # loaded GPU at its cap
+    (snap(), snap(reasons=["sw_power_cap", "sw_thermal_slowdown"]), 0, ["throttled"]),
     (snap(reasons=["hw_thermal_slowdown"]), snap(), 0, ["throttled"]),  # at the start only
     (snap(), snap(reasons=["unknown_0x400"]), 0, ["throttled"]),
     (snap(), snap(), 2, ["other_processes"]),

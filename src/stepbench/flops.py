@@ -11,7 +11,8 @@ and each can be wrong in its own way, so each is kept separately in the result r
   cross-check of the formula on the model actually built;
 * the peak: the vendor's dense datasheet number (`DATASHEET_PEAK_TFLOPS`) and the matmul rate
   measured on the device (`measure_matmul_tflops`), because datasheet peaks are rarely reachable
-  (an H200 multiplies 8192^3 bf16 matrices at about 796 of its 989.4 TFLOP/s).
+  (an H200 multiplies 8192^3 bf16 matrices at about 796 of its 989.4 TFLOP/s in a short burst,
+  and about 680 once its power cap holds the clocks down).
 
 Nothing here imports transformers at module level: the runner's parent process imports stepbench
 without paying for it.
@@ -20,6 +21,7 @@ without paying for it.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import statistics
 import time
@@ -165,7 +167,13 @@ def flop_counter_step(model: torch.nn.Module, input_ids: torch.Tensor) -> float:
       Eager attention keeps the scores and has no recompute. For the post's model at T=2048 that
       is +3.1%.
     Without a formula for the CPU SDPA kernel, torch would count its attention as zero; this
-    function supplies torch's own SDPA formulas for it, so CPU and GPU counts agree.
+    function supplies torch's own SDPA formulas for it, so CPU and GPU counts agree. Measured on
+    the H200 for the post's model (1 x 2048, bf16): eager 0.9999 and sdpa 1.0312 times the
+    convention.
+
+    It raises whatever the step raises under FlopCounterMode: uncompiled flex_attention does
+    (torch 2.11: "TypeError: no implementation found for 'torch.ops.higher_order.flex_attention'"),
+    so callers should record null for flop_counter_per_step when it raises, not fail the setup.
 
     The training state is left as it was: gradients present before the call are restored (None
     stays None), no optimizer step is taken, and the RNG state is restored so that dropout draws
@@ -355,15 +363,24 @@ _TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.fl
 
 def measure_matmul_tflops(device: str | torch.device = "cuda", dtype: str | torch.dtype = "bf16",
                           n: int | None = None, repeats: int | None = None, *,
-                          warmup_s: float = 0.5) -> float:
-    """The device's dense matmul rate in TFLOP/s: median over `repeats` timings of n x n x n.
+                          sustained_s: float = 0.0) -> float:
+    """The device's dense matmul rate in TFLOP/s: median over `repeats` timed n x n x n products.
 
     Random normal inputs, not zeros (zeros run faster on some GPUs: 894 vs 788 TFLOP/s on an
-    H200). On CUDA: `warmup_s` seconds of matmuls first, so clocks ramp up and cuBLAS picks its
-    kernel; then each repeat times a batch of back-to-back matmuls between two CUDA events (about
-    10 ms per batch, so launch overhead does not count) with one synchronize at the end. On CPU:
-    one warm-up product, then perf_counter around each product. n defaults to 8192 on CUDA (the
-    reference size, 1.1 TFLOP per product) and 1024 on CPU; repeats to 20 on CUDA, 5 on CPU.
+    H200). n defaults to 8192 on CUDA (1.1 TFLOP per product) and 1024 on CPU; repeats to 20 on
+    CUDA, 5 on CPU.
+
+    On CUDA, by default this is the burst rate at full boost clock, measured as the anchors
+    measured their 796 TFLOP/s: a few warm-up products (cuBLAS picks its kernel, clocks leave
+    idle), then each repeat timed between its own pair of CUDA events (a repeat is one product, or
+    as many back-to-back products as make 1 ms when n is small), one synchronize at the end. At
+    n=8192 that is about 35 ms of load, too short for the power limit to act. Under sustained
+    load a GPU settles at its power cap: on the H200, 0.2 s of back-to-back bf16 products reach
+    the 700 W cap and the rate falls from about 800 to about 680 TFLOP/s. `sustained_s` > 0 runs
+    that many seconds of products before timing and so measures the power-capped rate instead.
+    Keep n large on a fast GPU: products launched one by one from Python cannot keep an H200
+    busy below n of a few thousand (n=1024 gave 113 TFLOP/s there). On CPU: one warm-up product,
+    then perf_counter around each product.
     """
     dev = torch.device(device)
     dt = normalize_dtype(dtype)
@@ -372,8 +389,9 @@ def measure_matmul_tflops(device: str | torch.device = "cuda", dtype: str | torc
     cuda = dev.type == "cuda"
     n = n or (8192 if cuda else 1024)
     repeats = repeats or (20 if cuda else 5)
-    if n <= 0 or repeats <= 0:
-        raise ValueError(f"n and repeats must be positive, got n={n}, repeats={repeats}")
+    if n <= 0 or repeats <= 0 or sustained_s < 0:
+        raise ValueError(f"n and repeats must be positive and sustained_s not negative, got "
+                         f"n={n}, repeats={repeats}, sustained_s={sustained_s}")
     generator = torch.Generator(device=dev).manual_seed(0)
     a = torch.randn(n, n, device=dev, dtype=_TORCH_DTYPES[dt], generator=generator)
     b = torch.randn(n, n, device=dev, dtype=_TORCH_DTYPES[dt], generator=generator)
@@ -381,27 +399,31 @@ def measure_matmul_tflops(device: str | torch.device = "cuda", dtype: str | torc
     flop_per_matmul = 2.0 * n ** 3
     with _float32_matmul_precision(dt):
         if cuda:
-            seconds_per_matmul = _median_cuda_seconds(a, b, out, repeats, warmup_s)
+            seconds_per_matmul = _median_cuda_seconds(a, b, out, repeats, sustained_s)
         else:
             seconds_per_matmul = _median_cpu_seconds(a, b, out, repeats)
     return flop_per_matmul / seconds_per_matmul / 1e12
 
 
-def _median_cuda_seconds(a, b, out, repeats: int, warmup_s: float) -> float:
-    torch.cuda.synchronize(a.device)
-    start = time.perf_counter()
-    done = 0
-    while True:
-        for _ in range(4):
+def _median_cuda_seconds(a, b, out, repeats: int, sustained_s: float) -> float:
+    def products(count: int) -> float:
+        """Run `count` products, synchronized; return their host-clock seconds."""
+        torch.cuda.synchronize(a.device)
+        start = time.perf_counter()
+        for _ in range(count):
             torch.mm(a, b, out=out)
         torch.cuda.synchronize(a.device)
-        done += 4
-        elapsed = time.perf_counter() - start
-        if elapsed >= warmup_s:
-            break
-    per_matmul_s = elapsed / done
-    # Enough products per timed batch to make ~10 ms, so event resolution and launch gaps vanish.
-    batch = max(1, min(1000, round(0.010 / max(per_matmul_s, 1e-9))))
+        return time.perf_counter() - start
+
+    products(1)                          # cuBLAS handle, workspace and kernel choice
+    per_matmul_s = products(3) / 3       # clocks ramp up from idle; also sizes the batch below
+    if sustained_s > 0:
+        start = time.perf_counter()
+        while time.perf_counter() - start < sustained_s:
+            products(8)
+    # At least 1 ms per timed repeat, so that launch gaps and event resolution do not count for
+    # small n; large n time one product per repeat.
+    batch = max(1, min(1000, math.ceil(0.001 / max(per_matmul_s, 1e-9))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(repeats)]
     for begin, end in events:

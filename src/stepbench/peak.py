@@ -36,6 +36,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=None, metavar="R",
                         help="timed repeats; the median is reported (default: 20 on cuda, "
                              "5 on cpu)")
+    parser.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                        help="run products back to back for SECONDS before timing, to measure "
+                             "the rate under the GPU's power cap instead of the burst rate at "
+                             "full boost clock (CUDA only) (default: %(default)s)")
     parser.add_argument("--format", choices=("table", "json"), default="table",
                         help="table for people, json (one object) for scripts "
                              "(default: %(default)s)")
@@ -45,7 +49,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def cmd_peak(args: argparse.Namespace) -> int:
     """Measure, then print one table row or one JSON object; UserError for impossible requests."""
-    result = measure_peak(args.device, args.dtype, args.size, args.repeats)
+    result = measure_peak(args.device, args.dtype, args.size, args.repeats, args.sustained)
     if args.format == "json":
         print(json.dumps(result))
     else:
@@ -54,11 +58,12 @@ def cmd_peak(args: argparse.Namespace) -> int:
 
 
 def measure_peak(device: str = "auto", dtype: str = "bf16", size: int | None = None,
-                 repeats: int | None = None) -> dict:
+                 repeats: int | None = None, sustained_s: float = 0.0) -> dict:
     """Measure the matmul rate and look up the datasheet peak; returns the JSON object.
 
     Keys: device ("cuda" or "cpu"), gpu (torch's device name, or "cpu" as in result records),
-    cpu (model name on cpu, else null), dtype, size, repeats, measured_tflops, datasheet_tflops
+    cpu (model name on cpu, else null), dtype, size, repeats, sustained_s (0: burst rate),
+    measured_tflops, datasheet_tflops
     (null when the GPU or dtype is not in the table), fraction_of_datasheet (null likewise).
     """
     import torch
@@ -70,9 +75,13 @@ def measure_peak(device: str = "auto", dtype: str = "bf16", size: int | None = N
         raise UserError(f"--repeats must be positive, got {repeats}")
     if dtype == "tf32" and resolved == "cpu":
         raise UserError("tf32 is a CUDA tensor-core mode; use --dtype fp32 on cpu")
+    if sustained_s < 0 or (sustained_s > 0 and resolved == "cpu"):
+        raise UserError(f"--sustained takes seconds >= 0 and works on cuda only, got "
+                        f"{sustained_s:g} on {resolved}")
     size = size or (8192 if resolved == "cuda" else 1024)
     repeats = repeats or (20 if resolved == "cuda" else 5)
-    measured = flops.measure_matmul_tflops(resolved, dtype, n=size, repeats=repeats)
+    measured = flops.measure_matmul_tflops(resolved, dtype, n=size, repeats=repeats,
+                                           sustained_s=sustained_s)
     gpu = torch.cuda.get_device_name() if resolved == "cuda" else "cpu"
     datasheet = flops.datasheet_peak(gpu, dtype) if resolved == "cuda" else None
     return {
@@ -82,6 +91,7 @@ def measure_peak(device: str = "auto", dtype: str = "bf16", size: int | None = N
         "dtype": dtype,
         "size": size,
         "repeats": repeats,
+        "sustained_s": sustained_s,
         "measured_tflops": measured,
         "datasheet_tflops": datasheet,
         "fraction_of_datasheet": measured / datasheet if datasheet else None,
@@ -97,8 +107,10 @@ def render_peak(result: dict) -> str:
            table.num(result["datasheet_tflops"], 1),
            "-" if fraction is None else f"{fraction:.0%}"]
     n = result["size"]
+    when = (f"after {result['sustained_s']:g} s of sustained load (the power-capped rate)"
+            if result.get("sustained_s") else "after a short warm-up (the burst rate)")
     notes = [f"measured: median of {result['repeats']} timed {n} x {n} x {n} products on random "
-             f"data (2*n^3 FLOPs each), after a warm-up.",
+             f"data (2*n^3 FLOPs each), {when}.",
              "datasheet: the vendor's dense peak (no sparsity) for this dtype, "
              "stepbench.flops.DATASHEET_PEAK_TFLOPS; '-' where the GPU or dtype is not listed."]
     return table.render(["device", "dtype", "size", "measured TFLOP/s", "datasheet TFLOP/s",

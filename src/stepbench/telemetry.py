@@ -36,13 +36,19 @@ THROTTLE_REASONS: dict[int, str] = {
 # are still recorded in throttle_reasons):
 #   gpu_idle: set whenever the GPU has no work, e.g. in the instant after the window's final
 #     synchronize, when the end snapshot is read;
+#   sw_power_cap: the GPU is at its power limit. That is the normal state of a loaded data-center
+#     GPU, not a disturbance: on the H200, back-to-back bf16 matmuls reach the 700 W cap within
+#     0.2 s and then run at 1500-1770 MHz with this bit set, and the end snapshot of a window of
+#     such work still shows it. It is the same for every repeat of a setup, so flagging it would
+#     flag nearly every GPU row and the flag would mean nothing. If the cap costs more over the
+#     window, the SM clock falls and clock_drop says so;
 #   applications_clocks_setting: the clocks are capped by an administrator's fixed application
-#     clocks (nvidia-smi -ac). That is a property of the machine, constant over the whole run, not
-#     something that changed during the window; a change would show as clock_drop;
+#     clocks (nvidia-smi -ac): a property of the machine, constant over the whole run;
 #   display_clock_setting: the display clock, irrelevant to compute.
-# Every other reason (power cap, thermal or hardware slowdown, power brake, sync boost, and any bit
-# this table does not know) means the clocks were held below what the GPU would otherwise run.
-BENIGN_THROTTLE_REASONS = frozenset({"gpu_idle", "applications_clocks_setting",
+# Every other reason (thermal or hardware slowdown, power brake, sync boost, and any bit this table
+# does not know) means heat, hardware or another GPU held the clocks down, which depends on what
+# ran before and so makes the row hard to reproduce.
+BENIGN_THROTTLE_REASONS = frozenset({"gpu_idle", "sw_power_cap", "applications_clocks_setting",
                                      "display_clock_setting"})
 
 # "clock_drop": SM clock at the end of the window more than this fraction below the start.
@@ -296,9 +302,9 @@ def noise_flags(start: dict | None, end: dict | None, other_procs: int | None) -
     """Reasons not to trust a row as is, from the window's snapshots (empty when none or unknown).
 
     "other_processes": another process was on the GPU (`other_procs` > 0);
-    "throttled": a reason outside BENIGN_THROTTLE_REASONS held the clocks at the start or the end
-    of the window (both are checked: after the final synchronize the GPU is idle and a power cap
-    may already have lifted, so the end alone can miss it);
+    "throttled": a reason outside BENIGN_THROTTLE_REASONS (a thermal or hardware slowdown, not the
+    power cap) held the clocks at the start or at the end of the window; both are checked because
+    a snapshot sees only its own instant;
     "clock_drop": the SM clock at the end is more than 10% below the start.
     Missing data raises no flag. "high_cv" and "recompiled" come from elsewhere (stats, compile).
     """
