@@ -55,6 +55,8 @@ def add_run_parser(subparsers) -> None:
     p.add_argument("--compile-cache", type=Path,
                    help="share this inductor cache folder across setups and runs (default: a fresh "
                         "folder per setup, so the first compile is cold)")
+    p.add_argument("--no-peak", action="store_true",
+                   help="on a GPU, skip measuring the matmul rate (used for mfu_measured)")
     p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT),
                    help=f"results file, JSON Lines, appended; rerun to resume (default {DEFAULT_OUT})")
     p.add_argument("--format", default="table", choices=RUN_FORMATS,
@@ -72,8 +74,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--repeats must be >= 1, got {args.repeats}")
     display = Display()
     try:
+        peak = None
+        if device == "cuda" and not args.no_peak:
+            print("stepbench run: measuring the GPU's matmul rate (for MFU)", file=sys.stderr)
+            peak = runner.measure_peak_tflops(args.dtype)
         records = runner.run_plan(plan, args.out, repeats=args.repeats, timeout_s=timeout,
-                                  compile_cache=args.compile_cache, display=display)
+                                  compile_cache=args.compile_cache, display=display,
+                                  peak_tflops=peak)
     except KeyboardInterrupt:
         display.close()
         print(f"stepbench run: interrupted; the running setup was stopped, finished setups are "

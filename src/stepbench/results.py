@@ -62,7 +62,8 @@ def read_records(path: Path, *, warn=None) -> list[dict]:
     if not path.exists():
         return []
     records = []
-    with open(path) as f:
+    # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
+    with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

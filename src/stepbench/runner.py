@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from stepbench import flops
 from stepbench.results import (MEASURED_FIELDS, SCHEMA, ResultsFile, machine_info, read_records,
                                record_key, software_info)
 from stepbench.setups import Setup
@@ -94,11 +95,12 @@ class NullDisplay:
 
 def run_plan(plan: list[Setup], out: Path, *, repeats: int = 1, timeout_s: float = 1200,
              compile_cache: Path | None = None, display=None, launcher: Launcher | None = None,
-             run_id: str | None = None) -> list[dict]:
+             run_id: str | None = None, peak_tflops: float | None = None) -> list[dict]:
     """Run every setup `repeats` times, interleaved (A B C A B C), appending each record to `out`.
 
     Setups that already have a record in `out` are skipped (resume). Returns the records of this
-    plan, old and new, in plan order.
+    plan, old and new, in plan order. `peak_tflops` (the device's measured matmul rate, see
+    measure_peak_tflops) gives each record its mfu_measured.
     """
     display = display or NullDisplay()
     launcher = launcher or Launcher()
@@ -125,6 +127,9 @@ def run_plan(plan: list[Setup], out: Path, *, repeats: int = 1, timeout_s: float
                                   started_at=started_at, timeout_s=timeout_s)
             if record["compile"] is not None:
                 record["compile"]["cache"] = cache_label
+            if peak_tflops:
+                record["peak_tflops_measured"] = peak_tflops
+                record["mfu_measured"] = flops.mfu(record["achieved_tflops"], peak_tflops)
             store.append(record)
             records.append(record)
             display.finish(record)
@@ -132,6 +137,22 @@ def run_plan(plan: list[Setup], out: Path, *, repeats: int = 1, timeout_s: float
         display.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return records
+
+
+def measure_peak_tflops(dtype: str, timeout_s: float = 300) -> float | None:
+    """The GPU's dense matmul rate in TFLOP/s, measured in a child (`stepbench peak`), or None.
+
+    A child, like every setup: the parent never holds a CUDA context that would take memory
+    from the setups.
+    """
+    command = [sys.executable, "-m", "stepbench", "peak", "--device", "cuda", "--dtype", dtype,
+               "--format", "json"]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                              env=Launcher().environment(None, None))
+        return float(json.loads(proc.stdout)["measured_tflops"])
+    except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+        return None
 
 
 def compile_cache_for(setup: Setup, workdir: Path, shared: Path | None) -> tuple[Path | None, str | None]:

@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import sys
 import time
 from typing import Callable
 
 import torch
 
+from stepbench import compile_info, flops, stats, telemetry
 from stepbench.models import build_model, synthetic_batch
 from stepbench.setups import Setup
 
@@ -67,6 +69,7 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
     sync()
     result["first_step_s"] = time.perf_counter() - start
     result["loss_first"] = losses[0].item()
+    frames_after_first = compile_info.frames_compiled()
 
     result["phase"] = "warmup"
     for i in range(setup.warmup):
@@ -76,8 +79,11 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
 
     result["phase"] = "timed"
     progress("timed", setup.steps)
+    frames_before_timed = compile_info.frames_compiled()
+    other_procs = telemetry.other_processes(device.index or 0) if cuda else None
     memory = CudaMemory() if cuda else CpuMemory()
     memory.reset()
+    gpu_start = telemetry.gpu_snapshot(device.index or 0) if cuda else None
     window_start = time.perf_counter()
     if cuda:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -95,12 +101,38 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
             losses.append(step())
             step_times_ms.append((time.perf_counter() - t0) * 1000)
     result["timed_wall_s"] = time.perf_counter() - window_start
+    gpu_end = telemetry.gpu_snapshot(device.index or 0) if cuda else None
     result.update(memory.peaks())
-    result["phase"] = "done"
+    frames_after_timed = compile_info.frames_compiled()
 
     result["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
     result["loss_last"] = result["losses"][-1]
     result.update(step_time_summary(step_times_ms, setup.tokens_per_step))
+    result["phase"] = "done"
+
+    # Everything below reads what the window left behind; nothing here is timed.
+    flags = stats.noise_flags_for(step_times_ms)
+    if cuda:
+        result["telemetry"] = telemetry.telemetry_record(gpu_start, gpu_end, other_procs)
+        result["energy"] = telemetry.energy_over_window(gpu_start, gpu_end, setup.steps,
+                                                        setup.tokens_per_step, result["timed_wall_s"])
+        flags += telemetry.noise_flags(gpu_start, gpu_end, other_procs)
+    if setup.mode == "compile":
+        result["compile"] = compile_info.diagnostics(frames_after_first, frames_before_timed,
+                                                     frames_after_timed)
+        if result["compile"]["recompiles_in_timed"]:
+            flags.append("recompiled")
+    result["noise_flags"] = flags
+    result.update(flops.mfu_fields(config=model.config, seq=setup.seq,
+                                   tokens_per_s=result["tokens_per_s"],
+                                   gpu_name=result.get("device_name"), dtype=setup.dtype,
+                                   params_non_embedding=flops.non_embedding_params(model)))
+    try:
+        # One sequence counted, times the batch: exact (FLOPs are linear in the batch) and it
+        # needs no more memory than a batch-1 step.
+        result["flop_counter_per_step"] = setup.batch * flops.flop_counter_step(model, tokens[:1])
+    except Exception as exc:  # noqa: BLE001 - a cross-check must not cost the measurement
+        print(f"stepbench: FlopCounterMode cross-check failed: {exc}", file=sys.stderr)
 
 
 def step_time_summary(step_times_ms: list[float], tokens_per_step: int) -> dict:

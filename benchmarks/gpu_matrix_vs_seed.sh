@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On one GPU, in one call: stepbench's default matrix (one command, timed whole), then the post's
+# own script (seed_train.py, not part of this repository) for the same four setups, each in a fresh
+# process with a fresh, empty inductor/Triton cache, as stepbench gives each compiled setup.
+#
+#   OUT=results-dir SEED=path/to/seed_train.py bash benchmarks/gpu_matrix_vs_seed.sh
+#
+# Writes OUT/stepbench.jsonl, OUT/seed.jsonl, OUT/walltimes.txt, OUT/env.txt and the logs.
+# benchmarks/compare_seed.py turns the two .jsonl files into the ratio table.
+set -uo pipefail
+out=${OUT:?set OUT to a folder}; seed=${SEED:?set SEED to the post script}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$out/env.txt"
+python3 -c "import sys, torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])" >>"$out/env.txt"
+quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
+
+t0=$(date +%s.%N)
+PYTHONPATH=src python3 -m stepbench run --out "$out/stepbench.jsonl" --timeout 400 "$@" 2>&1 | quiet | tee "$out/stepbench.log"
+t1=$(date +%s.%N)
+echo "stepbench_matrix_wall_s $(echo "$t1 - $t0" | bc)" >>"$out/walltimes.txt"
+
+for attn in sdpa eager; do
+  for mode in eager compile; do
+    cache=$(mktemp -d)
+    s0=$(date +%s.%N)
+    TORCHINDUCTOR_CACHE_DIR=$cache/inductor TRITON_CACHE_DIR=$cache/triton timeout 400 \
+      python3 "$seed" "$mode" "$attn" >>"$out/seed.jsonl" 2>>"$out/seed.log"
+    echo "seed_${mode}_${attn}_wall_s $(echo "$(date +%s.%N) - $s0" | bc)" >>"$out/walltimes.txt"
+    rm -rf "$cache"
+  done
+done
+echo "seed_total_wall_s $(echo "$(date +%s.%N) - $t1" | bc)" >>"$out/walltimes.txt"
+cat "$out/walltimes.txt" "$out/seed.jsonl"

@@ -1,0 +1,81 @@
+"""Bad input to `stepbench run`: one line on stderr that names the fix, exit code 2, no traceback."""
+
+import pytest
+
+from stepbench.cli import main
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    def make(text: str, name: str = "config.json"):
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+    return make
+
+
+CASES = [
+    (["--model", "llama-9000"], "unknown model 'llama-9000': not a preset (llama-468m, llama-tiny, llama-small)"),
+    (["--attn", "sdp"], "unknown attention 'sdp'; choose one of: eager, sdpa, flex_attention"),
+    (["--modes", "eager,jit"], "unknown mode 'jit'; choose one of: eager, compile"),
+    (["--compile-mode", "fast"], "unknown compile mode 'fast'; choose one of: default"),
+    (["--dtype", "int8"], "unknown dtype 'int8'; choose one of: bf16, fp16, fp32"),
+    (["--batch", "0"], "--batch must be an integer >= 1, got 0"),
+    (["--batch", "4,-2"], "--batch must be an integer >= 1, got -2"),
+    (["--batch", "four"], "--batch needs comma-separated integers, got 'four'"),
+    (["--seq", "0"], "--seq must be an integer >= 1, got 0"),
+    (["--attn", "sdpa,,eager"], "--attn needs a comma-separated list without empty items"),
+    (["--steps", "0"], "--steps must be an integer >= 1, got 0"),
+    (["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["--memory-limit-gb", "-1"], "--memory-limit-gb must be > 0, got -1.0"),
+    (["--device", "cuda"], "--device cuda was asked for, but torch sees no CUDA GPU here; use --device cpu"),
+    (["--model", "/nonexistent/config.json"], "no such file; pass a preset name or the path of an HF config.json"),
+    (["--out", "/proc/stepbench/results.jsonl"], "cannot write results to /proc/stepbench/results.jsonl"),
+]
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
+    if "--device" not in args:
+        args = args + ["--device", "cpu"]
+    if "--out" not in args:
+        args = args + ["--out", str(tmp_path / "r.jsonl")]
+    code = main(["run", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    # Nothing ran, so nothing was written.
+    out = tmp_path / "r.jsonl"
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_seq_above_the_configs_positions(config_file, capsys, tmp_path):
+    cfg = config_file('{"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, '
+                      '"num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 100, '
+                      '"max_position_embeddings": 128}')
+    code = main(["run", "--device", "cpu", "--model", str(cfg), "--seq", "256",
+                 "--out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--seq 256 is above the model's max_position_embeddings (128); use --seq 128 or less" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not a readable JSON config"),
+    ('{"hidden_size": 32}', "no 'model_type' in the config; add it"),
+    ('{"model_type": "no-such-arch"}', "transformers does not know model_type 'no-such-arch'"),
+])
+def test_malformed_config(config_file, capsys, tmp_path, text, message):
+    cfg = config_file(text)
+    code = main(["run", "--device", "cpu", "--model", str(cfg), "--out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_folder_without_config(capsys, tmp_path):
+    code = main(["run", "--device", "cpu", "--model", str(tmp_path), "--out", str(tmp_path / "r.jsonl")])
+    assert code == 2
+    assert "folder has no config.json" in capsys.readouterr().err

@@ -1,0 +1,159 @@
+"""Real runs of real tiny models in real child processes, including a real inductor compile."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SRC, read_jsonl, run_cli
+
+SMALL = ["--device", "cpu", "--seq", "64", "--warmup", "2", "--steps", "5"]
+
+
+@pytest.fixture(scope="module")
+def matrix_run(tmp_path_factory, compile_cache):
+    """The default matrix (eager/compile x sdpa/eager) once, shared by the checks below."""
+    out = tmp_path_factory.mktemp("matrix") / "results.jsonl"
+    proc = run_cli("run", *SMALL, "--compile-cache", compile_cache, "--out", out, "--format", "json",
+                   check_json=True)
+    return proc, out
+
+
+def test_default_matrix_runs_all_four_setups(matrix_run):
+    proc, out = matrix_run
+    names = [r["setup"]["name"] for r in proc.records]
+    assert names == ["eager+sdpa", "compile+sdpa", "eager+eager", "compile+eager"]
+    assert [r["status"] for r in proc.records] == ["ok"] * 4, [r["error"] for r in proc.records]
+    # stdout held the records and nothing else; the file holds the same records.
+    assert read_jsonl(out) == proc.records
+    assert "no CUDA GPU found" not in proc.stderr  # --device cpu was explicit
+
+
+def test_records_are_consistent(matrix_run):
+    for r in matrix_run[0].records:
+        s = r["setup"]
+        assert r["schema"] == 1 and r["phase"] == "done" and r["error"] is None
+        assert len(r["step_times_ms"]) == s["steps"] == 5
+        assert r["step_ms"] == pytest.approx(sum(r["step_times_ms"]) / 5)
+        assert r["tokens_per_s"] == pytest.approx(s["batch"] * s["seq"] / (r["step_ms"] / 1000))
+        assert r["step_ms_min"] <= r["step_ms_median"] <= r["step_ms_max"]
+        assert r["first_step_s"] > 0 and r["peak_memory_gb"] > 0 and r["peak_reserved_gb"] > 0
+        assert r["timed_wall_s"] == pytest.approx(sum(r["step_times_ms"]) / 1000, rel=0.2)
+        assert len(r["losses"]) == 1 + 2 + 5
+        assert all(math.isfinite(v) for v in r["losses"])
+        assert r["loss_first"] == r["losses"][0] and r["loss_last"] == r["losses"][-1]
+        # Random init on a 4096-token vocabulary: the first loss is near ln(4096) = 8.3.
+        assert 7.0 < r["loss_first"] < 9.5
+        assert r["params"] == 1_573_504
+        assert r["machine"]["gpu"] == "cpu" and r["machine"]["cpu_count"] >= 1
+        assert r["software"]["torch"] and r["software"]["transformers"]
+
+
+def test_same_seed_gives_same_first_loss_in_every_setup(matrix_run):
+    # Weights and tokens come from the seed, so the setups train the same model on the same data.
+    firsts = [r["loss_first"] for r in matrix_run[0].records]
+    assert max(firsts) - min(firsts) < 0.05, firsts
+
+
+def test_compiled_setups_record_their_cache(matrix_run):
+    for r in matrix_run[0].records:
+        if r["setup"]["mode"] == "compile":
+            assert r["compile"]["cache"] == "shared"
+        else:
+            assert r["compile"] is None
+
+
+def test_table_output(tmp_path, matrix_run):
+    # A rerun with the same --out resumes: everything is skipped and the table is printed at once.
+    proc = run_cli("run", *SMALL, "--out", matrix_run[1])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("already in the results file (ok), skipped") == 4
+    lines = proc.stdout.splitlines()
+    assert "llama-tiny, bf16, on CPU" in lines[0]
+    header = next(line for line in lines if "Setup" in line)
+    assert header.split() == ["Setup", "Batch", "Seq", "Step", "(ms)", "Tokens/s", "Peak", "memory",
+                              "First", "step", "(s)"]
+    assert [line.split()[0] for line in lines if "+" in line] == [
+        "eager+sdpa", "compile+sdpa", "eager+eager", "compile+eager"]
+
+
+def test_resume_runs_only_the_missing_setups(tmp_path):
+    out = tmp_path / "r.jsonl"
+    first = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--out", out)
+    assert first.returncode == 0, first.stderr
+    second = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa,eager", "--out", out,
+                     "--format", "json", check_json=True)
+    assert "eager+sdpa batch 4 seq 64: already in the results file (ok), skipped" in second.stderr
+    assert "[2/2] eager+eager batch 4 seq 64: ok" in second.stderr
+    records = read_jsonl(out)
+    assert [r["setup"]["name"] for r in records] == ["eager+sdpa", "eager+eager"]
+    assert [r["setup"]["name"] for r in second.records] == ["eager+sdpa", "eager+eager"]
+
+
+def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
+    # A 3 GB address-space cap on each child: SDPA attention fits, the naive attention's
+    # 8 x 4 x 2048 x 2048 score matrices do not.
+    out = tmp_path / "r.jsonl"
+    proc = run_cli("run", "--device", "cpu", "--modes", "eager", "--attn", "eager,sdpa",
+                   "--batch", "8", "--seq", "2048", "--warmup", "0", "--steps", "1",
+                   "--memory-limit-gb", "3", "--out", out, "--format", "json", check_json=True)
+    oom, ok = proc.records
+    assert oom["setup"]["name"] == "eager+eager" and oom["status"] == "oom"
+    assert "can't allocate memory" in oom["error"]
+    assert oom["oom_memory_gb"] > 0.1
+    assert oom["step_ms"] is None and oom["phase"] == "first_step"
+    assert ok["status"] == "ok" and ok["setup"]["memory_limit_gb"] == 3
+    proc = run_cli("run", "--device", "cpu", "--modes", "eager", "--attn", "eager,sdpa",
+                   "--batch", "8", "--seq", "2048", "--warmup", "0", "--steps", "1",
+                   "--memory-limit-gb", "3", "--out", out)
+    assert any(line.split()[:4] == ["eager+eager", "8", "2048", "OOM"] for line in proc.stdout.splitlines())
+
+
+def test_flex_attention_backward_on_cpu_is_unsupported(tmp_path):
+    proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "flex_attention,sdpa",
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+    flex, sdpa = proc.records
+    assert flex["status"] == "unsupported"
+    assert "backward on CPU" in flex["error"]
+    assert sdpa["status"] == "ok"
+
+
+def test_model_from_a_config_folder(tmp_path):
+    # A different architecture (Qwen2, grouped-query attention, tied embeddings) from a config.json.
+    folder = os.path.join(os.path.dirname(__file__), "data", "tiny-qwen2")
+    proc = run_cli("run", *SMALL, "--model", folder, "--modes", "eager", "--out", tmp_path / "r.jsonl",
+                   "--format", "json", check_json=True)
+    assert [r["status"] for r in proc.records] == ["ok", "ok"]
+    assert proc.records[0]["setup"]["model"] == folder
+    assert 6.0 < proc.records[0]["loss_first"] < 8.0  # ln(1024) = 6.9
+
+
+def test_ctrl_c_stops_the_child_and_keeps_finished_results(tmp_path):
+    out = tmp_path / "r.jsonl"
+    env = dict(os.environ, PYTHONPATH=SRC)
+    # Batch 1 finishes in seconds; batch 64 x 400 steps would take minutes: interrupt it.
+    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
+                             "--modes", "eager", "--attn", "sdpa", "--batch", "1,64",
+                             "--warmup", "0", "--steps", "400", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stderr:
+        if "[2/2]" in line and "timed steps" in line:
+            break
+    else:
+        pytest.fail("the second setup never reached its timed steps")
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert children, "the running setup should have its own child process"
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130
+    assert "interrupted; the running setup was stopped, finished setups are kept in" in rest
+    assert "run the same command again to resume" in rest
+    assert "Traceback" not in rest
+    records = read_jsonl(out)
+    assert [(r["setup"]["batch"], r["status"]) for r in records] == [(1, "ok")]
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}"), f"child {pid} outlived the Ctrl-C"

@@ -1,0 +1,125 @@
+"""The runner's handling of children that hang, crash or fail, with real processes.
+
+These children are not benchmarks: a Launcher subclass swaps the command line (the one piece the
+runner lets you replace) for a process that hangs or dies, so that the parent's timeout, process
+group kill and classification are exercised for real.
+"""
+
+import os
+import sys
+import time
+
+import pytest
+
+from stepbench import runner
+from stepbench.runner import Launcher, Outcome, classify
+from stepbench.setups import Setup
+from stepbench.worker import classify_exception
+
+from conftest import read_jsonl
+
+TINY = dict(model="llama-tiny", attn="sdpa", seq=64, device="cpu", warmup=0, steps=2)
+
+
+class ScriptLauncher(Launcher):
+    """Runs `script` (Python source) for the setups whose mode is 'compile', the real worker otherwise."""
+
+    def __init__(self, script: str, *args):
+        self.script, self.args = script, [str(a) for a in args]
+
+    def command(self, setup, files):
+        if setup.mode == "compile":
+            return [sys.executable, "-c", self.script, *self.args]
+        return super().command(setup, files)
+
+
+HANG = """
+import subprocess, sys, time, pathlib
+# A grandchild in the same process group, as inductor's compile workers are.
+p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+if len(sys.argv) > 1:
+    pathlib.Path(sys.argv[1]).write_text(str(p.pid))
+print("hanging", flush=True)
+time.sleep(600)
+"""
+
+SEGFAULT = """
+import ctypes, sys
+print("about to crash", file=sys.stderr, flush=True)
+ctypes.string_at(0)
+"""
+
+
+def plan():
+    return [Setup(mode="compile", **TINY), Setup(mode="eager", **TINY)]
+
+
+def test_a_hang_is_killed_by_the_timeout_with_its_whole_group(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "KILL_GRACE_S", 1.0)
+    out = tmp_path / "r.jsonl"
+    start = time.monotonic()
+    records = runner.run_plan(plan(), out, timeout_s=25, launcher=ScriptLauncher(HANG))
+    hung, ok = records
+    assert hung["status"] == "timeout"
+    assert "no result after 25 s" in hung["error"] and "raise --timeout" in hung["error"]
+    assert hung["wall_s"] >= 25
+    # The setup after the hang still ran, and both records are in the file.
+    assert ok["status"] == "ok"
+    assert [r["status"] for r in read_jsonl(out)] == ["timeout", "ok"]
+    assert time.monotonic() - start < 120
+
+
+def test_the_grandchild_of_a_hung_child_is_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "KILL_GRACE_S", 1.0)
+    pid_file = tmp_path / "grandchild.pid"
+    runner.run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=4, launcher=ScriptLauncher(HANG, pid_file))
+    pid = int(pid_file.read_text())
+    time.sleep(0.5)
+    # Gone, or a zombie waiting for init to reap it: either way no longer running.
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def test_a_segfault_is_recorded_as_crashed_with_the_stderr_tail(tmp_path):
+    records = runner.run_plan(plan(), tmp_path / "r.jsonl", timeout_s=60,
+                              launcher=ScriptLauncher(SEGFAULT))
+    crashed, ok = records
+    assert crashed["status"] == "crashed"
+    assert crashed["error"].startswith("killed by signal SIGSEGV (last phase: starting)")
+    assert "about to crash" in crashed["error"]
+    assert ok["status"] == "ok"
+
+
+def test_a_non_zero_exit_without_result_is_crashed(tmp_path):
+    records = runner.run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=60,
+                              launcher=ScriptLauncher("import sys; sys.stderr.write('boom'); sys.exit(3)"))
+    assert records[0]["status"] == "crashed"
+    assert records[0]["error"].startswith("exited with code 3 and no result")
+    assert records[0]["error"].endswith("boom")
+
+
+def test_classify_prefers_the_childs_own_verdict():
+    outcome = Outcome(result={"status": "oom", "error": "OutOfMemoryError: x"}, returncode=0,
+                      timed_out=False, stderr_tail="", last_progress={}, wall_s=1.0)
+    assert classify(outcome, "warmup", 10) == ("oom", "OutOfMemoryError: x")
+    outcome.timed_out = True
+    assert classify(outcome, "warmup", 10)[0] == "timeout"
+
+
+def test_exceptions_are_classified():
+    import torch
+
+    assert classify_exception(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))[0] == "oom"
+    assert classify_exception(RuntimeError(
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 536870912 bytes"))[0] == "oom"
+    assert classify_exception(NotImplementedError("FlexAttention does not support backward on CPU")) == (
+        "unsupported", "NotImplementedError: FlexAttention does not support backward on CPU")
+    assert classify_exception(ImportError("flash_attn is not installed"))[0] == "unsupported"
+    assert classify_exception(ValueError("shapes do not match")) == ("error", "ValueError: shapes do not match")
+    # torch.compile wraps errors from inside the compiler: the cause chain decides.
+    try:
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        except torch.OutOfMemoryError as inner:
+            raise RuntimeError("backend compiler failed") from inner
+    except RuntimeError as wrapped:
+        assert classify_exception(wrapped)[0] == "oom"
