@@ -14,20 +14,20 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 python3 -c "import sys, torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])" >>"$out/env.txt"
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
 
-t0=$(date +%s.%N)
+t0=$(date +%s)
 PYTHONPATH=src python3 -m stepbench run --out "$out/stepbench.jsonl" --timeout 400 "$@" 2>&1 | quiet | tee "$out/stepbench.log"
-t1=$(date +%s.%N)
-echo "stepbench_matrix_wall_s $(echo "$t1 - $t0" | bc)" >>"$out/walltimes.txt"
+t1=$(date +%s)
+echo "stepbench_matrix_wall_s $((t1 - t0))" >>"$out/walltimes.txt"
 
 for attn in sdpa eager; do
   for mode in eager compile; do
     cache=$(mktemp -d)
-    s0=$(date +%s.%N)
+    s0=$(date +%s)
     TORCHINDUCTOR_CACHE_DIR=$cache/inductor TRITON_CACHE_DIR=$cache/triton timeout 400 \
       python3 "$seed" "$mode" "$attn" >>"$out/seed.jsonl" 2>>"$out/seed.log"
-    echo "seed_${mode}_${attn}_wall_s $(echo "$(date +%s.%N) - $s0" | bc)" >>"$out/walltimes.txt"
+    echo "seed_${mode}_${attn}_wall_s $(($(date +%s) - s0))" >>"$out/walltimes.txt"
     rm -rf "$cache"
   done
 done
-echo "seed_total_wall_s $(echo "$(date +%s.%N) - $t1" | bc)" >>"$out/walltimes.txt"
+echo "seed_total_wall_s $(($(date +%s) - t1))" >>"$out/walltimes.txt"
 cat "$out/walltimes.txt" "$out/seed.jsonl"
