@@ -1,0 +1,76 @@
+"""Scripts under benchmarks/ that read stored results, run on the committed H200 files."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+MATRIX = RESULTS / "h200-2026-11-30-matrix.jsonl"
+SEED = RESULTS / "h200-2026-11-30-seed-script.jsonl"
+REPEATS = RESULTS / "h200-2026-11-30-repeats3.jsonl"
+
+
+def load(name: str):
+    """A benchmarks/ script as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def compare_seed():
+    return load("compare_seed")
+
+
+def test_compare_seed_pairs_each_setup_with_the_script(compare_seed):
+    ours, theirs = compare_seed.read_jsonl(MATRIX), compare_seed.read_jsonl(SEED)
+    rows = compare_seed.pair(ours, theirs)
+    assert [r["key"] for r in rows] == [("eager", "sdpa", 4), ("compile", "sdpa", 4),
+                                        ("eager", "eager", 4), ("compile", "eager", 4)]
+    for row in rows:
+        mode, attn, batch = row["key"]
+        record = next(r for r in ours if (r["setup"]["mode"], r["setup"]["attn"]) == (mode, attn))
+        line = next(s for s in theirs if (s["mode"], s["attn"], s["B"]) == row["key"])
+        assert row["stepbench"]["step_ms"] == record["step_ms"]
+        assert row["script"]["step_ms"] == line["step_ms"]
+        assert row["ratio"] == record["step_ms"] / line["step_ms"]
+        assert row["stepbench"]["peak_gb"] == record["peak_memory_gb"]
+        assert row["script"]["first_step_s"] == line["first_step_s"]
+
+
+def test_compare_seed_prints_markdown_table(compare_seed, capsys):
+    assert compare_seed.main([str(MATRIX), str(SEED)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| setup | stepbench step ms | post script step ms | ratio")
+    assert len(lines) == 2 + 4
+    eager_sdpa = lines[2].split(" | ")
+    assert eager_sdpa[0] == "| eager+sdpa"
+    ratio = float(eager_sdpa[3])
+    assert ratio == pytest.approx(float(eager_sdpa[1]) / float(eager_sdpa[2]), abs=2e-3)
+
+
+def test_compare_seed_repeats_use_the_median_and_the_cold_first_step(compare_seed):
+    ours = compare_seed.read_jsonl(REPEATS)
+    rows = compare_seed.pair(ours, compare_seed.read_jsonl(SEED))
+    compiled = next(r for r in rows if r["key"] == ("compile", "sdpa", 4))
+    records = [r for r in ours if r["setup"]["name"] == "compile+sdpa"]
+    assert compiled["stepbench"]["processes"] == 3
+    assert compiled["stepbench"]["step_ms"] == sorted(r["step_ms"] for r in records)[1]
+    assert records[0]["compile"]["cache"] == "cold"
+    assert compiled["stepbench"]["first_step_s"] == records[0]["first_step_s"]
+    assert compare_seed._label(compiled) == "compile+sdpa (3 / 1 processes)"
+
+
+def test_compare_seed_shows_a_failed_or_missing_side(compare_seed, tmp_path):
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text(json.dumps({"mode": "eager", "attn": "eager", "B": 4, "oom": True}) + "\n"
+                    + json.dumps({"mode": "eager", "attn": "flex_attention", "B": 8,
+                                  "first_step_s": 1.0, "step_ms": 100.0, "peak_gb": 20.0}) + "\n")
+    rows = compare_seed.pair(compare_seed.read_jsonl(MATRIX), compare_seed.read_jsonl(seed))
+    table = compare_seed.markdown(rows)
+    assert "| eager+eager | 243.0 | OOM | - |" in table
+    assert "| eager+flex_attention (batch 8) | not run | 100.0 | - |" in table
