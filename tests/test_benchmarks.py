@@ -74,3 +74,70 @@ def test_compare_seed_shows_a_failed_or_missing_side(compare_seed, tmp_path):
     table = compare_seed.markdown(rows)
     assert "| eager+eager | 243.0 | OOM | - |" in table
     assert "| eager+flex_attention (batch 8) | not run | 100.0 | - |" in table
+
+
+# ---------------------------------------------------------------- summarize_repeats.py
+
+def test_summarize_repeats_prints_the_files_statistics(capsys):
+    from stepbench import stats
+
+    summarize = load("summarize_repeats")
+    assert summarize.main([str(REPEATS)]) == 0
+    out = capsys.readouterr().out
+    records = [json.loads(line) for line in REPEATS.read_text().splitlines()]
+    means = [r["step_ms"] for r in records if r["setup"]["name"] == "eager+sdpa"]
+    lo, hi = stats.median_ci(means)
+    line = next(ln for ln in out.splitlines() if ln.startswith("| eager+sdpa | "))
+    assert f"| {sorted(means)[1]:.1f} | {lo:.1f}-{hi:.1f} |" in line
+    comp = [r["step_ms"] for r in records if r["setup"]["name"] == "compile+sdpa"]
+    assert "cannot tell (smallest possible p = 0.10)" in out        # 3 against 3
+    pooled = stats.compare([t for r in records if r["setup"]["name"] == "compile+sdpa"
+                            for t in r["step_times_ms"]],
+                           [t for r in records if r["setup"]["name"] == "eager+sdpa"
+                            for t in r["step_times_ms"]])
+    assert (f"| compile+sdpa vs eager+sdpa | pooled per-step times | 60 vs 60 | "
+            f"{pooled.ratio:.3f} |") in out
+    assert stats.compare(comp, means).significant is None
+
+
+# ---------------------------------------------------------------- the example report's wording
+
+@pytest.fixture(scope="module")
+def example_report() -> dict:
+    """Findings of benchmarks/report: the H200 repeats plus the post's four GPUs."""
+    import contextlib
+    import io
+
+    from stepbench.cli import main
+
+    post = sorted((ROOT / "tests" / "data" / "post").glob("*.jsonl"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["report", str(REPEATS), *map(str, post), "--prices",
+                     str(ROOT / "benchmarks" / "prices.toml"), "--format", "json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def findings_of(doc: dict, kind: str) -> str:
+    return " ".join(f["text"] for f in doc["findings"] if f["kind"] == kind)
+
+
+def test_two_gpus_read_both_not_all_2(example_report):
+    text = " ".join(f["text"] for f in example_report["findings"])
+    assert "all 2 " not in text
+    assert "torch.compile made the step faster on both GPUs" in findings_of(example_report,
+                                                                             "compile_speed")
+    assert "cut peak memory on both GPUs by 30%" in findings_of(example_report,
+                                                                 "compile_memory")
+    assert "within tolerance in both pairs" in findings_of(example_report, "parity")
+
+
+def test_warm_compile_names_the_gpu_that_had_a_warm_cache(example_report):
+    assert ("With a warm compile cache (a later process of the same setup) it took 5.7-6.5 s "
+            "on NVIDIA H200.") in findings_of(example_report, "compile_cost")
+
+
+def test_untested_comparisons_are_said_to_lack_data_not_spread(example_report):
+    testing = findings_of(example_report, "testing")
+    assert "10 of 14 comparisons had too few step times or processes to test" in testing
+    assert "too little spread" not in testing

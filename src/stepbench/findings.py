@@ -108,8 +108,13 @@ def secs(x: float) -> str:
     return sig(x, 2)
 
 
+def every(n: int, noun: str) -> str:
+    """'both GPUs' for two, 'all 4 GPUs' for more (never 'all 2 GPUs')."""
+    return f"both {noun}" if n == 2 else f"all {n} {noun}"
+
+
 def on_gpus(gpus: list[str], total: int) -> str:
-    return f"on all {total} GPUs" if len(gpus) == total > 1 else "on " + join(gpus)
+    return f"on {every(total, 'GPUs')}" if len(gpus) == total > 1 else "on " + join(gpus)
 
 
 def compiler(compile_mode: str) -> str:
@@ -163,7 +168,7 @@ def _speed_lead(moved: list[tuple], total: int, name: str) -> str:
     if lo_dir == hi_dir:
         first, last = ((lo_size, lo_gpu), (hi_size, hi_gpu)) if lo_dir == "slower" else \
             ((hi_size, hi_gpu), (lo_size, lo_gpu))
-        where = f"all {total} GPUs" if len(moved) == total else f"{len(moved)} of {total} GPUs"
+        where = every(total, "GPUs") if len(moved) == total else f"{len(moved)} of {total} GPUs"
         return (f"{name} made the step {lo_dir} on {where}, by {first[0]} ({first[1]}) to "
                 f"{last[0]} ({last[1]}); ")
     return (f"{name} changed the step time by between {hi_size} slower ({hi_gpu}) and "
@@ -207,9 +212,9 @@ def compile_cost(rows: list[Row]) -> list[Finding]:
     compiled = [r for r in rows if r.mode == "compile" and r.ok]
     cold = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
             if r.first_step_s is not None and r.compile_cache != "warm"]
-    warm = [r.first_step_s - r.step_ms / 1000 for r in compiled
+    warm = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
             if r.first_step_s is not None and r.compile_cache == "warm"]
-    warm += [r.first_step_warm_s - r.step_ms / 1000 for r in compiled
+    warm += [(r.first_step_warm_s - r.step_ms / 1000, r) for r in compiled
              if r.first_step_warm_s is not None]
     out = []
     if cold:
@@ -228,8 +233,12 @@ def compile_cost(rows: list[Row]) -> list[Finding]:
                 for a in attns)
         out.append(Finding("compile_cost", text + "."))
     if warm:
-        out.append(Finding("compile_cost", "With a warm compile cache (a later process of the "
-                           f"same setup) it took {span(warm, secs, ' s')}."))
+        text = ("With a warm compile cache (a later process of the same setup) it took "
+                f"{span([c for c, _ in warm], secs, ' s')}")
+        warm_gpus = list(dict.fromkeys(r.gpu for _, r in warm))
+        if len(warm_gpus) < len({r.gpu for r in compiled}):   # say where: not every GPU had one
+            text += " on " + join(warm_gpus)
+        out.append(Finding("compile_cost", text + "."))
     return out
 
 
@@ -349,7 +358,7 @@ def attention_vs_compile(rows: list[Row]) -> list[Finding]:
         if not beat:
             continue
         total = len(beat) + len(lost) + len(noise)
-        where = (f"on all {total} GPUs where both ran" if total > 1 and not (lost or noise)
+        where = (f"on {every(total, 'GPUs')} where both ran" if total > 1 and not (lost or noise)
                  else f"on {len(beat)} of {total} GPUs where both ran" if total > 1 else "")
         text = (f"Eager mode with {a} attention was faster than torch.compile with {b} "
                 f"attention {where}".rstrip() + ": " + join([i for i, _, _ in beat]))
@@ -425,7 +434,8 @@ def parity(rows: list[Row]) -> list[Finding]:
                         f"{_pct(r.parity_tolerance)} tolerance for {r.dtype}: check its "
                         "numerics before trusting its speed.") for r in bad]
     worst = max(checked, key=lambda r: r.parity_rel_diff)
-    where = "in the one pair checked" if len(checked) == 1 else f"in all {len(checked)} pairs"
+    where = ("in the one pair checked" if len(checked) == 1
+             else f"in {every(len(checked), 'pairs')}")
     return [Finding("parity", f"Compiled and eager setups ended at the same loss within "
                     f"tolerance {where} (largest difference "
                     f"{_pct(worst.parity_rel_diff)}, {worst.setup} on {worst.gpu}; tolerance "
@@ -474,8 +484,9 @@ def testing(rows: list[Row]) -> list[Finding]:
             "processes for the test to reach p < 0.05 (4 against 4, say), else on per-step "
             "times, which miss the spread between processes")
     if untested:
-        text += (f"; {untested} of {len(pairs)} comparisons had too little spread to test "
-                 "and are stated as measured")
+        text += (f"; {untested} of {len(pairs)} comparisons had too few step times or "
+                 "processes to test (e.g. one process without per-step times) and are stated "
+                 "as measured")
     return [Finding("testing", text + ".")]
 
 
