@@ -157,3 +157,39 @@ def test_ctrl_c_stops_the_child_and_keeps_finished_results(tmp_path):
     assert [(r["setup"]["batch"], r["status"]) for r in records] == [(1, "ok")]
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}"), f"child {pid} outlived the Ctrl-C"
+
+
+def test_compiled_and_eager_losses_agree(matrix_run):
+    # Same seed, same weights, same tokens: after 1 + 2 + 5 steps the compiled setup's loss is
+    # within bf16 tolerance of eager's (numerical parity).
+    by_name = {r["setup"]["name"]: r for r in matrix_run[0].records}
+    for attn in ("sdpa", "eager"):
+        eager, compiled = by_name[f"eager+{attn}"], by_name[f"compile+{attn}"]
+        for k, (a, b) in enumerate(zip(eager["losses"], compiled["losses"])):
+            assert abs(b - a) / abs(a) < 2e-2, (attn, k, a, b)
+
+
+def test_flop_count_cross_check_is_recorded(matrix_run):
+    for r in matrix_run[0].records:
+        tokens = r["setup"]["batch"] * r["setup"]["seq"]
+        convention = r["flops_per_token"] * tokens
+        assert r["flops_per_token_causal"] < r["flops_per_token"]
+        assert "6*N'" in r["flops_convention"]
+        # FlopCounterMode counts matmuls only and fused attention's backward recompute: within 5%.
+        assert r["flop_counter_per_step"] == pytest.approx(convention, rel=0.05)
+        assert r["achieved_tflops"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 1e12)
+        # No GPU: no datasheet peak, so no MFU (never a made-up number).
+        assert r["mfu_datasheet"] is None and r["mfu_measured"] is None
+
+
+def test_cold_then_warm_compile(tmp_path):
+    # Without --compile-cache each compiled setup gets a fresh cache: the first process compiles
+    # cold, the second (a repeat) finds the cache warm.
+    proc = run_cli("run", *SMALL, "--modes", "compile", "--attn", "sdpa", "--repeats", "2",
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+    cold, warm = proc.records
+    assert (cold["repeat"], warm["repeat"]) == (0, 1)
+    assert cold["compile"]["cache"] == "cold" and warm["compile"]["cache"] == "warm"
+    assert cold["compile"]["cache_misses"] > 0 and warm["compile"]["cache_hits"] > 0
+    assert warm["first_step_s"] < cold["first_step_s"] / 2, (cold["first_step_s"], warm["first_step_s"])
+    assert cold["compile"]["graphs"] >= 1 and cold["compile"]["recompiles_in_timed"] == 0
