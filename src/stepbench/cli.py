@@ -1,7 +1,7 @@
 """Command line: parse, build a plan, hand it to the runner or the report, map UserError to exit 2.
 
-Each subcommand's work lives in its own module (runner, report, peak); this file only wires
-arguments to them, so that a newcomer finds every flag in one place per command.
+Each subcommand defines its flags next to its work (run.py, report.py, peak.py)
+and sets its handler; this file only dispatches and turns a UserError into one line and exit 2.
 """
 
 from __future__ import annotations
@@ -24,25 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stepbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    from stepbench import commands
-    commands.add_run_parser(sub)
-    for module_name in ("report", "peak"):
-        module = _optional_command(module_name)
-        if module is not None:
-            module.add_parser(sub)
+    from stepbench import peak, report, run
+
+    run.add_parser(sub)
+    report.add_parser(sub)
+    peak.add_parser(sub)
     return parser
-
-
-def _optional_command(name: str):
-    """Commands whose module defines add_parser(subparsers); each sets its own handler."""
-    import importlib
-    try:
-        module = importlib.import_module(f"stepbench.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"stepbench.{name}":
-            raise
-        return None
-    return module if hasattr(module, "add_parser") else None
 
 
 def main(argv: list[str] | None = None) -> int:

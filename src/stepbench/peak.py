@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from stepbench import flops, table
+from stepbench import table
 from stepbench.errors import UserError
 
 DEVICES = ("auto", "cuda", "cpu")
@@ -80,6 +80,8 @@ def measure_peak(device: str = "auto", dtype: str = "bf16", size: int | None = N
                         f"{sustained_s:g} on {resolved}")
     size = size or (8192 if resolved == "cuda" else 1024)
     repeats = repeats or (20 if resolved == "cuda" else 5)
+    from stepbench import flops  # imports torch: only when measuring, not for --help
+
     measured = flops.measure_matmul_tflops(resolved, dtype, n=size, repeats=repeats,
                                            sustained_s=sustained_s)
     gpu = torch.cuda.get_device_name() if resolved == "cuda" else "cpu"

@@ -2,7 +2,8 @@
 
 Records arrive one per process (`repeat`), possibly from several runs; the report shows one row
 per GPU x setup, so repeats are combined here (median of per-process means, bootstrap CI, max
-of peaks), prices are joined, and each compiled row is checked against its eager twin's loss.
+of peaks, median of the per-process details such as MFU and energy), prices (hourly and, when
+given, of electricity) are joined, and each compiled row is checked against its eager twin's loss.
 Rows are ordered like the post: per GPU, per attention in order of appearance, eager first.
 """
 
@@ -50,10 +51,27 @@ class Row:
     noise_flags: list[str] = field(default_factory=list)
     error: str | None = None
     gpu_memory_gb: float | None = None
+    # MFU of the preferred peak (measured, else datasheet), kept for findings and old readers.
     mfu: float | None = None
     mfu_source: str | None = None
+    achieved_tflops: float | None = None
+    mfu_measured: float | None = None
+    mfu_datasheet: float | None = None
+    peak_tflops_measured: float | None = None
+    peak_tflops_datasheet: float | None = None
+    flops_per_token: float | None = None
+    flops_per_token_causal: float | None = None
+    flops_convention: str | None = None
+    # FlopCounterMode's count per step over the convention's (flops_per_token x batch x seq),
+    # minus 1: +0.031 = the counter counted 3.1% more.
+    flop_counter_diff: float | None = None
     compile_cache: str | None = None
     tokens_per_kwh: float | None = None
+    joules_per_token: float | None = None
+    # Cost of a million tokens: GPU time at the hourly price, and the GPU's electricity alone.
+    dollars_per_m_tokens: float | None = None
+    energy_price_per_kwh: float | None = None
+    energy_cost_per_m_tokens: float | None = None
     loss_last: float | None = None
     parity_rel_diff: float | None = None
     parity_tolerance: float | None = None
@@ -91,7 +109,19 @@ class Row:
             "error": self.error, "gpu_memory_gb": self.gpu_memory_gb,
             "first_step_warm_s": self.first_step_warm_s, "compile_cache": self.compile_cache,
             "mfu": self.mfu, "mfu_source": self.mfu_source,
-            "tokens_per_kwh": self.tokens_per_kwh, "loss_last": self.loss_last,
+            "achieved_tflops": self.achieved_tflops, "mfu_measured": self.mfu_measured,
+            "mfu_datasheet": self.mfu_datasheet,
+            "peak_tflops_measured": self.peak_tflops_measured,
+            "peak_tflops_datasheet": self.peak_tflops_datasheet,
+            "flops_per_token": self.flops_per_token,
+            "flops_per_token_causal": self.flops_per_token_causal,
+            "flops_convention": self.flops_convention,
+            "flop_counter_diff": self.flop_counter_diff,
+            "tokens_per_kwh": self.tokens_per_kwh, "joules_per_token": self.joules_per_token,
+            "dollars_per_m_tokens": self.dollars_per_m_tokens,
+            "energy_price_per_kwh": self.energy_price_per_kwh,
+            "energy_cost_per_m_tokens": self.energy_cost_per_m_tokens,
+            "loss_last": self.loss_last,
             "parity_rel_diff": self.parity_rel_diff, "parity_tolerance": self.parity_tolerance,
             "parity_ok": self.parity_ok,
         }
@@ -103,12 +133,16 @@ def row_key(record: dict) -> tuple:
             s.get("dtype"))
 
 
-def build_rows(records: list[dict], prices: dict[str, float]) -> list[Row]:
-    """Group records by GPU x setup, combine each group, order the rows like the post."""
+def build_rows(records: list[dict], prices: dict[str, float],
+               energy_price: float | None = None) -> list[Row]:
+    """Group records by GPU x setup, combine each group, order the rows like the post.
+
+    `energy_price` is dollars per kWh of electricity (None: no energy cost)."""
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         groups.setdefault(row_key(record), []).append(record)
-    rows = [combine(group, price_for(prices, key[0])) for key, group in groups.items()]
+    rows = [combine(group, price_for(prices, key[0]), energy_price)
+            for key, group in groups.items()]
     rows.sort(key=_order(records))
     add_parity(rows)
     return rows
@@ -132,13 +166,14 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def combine(records: list[dict], price: float | None) -> Row:
+def combine(records: list[dict], price: float | None, energy_price: float | None = None) -> Row:
     """One row from the records of one setup on one GPU (one per repeat, from any runs).
 
     Step time: the median of the per-process means; with one process, its mean. Its 95% CI is
     a bootstrap over the per-process means, or over the step times when one process ran.
     Peak memory: the largest peak of any process. First step: median over processes, with a
-    warm compile cache counted apart (first_step_warm_s).
+    warm compile cache counted apart (first_step_warm_s). Details (TFLOP/s, MFU, FLOP counter,
+    energy): the median over processes.
     """
     head, setup = records[0], records[0]["setup"]
     statuses = Counter(r["status"] for r in records)
@@ -167,8 +202,9 @@ def combine(records: list[dict], price: float | None) -> Row:
         row.tokens_per_s = row.batch * row.seq * 1000.0 / row.step_ms
     else:
         row.tokens_per_s = _median(r.get("tokens_per_s") for r in ok)
-    if row.tokens_per_s is not None and price:
+    if row.tokens_per_s and price:
         row.m_tokens_per_dollar = row.tokens_per_s * 3600 / price / 1e6
+        row.dollars_per_m_tokens = price / (row.tokens_per_s * 3600 / 1e6)
     peaks = [r.get("peak_memory_gb") for r in ok if r.get("peak_memory_gb") is not None]
     row.peak_memory_gb = max(peaks) if peaks else None
     _combine_first_step(row, ok)
@@ -177,6 +213,7 @@ def combine(records: list[dict], price: float | None) -> Row:
         flags += stats.noise_flags_for(row.repeat_step_ms)   # spread between processes
     row.noise_flags = list(dict.fromkeys(flags))
     _combine_details(row, ok)
+    _combine_energy(row, ok, energy_price)
     return row
 
 
@@ -199,13 +236,38 @@ def _combine_first_step(row: Row, ok: list[dict]) -> None:
 
 
 def _combine_details(row: Row, ok: list[dict]) -> None:
+    for name in ("achieved_tflops", "mfu_measured", "mfu_datasheet", "peak_tflops_measured",
+                 "peak_tflops_datasheet", "flops_per_token", "flops_per_token_causal"):
+        setattr(row, name, _median(r.get(name) for r in ok))
     for source in ("measured", "datasheet"):
-        value = _median(r.get(f"mfu_{source}") for r in ok)
+        value = getattr(row, f"mfu_{source}")
         if value is not None:
             row.mfu, row.mfu_source = value, source
             break
-    row.tokens_per_kwh = _median((r.get("energy") or {}).get("tokens_per_kwh") for r in ok)
+    row.flops_convention = next((r["flops_convention"] for r in ok if r.get("flops_convention")),
+                                None)
+    row.flop_counter_diff = _median(_flop_counter_diff(r) for r in ok)
     row.loss_last = _median(_last_loss(r) for r in ok)
+
+
+def _flop_counter_diff(record: dict) -> float | None:
+    """FlopCounterMode's FLOPs per step relative to the convention's, minus 1."""
+    counted, per_token = record.get("flop_counter_per_step"), record.get("flops_per_token")
+    setup = record["setup"]
+    if not counted or not per_token or not setup.get("batch") or not setup.get("seq"):
+        return None
+    return counted / (per_token * setup["batch"] * setup["seq"]) - 1
+
+
+def _combine_energy(row: Row, ok: list[dict], energy_price: float | None) -> None:
+    energies = [r["energy"] for r in ok if isinstance(r.get("energy"), dict)]
+    row.tokens_per_kwh = _median(e.get("tokens_per_kwh") for e in energies)
+    if row.batch and row.seq:
+        row.joules_per_token = _median(e["joules_per_step"] / (row.batch * row.seq)
+                                       for e in energies if e.get("joules_per_step") is not None)
+    row.energy_price_per_kwh = energy_price
+    if energy_price is not None and row.tokens_per_kwh:
+        row.energy_cost_per_m_tokens = 1e6 / row.tokens_per_kwh * energy_price
 
 
 def _last_loss(record: dict) -> float | None:

@@ -24,7 +24,7 @@ DEFAULT_OUT = "stepbench-results.jsonl"
 RUN_FORMATS = ("table", "markdown", "json")
 
 
-def add_run_parser(subparsers) -> None:
+def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "run", help="run the matrix of setups, each in its own process",
         description="Run each setup (mode x attention x batch x seq) in its own process and "

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from stepbench import flops
 from stepbench.results import (MEASURED_FIELDS, SCHEMA, ResultsFile, machine_info, read_records,
                                record_key, software_info)
 from stepbench.setups import Setup
@@ -128,6 +127,8 @@ def run_plan(plan: list[Setup], out: Path, *, repeats: int = 1, timeout_s: float
             if record["compile"] is not None:
                 record["compile"]["cache"] = cache_label
             if peak_tflops:
+                from stepbench import flops  # imports torch; the parent needs it only here
+
                 record["peak_tflops_measured"] = peak_tflops
                 record["mfu_measured"] = flops.mfu(record["achieved_tflops"], peak_tflops)
             store.append(record)
