@@ -89,6 +89,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render_records(records, args.format), end="")
     if args.format != "json":
         print(f"results: {args.out}", file=sys.stderr)
+        if args.repeats > 1:
+            print(f"repeats combined, with confidence intervals and findings: stepbench report "
+                  f"{args.out}", file=sys.stderr)
     return 0
 
 
@@ -133,21 +136,29 @@ COLUMNS = ["Setup", "Batch", "Seq", "Step (ms)", "Tokens/s", "Peak memory", "Fir
 
 
 def render_records(records: list[dict], fmt: str) -> str:
-    """The post's table, one row per record; failed rows show their status."""
+    """The post's table, one row per record; failed rows show their status, noisy rows a mark."""
     if fmt == "json":
         return json.dumps(records, indent=1) + "\n"
-    rows = []
+    from stepbench.report import NOISE_MARKS, STATUS_NOTES  # one wording for run and report
+    from stepbench.rows import status_text
+
+    rows, notes = [], {}
     for r in records:
         s = r["setup"]
         name = s["name"] + (f" (repeat {r['repeat'] + 1})" if r.get("repeat") else "")
         if r["status"] == "ok":
-            rows.append([name, str(s["batch"]), str(s["seq"]), table.num(r["step_ms"]),
+            marks = {NOISE_MARKS[f] for f in r["noise_flags"] if f in NOISE_MARKS}
+            notes.update({f"{mark} {meaning}.": None for mark, meaning in sorted(marks)})
+            rows.append([name, str(s["batch"]), str(s["seq"]),
+                         table.num(r["step_ms"]) + "".join(sorted(m for m, _ in marks)),
                          table.num(r["tokens_per_s"], 0, thousands=True),
                          table.gb(r["peak_memory_gb"]), table.num(r["first_step_s"])])
         else:
-            rows.append([name, str(s["batch"]), str(s["seq"]), r["status"].upper(), "", "", ""])
-    title = _title(records)
-    return table.render(COLUMNS, rows, "markdown" if fmt == "markdown" else "table", title=title)
+            rows.append([name, str(s["batch"]), str(s["seq"]), status_text(r["status"]), "", "", ""])
+            if r["status"] in STATUS_NOTES:
+                notes[STATUS_NOTES[r["status"]]] = None
+    return table.render(COLUMNS, rows, "markdown" if fmt == "markdown" else "table",
+                        title=_title(records), footnotes=list(notes) or None, align="lrrrrrr")
 
 
 def _title(records: list[dict]) -> str | None:

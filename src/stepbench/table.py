@@ -59,8 +59,9 @@ def _markdown(columns, rows, title, footnotes, right) -> str:
     lines.append("| " + " | ".join(columns) + " |")
     lines.append("| " + " | ".join("---:" if r else "---" for r in right) + " |")
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    if footnotes:
-        lines += [""] + footnotes
+    for note in footnotes or []:
+        # One paragraph per note; a leading "*" or "#" would start a list or a heading.
+        lines += ["", "\\" + note if note[:1] in "*#+-" else note]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,37 @@
+"""The `run` command's table, rendered from stored records and compared with expected text."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stepbench.run import render_records
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def h200_records():
+    # stepbench's default matrix as it ran on an H200 (benchmarks/results/h200-2026-11-30-matrix.jsonl).
+    return [json.loads(line) for line in (DATA / "h200-matrix.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("fmt, expected", [("table", "h200-matrix-table.txt"),
+                                           ("markdown", "h200-matrix-table.md")])
+def test_table_matches_expected_text(h200_records, fmt, expected):
+    assert render_records(h200_records, fmt) == (DATA / expected).read_text()
+
+
+def test_failed_and_noisy_rows(h200_records):
+    h200_records[2].update(status="oom", error="OutOfMemoryError: CUDA out of memory", step_ms=None)
+    h200_records[0]["noise_flags"] = ["high_cv", "other_processes"]
+    text = render_records(h200_records, "markdown")
+    assert "| eager+eager | 4 | 2048 | OOM |  |  |  |" in text
+    assert "| eager+sdpa | 4 | 2048 | 89.7*‡ |" in text
+    assert "OOM means the run did not fit in the GPU's memory." in text
+    assert "\\* step times varied by more than 5% (coefficient of variation)." in text
+    assert "‡ other processes were using the GPU." in text
+
+
+def test_json_is_the_records(h200_records):
+    assert json.loads(render_records(h200_records, "json")) == h200_records
