@@ -84,9 +84,10 @@ def read_records(path: Path, *, warn=None) -> list[dict]:
     return records
 
 
-def record_key(setup: dict, repeat: int) -> str:
-    """What makes a record 'the same setup' for resuming: the whole setup plus the repeat index."""
-    return json.dumps({"setup": setup, "repeat": repeat}, sort_keys=True)
+def record_key(setup: dict, repeat: int, gpu: str) -> str:
+    """What makes a record 'the same setup' for resuming: the whole setup, the repeat index and
+    the GPU (a results file shared between machines resumes each machine's own setups)."""
+    return json.dumps({"setup": setup, "repeat": repeat, "gpu": gpu}, sort_keys=True)
 
 
 def software_info() -> dict:

@@ -104,15 +104,16 @@ def run_plan(plan: list[Setup], out: Path, *, repeats: int = 1, timeout_s: float
     display = display or NullDisplay()
     launcher = launcher or Launcher()
     store = ResultsFile(out)
-    done = {record_key(r["setup"], r.get("repeat", 0)): r for r in read_records(out)}
     run_id = run_id or new_run_id()
     machine = machine_info(plan[0].device) if plan else {}
+    done = {record_key(r["setup"], r.get("repeat", 0), r["machine"].get("gpu")): r
+            for r in read_records(out)}
     workdir = Path(tempfile.mkdtemp(prefix="stepbench-"))
     todo = [(repeat, setup) for repeat in range(repeats) for setup in plan]
     records = []
     try:
         for index, (repeat, setup) in enumerate(todo, 1):
-            key = record_key(setup.to_dict(), repeat)
+            key = record_key(setup.to_dict(), repeat, machine.get("gpu"))
             if key in done:
                 display.skip(setup, repeat, done[key])
                 records.append(done[key])
@@ -168,7 +169,7 @@ def compile_cache_for(setup: Setup, workdir: Path, shared: Path | None) -> tuple
     if shared is not None:
         shared.mkdir(parents=True, exist_ok=True)
         return shared, "shared"
-    name = record_key(setup.to_dict(), 0)
+    name = json.dumps(setup.to_dict(), sort_keys=True)
     folder = workdir / "inductor" / hashlib.sha1(name.encode()).hexdigest()[:12]
     label = "warm" if folder.exists() and any(folder.iterdir()) else "cold"
     folder.mkdir(parents=True, exist_ok=True)
