@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -168,7 +169,99 @@ def footnotes(rows: list[Row]) -> list[str]:
     missing = sorted({r.gpu for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
-    return notes
+    return notes + detail_notes(rows)
+
+
+def detail_notes(rows: list[Row]) -> list[str]:
+    """What the details' FLOP, MFU and energy columns are; only for columns that are shown.
+
+    They are footnotes like the others, so every format (HTML included) carries them."""
+    return [n for n in (_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows),
+                        _energy_note(rows)) if n]
+
+
+def _by_workload(rows: list[Row], value) -> str:
+    """`value(row)` (a string or None) per model and sequence length, what FLOPs per token
+    depend on: "0.906 for llama-468m at 2048 tokens, 0.95 for ..."; "" when all are None."""
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        text = value(row)
+        if text is not None:
+            where = found.setdefault(text, [])
+            if f"{row.model} at {row.seq} tokens" not in where:
+                where.append(f"{row.model} at {row.seq} tokens")
+    return ", ".join(f"{text} for {' and '.join(where)}" for text, where in found.items())
+
+
+def _flops_note(rows: list[Row]) -> str | None:
+    counted = [r for r in rows if r.achieved_tflops is not None or r.mfu is not None]
+    if not counted:
+        return None
+    conventions = list(dict.fromkeys(r.flops_convention for r in counted if r.flops_convention))
+    note = ("TFLOP/s and MFU (details) count the model's FLOPs "
+            + ("as " + "; ".join(conventions) if conventions else "by a convention the records "
+               "do not name") + ". Attention is counted non-causal, the full score matrix")
+    causal = _by_workload(counted, lambda r: f"{r.flops_per_token_causal / r.flops_per_token:.3g}"
+                          if r.flops_per_token and r.flops_per_token_causal else None)
+    if causal:
+        note += ("; counting it causal (half the matrix) would scale these FLOPs, TFLOP/s and "
+                 f"MFU by {causal}")
+    return note + "."
+
+
+def _peaks_note(rows: list[Row]) -> str | None:
+    if not any(r.mfu is not None for r in rows):
+        return None
+    peaks = []
+    for kind, what in (("measured", "the matmul rate measured on the device"),
+                       ("datasheet", "the vendor's dense datasheet peak for the dtype")):
+        per_gpu: dict[str, list[float]] = {}
+        for row in rows:
+            value = getattr(row, f"peak_tflops_{kind}")
+            if value is not None and getattr(row, f"mfu_{kind}") is not None:
+                per_gpu.setdefault(row.gpu, []).append(value)
+        values = ", ".join(f"{table.sig(statistics.median(v))} TFLOP/s on {gpu}"
+                           for gpu, v in per_gpu.items())
+        peaks.append(f"MFU ({kind} peak) is against {what}" + (f" ({values})" if values else ""))
+    return "; ".join(peaks) + ". A - means that peak is unknown."
+
+
+def _flop_counter_note(rows: list[Row]) -> str | None:
+    checked = [r for r in rows if r.flop_counter_diff is not None]
+    if not checked:
+        return None
+    expected = _by_workload(checked, _recompute_share)
+    return ("FLOP counter diff compares the FLOPs that torch's FlopCounterMode counted for "
+            "one forward and backward with the convention's FLOPs per token x batch x "
+            "sequence. With a fused attention kernel (sdpa, flex_attention) the counter finds "
+            "about 3% more" + (f" ({expected})" if expected else "")
+            + ", because torch also counts the Q @ K^T product that the kernel's backward "
+            "recomputes, 2*L*d*T per token; eager attention keeps the scores and matches to "
+            "within 0.1% (the convention also counts the norm weights, which do no matmul).")
+
+
+def _recompute_share(row: Row) -> str | None:
+    """The fused backward's recompute over the convention's FLOPs: the convention's non-causal
+    minus causal attention term is 6*L*d*T per token, the recompute a third of it."""
+    if not row.flops_per_token or not row.flops_per_token_causal:
+        return None
+    share = (row.flops_per_token - row.flops_per_token_causal) / 3 / row.flops_per_token
+    return f"+{share * 100:.1f}%"
+
+
+def _energy_note(rows: list[Row]) -> str | None:
+    if not any(r.joules_per_token is not None or r.tokens_per_kwh is not None for r in rows):
+        return None
+    note = ("Energy (J per token, M tokens per kWh) is the GPU's alone, from NVML's energy "
+            "counter over the timed steps; the host, its cooling and the power supply's losses "
+            "are not in it.")
+    priced = [r for r in rows if r.energy_cost_per_m_tokens is not None]
+    if priced:
+        note += (f" \"$/M tokens (energy)\" is that electricity per million tokens at "
+                 f"${priced[0].energy_price_per_kwh:g} per kWh; \"$/M tokens (hourly)\" is "
+                 "the GPU time per million tokens at the machine's hourly price, which usually "
+                 "includes the electricity.")
+    return note
 
 
 def _combined_notes(rows: list[Row]) -> list[str]:
@@ -207,16 +300,45 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell)
      if r.step_ms_ci else "-"),
     ("Noise flags", "l", lambda r: bool(r.noise_flags),
      lambda r: ", ".join(r.noise_flags) or "-"),
-    ("MFU", "r", lambda r: r.mfu is not None,
-     lambda r: f"{r.mfu * 100:.0f}% ({r.mfu_source})" if r.mfu is not None else "-"),
+    ("TFLOP/s", "r", lambda r: r.achieved_tflops is not None,
+     lambda r: table.sig(r.achieved_tflops)),
+    # Both MFU columns or neither: a "-" says which peak is unknown.
+    ("MFU (measured)", "r", lambda r: r.mfu is not None,
+     lambda r: _percent(r.mfu_measured)),
+    ("MFU (datasheet)", "r", lambda r: r.mfu is not None,
+     lambda r: _percent(r.mfu_datasheet)),
+    ("FLOP counter diff", "r", lambda r: r.flop_counter_diff is not None,
+     lambda r: _signed_percent(r.flop_counter_diff)),
     ("Compile cache", "l", lambda r: r.compile_cache is not None,
      lambda r: r.compile_cache or "-"),
     ("First step warm (s)", "r", lambda r: r.first_step_warm_s is not None,
      lambda r: table.num(r.first_step_warm_s, 1)),
+    ("J/token", "r", lambda r: r.joules_per_token is not None,
+     lambda r: table.sig(r.joules_per_token, 2)),
     ("M tokens per kWh", "r", lambda r: r.tokens_per_kwh is not None,
      lambda r: table.sig(r.tokens_per_kwh / 1e6 if r.tokens_per_kwh else None, 2)),
+    # The GPU-time cost next to the electricity cost, only where the latter was asked for.
+    ("$/M tokens (hourly)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
+     lambda r: _dollars(r.dollars_per_m_tokens)),
+    ("$/M tokens (energy)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
+     lambda r: _dollars(r.energy_cost_per_m_tokens)),
     ("Loss vs eager", "l", lambda r: r.parity_rel_diff is not None, lambda r: _parity_cell(r)),
 ]
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def _signed_percent(fraction: float | None) -> str:
+    if fraction is None:
+        return "-"
+    text = f"{fraction * 100:+.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+def _dollars(value: float | None) -> str:
+    return "-" if value is None else "$" + table.sig(value, 2)
 
 
 def _parity_cell(row: Row) -> str:
@@ -228,7 +350,8 @@ def _parity_cell(row: Row) -> str:
 
 def details(rows: list[Row]) -> tuple[list[str], list[list[str]], str] | None:
     """Columns, cells and alignment of an extra table with what the records measured beyond
-    the post's columns (repeats, CI, noise flags, MFU, compile cache, energy, loss parity)."""
+    the post's columns (repeats, CI, noise flags, TFLOP/s and MFU, FLOP counter cross-check,
+    compile cache, energy and its cost, loss parity); `detail_notes` explains them."""
     used = [c for c in DETAIL_COLUMNS if any(c[2](r) for r in rows)]
     if not used:
         return None
@@ -250,15 +373,36 @@ def render_text(rows: list[Row], findings: list, fmt: str) -> str:
     if markdown:   # one paragraph per note; a leading "*" would start a bullet list
         out += [f"\n{_markdown_escape(note)}\n" for note in notes]
     extra = details(rows)
-    if extra:
-        out.append("\n## Details\n\n" if markdown else "\n")
-        columns, cells, align = extra
-        out.append(table.render(columns, cells, fmt, align=align,
-                                title=None if markdown else "Details"))
+    if extra and markdown:
+        out.append("\n## Details\n\n")
+        out.append(table.render(extra[0], extra[1], fmt, align=extra[2]))
+    elif extra:
+        for part, (columns, cells, align) in enumerate(_split_wide(*extra)):
+            out.append("\n" + table.render(columns, cells, fmt, align=align,
+                                            title="Details" + (" (continued)" if part else "")))
     if findings:
         out.append("\n## What the numbers say\n\n" if markdown else "\nWhat the numbers say\n\n")
         out += [f"{i}. {f.text}\n" for i, f in enumerate(findings, 1)]
     return "".join(out)
+
+
+# A terminal table wider than this is printed in parts (each repeating GPU and Setup), since
+# a terminal cuts or wraps a wider one.
+TERMINAL_WIDTH = 160
+
+
+def _split_wide(columns: list[str], cells: list[list[str]], align: str,
+                width: int = TERMINAL_WIDTH) -> list[tuple[list[str], list[list[str]], str]]:
+    """The details table as parts no wider than `width`, the first two columns in each."""
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) + 3 for i, c in enumerate(columns)]
+    parts: list[list[int]] = [[]]
+    for i in range(2, len(columns)):
+        if parts[-1] and sum(widths[j] for j in [0, 1, *parts[-1], i]) > width:
+            parts.append([])
+        parts[-1].append(i)
+    return [([columns[j] for j in [0, 1, *part]],
+             [[row[j] for j in [0, 1, *part]] for row in cells],
+             "".join(align[j] for j in [0, 1, *part])) for part in parts]
 
 
 def _markdown_escape(text: str) -> str:
@@ -269,7 +413,9 @@ CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s
             "peak_memory_gb", "first_step_s", "m_tokens_per_dollar", "mode", "attn",
             "compile_mode", "model", "batch", "seq", "dtype", "repeats", "step_ms_ci_low",
             "step_ms_ci_high", "noise_flags", "first_step_warm_s", "compile_cache", "mfu",
-            "mfu_source", "tokens_per_kwh", "parity_rel_diff", "parity_ok"]
+            "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
+            "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",
+            "energy_cost_per_m_tokens", "parity_rel_diff", "parity_ok"]
 
 
 def render_csv(rows: list[Row]) -> str:
@@ -317,6 +463,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--price", action="append", default=[], metavar="GPU=DOLLARS",
                    help='price of one GPU per hour, repeatable, over the price file: '
                         '--price "NVIDIA H100 PCIe=3.86"')
+    p.add_argument("--energy-price", metavar="DOLLARS_PER_KWH",
+                   help="price of electricity in dollars per kWh: adds the GPU's energy cost "
+                        "per million tokens to the details (records with NVML energy only)")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="output format (default: table)")
     p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
@@ -330,13 +479,31 @@ def load_prices(price_file: str | None, flags: list[str]) -> dict[str, float]:
     return prices
 
 
+def parse_energy_price(value: str | None) -> float | None:
+    """`--energy-price DOLLARS_PER_KWH` as a positive number, or None when not given."""
+    if value is None:
+        return None
+    try:
+        price = float(value.strip())
+    except ValueError:
+        price = math.nan
+    if not math.isfinite(price) or price <= 0:
+        raise UserError(f"--energy-price {value!r}: expected dollars per kWh as a positive "
+                        "number, e.g. --energy-price 0.15")
+    return price
+
+
 def cmd_report(args) -> int:
     from stepbench.findings import findings_for
 
     prices = load_prices(args.prices, args.price)
+    energy_price = parse_energy_price(args.energy_price)
     records = load_records(args.files)
-    rows = build_rows(records, prices)
+    rows = build_rows(records, prices, energy_price)
     _warn_prices(rows, prices)
+    if energy_price is not None and not any(r.tokens_per_kwh for r in rows):
+        warn("--energy-price given, but no record carries an energy measurement (NVML's energy "
+             "counter, GPU only); no energy cost is shown")
     findings = findings_for(rows)
     text = render(rows, findings, args.format)
     if args.plots:
