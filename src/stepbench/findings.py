@@ -466,6 +466,24 @@ def energy(rows: list[Row]) -> list[Finding]:
     return [Finding("energy", "Most tokens per kWh of GPU energy: " + join(items) + ".")]
 
 
+def software(rows: list[Row]) -> list[Finding]:
+    """A caveat when the GPUs ran different torch/transformers versions: GPU differences then
+    mix hardware and software."""
+    stacks: dict[str, list[str]] = {}
+    for row in rows:
+        for record in row.records:
+            sw = record.get("software") or {}
+            stack = f"torch {sw.get('torch') or '?'}, transformers {sw.get('transformers') or '?'}"
+            gpus = stacks.setdefault(stack, [])
+            if row.gpu not in gpus:
+                gpus.append(row.gpu)
+    if len(stacks) < 2:
+        return []
+    parts = [f"{join(gpus)} on {stack}" for stack, gpus in stacks.items()]
+    return [Finding("software", "The results come from different software: " + "; ".join(parts)
+                    + ". Differences between these GPUs mix hardware and software versions.")]
+
+
 def testing(rows: list[Row]) -> list[Finding]:
     """How the differences above were tested, or that they could not be."""
     pairs = [pair for pairs in variants(rows).values() for pair in pairs]
@@ -490,5 +508,5 @@ def testing(rows: list[Row]) -> list[Finding]:
     return [Finding("testing", text + ".")]
 
 
-RULES = [compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
+RULES = [software, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
          attention_vs_compile, gpus, parity, mfu, energy, testing]

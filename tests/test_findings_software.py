@@ -1,0 +1,31 @@
+"""The software caveat: GPU comparisons across different torch/transformers versions say so."""
+
+import json
+from pathlib import Path
+
+from stepbench.findings import findings_for
+from stepbench.rows import build_rows
+
+DATA = Path(__file__).parent / "data"
+
+
+def records(*names):
+    out = []
+    for name in names:
+        out += [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
+    return out
+
+
+def software_findings(recs):
+    return [f.text for f in findings_for(build_rows(recs, {})) if f.kind == "software"]
+
+
+def test_mixed_stacks_are_named():
+    texts = software_findings(records("h200-matrix.jsonl", "post/4-h100.jsonl"))
+    assert texts == ["The results come from different software: NVIDIA H200 on torch 2.11.0, "
+                     "transformers 5.17.0; NVIDIA H100 PCIe on torch 2.8.0+cu128, transformers "
+                     "4.57.1. Differences between these GPUs mix hardware and software versions."]
+
+
+def test_one_stack_gives_no_caveat():
+    assert software_findings(records("post/1-rtx5090.jsonl", "post/4-h100.jsonl")) == []
