@@ -162,6 +162,22 @@ def test_too_few_processes_and_no_steps_is_stated_as_untested(capsys, tmp_path):
     assert "untested against noise" in texts(doc, "testing")
 
 
+def test_payback_time_includes_the_compiling_first_step(capsys, tmp_path):
+    # 4 s more first step, 50 ms gained per step: paid back after 81 steps (80 warm ones), when
+    # the compiled run has taken 5 s + 80 x 50 ms = 9 s of wall time, not 81 x 50 ms = 4 s.
+    records = [rec("eager", step_ms=100, first_step_s=1.0),
+               rec("compile", step_ms=50, first_step_s=5.0)]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert "after about 81 steps (9 s) on NVIDIA H200" in texts(doc, "compile_payback")
+
+
+def test_payback_on_the_first_step_is_one_step(capsys, tmp_path):
+    records = [rec("eager", step_ms=100, first_step_s=2.0),
+               rec("compile", step_ms=50, first_step_s=1.0)]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert "after about 1 step (1 s) on NVIDIA H200" in texts(doc, "compile_payback")
+
+
 # ---------------------------------------------------------------- combining and marking
 
 def test_failed_repeat_keeps_the_row_and_is_footnoted(capsys, tmp_path):
