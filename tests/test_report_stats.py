@@ -238,6 +238,19 @@ def test_rows_follow_the_posts_order_whatever_the_file_order(capsys, tmp_path):
         ("NVIDIA L4", "eager+sdpa")]
 
 
+def test_memory_and_fit_findings_name_their_subject_when_compile_did_not_lead(capsys, tmp_path):
+    # Compile raised the peak and fit only without it: no clause may start with a bare "it".
+    records = [rec("eager", step_ms=100, peak_memory_gb=10.0),
+               rec("compile", step_ms=90, peak_memory_gb=12.0),
+               rec("eager", "eager", step_ms=200, peak_memory_gb=30.0),
+               rec("compile", "eager", status="oom")]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert texts(doc, "compile_memory") == ("With sdpa attention, torch.compile raised peak "
+                                           "memory on NVIDIA H200 (10.0 to 12.0 GB).")
+    assert texts(doc, "fit").startswith("With eager attention, the step fit in memory only "
+                                        "without torch.compile, on NVIDIA H200")
+
+
 def test_two_batch_sizes_are_kept_apart_and_labelled(capsys, tmp_path):
     records = [rec("eager", step_ms=100), rec("compile", step_ms=90),
                rec("eager", step_ms=190, batch=8), rec("compile", step_ms=150, batch=8)]

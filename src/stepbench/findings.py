@@ -183,9 +183,9 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
                  if e.peak_memory_gb is not None and c.peak_memory_gb is not None]
         if not pairs:
             continue
-        lower = [(e, c) for e, c in pairs if c.peak_memory_gb < e.peak_memory_gb - 0.05]
-        higher = [(e, c) for e, c in pairs if c.peak_memory_gb > e.peak_memory_gb + 0.05]
-        same = [c.gpu for e, c in pairs if (e, c) not in lower + higher]
+        lower = [(e, c) for e, c in pairs if c.peak_memory_gb - e.peak_memory_gb < -0.05]
+        higher = [(e, c) for e, c in pairs if c.peak_memory_gb - e.peak_memory_gb > 0.05]
+        same = [c.gpu for e, c in pairs if abs(c.peak_memory_gb - e.peak_memory_gb) <= 0.05]
         parts = []
         if lower:
             pct = [(1 - c.peak_memory_gb / e.peak_memory_gb) * 100 for e, c in lower]
@@ -196,11 +196,11 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
                 f"{span([e.peak_memory_gb for e, _ in lower], one, ' GB')} to "
                 f"{span([c.peak_memory_gb for _, c in lower], one, ' GB')}")
         if higher:
-            parts.append("raised it on " + join(
+            parts.append(f"raised {'it' if parts else 'peak memory'} on " + join(
                 [f"{c.gpu} ({one(e.peak_memory_gb)} to {one(c.peak_memory_gb)} GB)"
                  for e, c in higher]))
         if same:
-            parts.append("left it unchanged on " + join(same))
+            parts.append(f"left {'it' if parts else 'peak memory'} unchanged on " + join(same))
         text = "; ".join(parts)
         out.append(Finding("compile_memory",
                            f"With {attn} attention, {compiler(mode)} {text}."))
@@ -301,9 +301,11 @@ def fit(rows: list[Row]) -> list[Finding]:
                          f"{join(_with_memory(only_compiled))}"
                          + (f", at a compiled peak of {span(peaks, one, ' GB')}" if peaks else ""))
         if only_eager:
-            parts.append(f"it fit only without {name}, on {join(_with_memory(only_eager))}")
+            parts.append(f"{'it' if parts else 'the step'} fit in memory only without {name}, "
+                         f"on {join(_with_memory(only_eager))}")
         if neither:
-            parts.append(f"it ran out of memory either way on {join(_with_memory(neither))}")
+            parts.append(f"{'it' if parts else 'the step'} ran out of memory either way on "
+                         f"{join(_with_memory(neither))}")
         if parts:
             out.append(Finding("fit", f"With {attn} attention, " + "; ".join(parts) + "."))
     return out
