@@ -29,3 +29,9 @@ def test_mixed_stacks_are_named():
 
 def test_one_stack_gives_no_caveat():
     assert software_findings(records("post/1-rtx5090.jsonl", "post/4-h100.jsonl")) == []
+
+
+def test_record_without_software_is_not_a_different_stack():
+    recs = records("post/4-h100.jsonl")
+    oom = dict(recs[0], status="oom", step_ms=None, software=None)
+    assert software_findings(recs + [oom]) == []

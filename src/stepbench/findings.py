@@ -477,6 +477,8 @@ def software(rows: list[Row]) -> list[Finding]:
     for row in rows:
         for record in row.records:
             sw = record.get("software") or {}
+            if not (sw.get("torch") or sw.get("transformers")):
+                continue   # unknown (e.g. a hand-written failed record): not a different stack
             stack = f"torch {sw.get('torch') or '?'}, transformers {sw.get('transformers') or '?'}"
             gpus = stacks.setdefault(stack, [])
             if row.gpu not in gpus:
