@@ -365,13 +365,9 @@ def details(rows: list[Row]) -> tuple[list[str], list[list[str]], str] | None:
 def render_text(rows: list[Row], findings: list, fmt: str) -> str:
     """Terminal table or Markdown: results table, details table, then the findings."""
     markdown = fmt == "markdown"
-    notes = footnotes(rows)
     out = ["## Results\n\n" if markdown else ""]
     out.append(table.render(COLUMNS, table_cells(rows), fmt, align=ALIGN,
-                            title=None if markdown else "Results",
-                            footnotes=None if markdown else notes))
-    if markdown:   # one paragraph per note; a leading "*" would start a bullet list
-        out += [f"\n{_markdown_escape(note)}\n" for note in notes]
+                            title=None if markdown else "Results", footnotes=footnotes(rows)))
     extra = details(rows)
     if extra and markdown:
         out.append("\n## Details\n\n")
@@ -403,10 +399,6 @@ def _split_wide(columns: list[str], cells: list[list[str]], align: str,
     return [([columns[j] for j in [0, 1, *part]],
              [[row[j] for j in [0, 1, *part]] for row in cells],
              "".join(align[j] for j in [0, 1, *part])) for part in parts]
-
-
-def _markdown_escape(text: str) -> str:
-    return "\\" + text if text and text[0] in "*#+-" else text
 
 
 CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s",
