@@ -34,8 +34,8 @@ def _table(columns: list[str], cells: list[list[str]], align: str | None = None)
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n"
 
 
-def render_html(rows: list[Row], findings: list) -> str:
-    """The whole page as a string."""
+def render_html(rows: list[Row], findings: list, pngs: dict[str, bytes] | None = None) -> str:
+    """The whole page as a string; `pngs` are `figures(rows)` when the caller drew them."""
     parts = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
              "<title>stepbench report</title>\n", f"<style>{STYLE}</style>\n</head>\n<body>\n",
              "<h1>stepbench report</h1>\n<h2>Results</h2>\n",
@@ -48,7 +48,7 @@ def render_html(rows: list[Row], findings: list) -> str:
         parts.append("<h2>What the numbers say</h2>\n<ol>\n")
         parts += [f"<li>{html.escape(f.text)}</li>\n" for f in findings]
         parts.append("</ol>\n")
-    pngs = figures(rows)
+    pngs = figures(rows) if pngs is None else pngs
     if pngs:
         parts.append("<h2>Plots</h2>\n")
         captions = {stem: label for stem, label, _, _ in PLOTS}

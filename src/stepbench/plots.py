@@ -32,11 +32,11 @@ def figures(rows: list[Row]) -> dict[str, bytes]:
     return out
 
 
-def write_plots(rows: list[Row], folder: Path) -> list[Path]:
-    """Write each plot as folder/<stem>.png; returns the paths written."""
+def write_plots(pngs: dict[str, bytes], folder: Path) -> list[Path]:
+    """Write each of `figures`' plots as folder/<stem>.png; returns the paths written."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for stem, png in figures(rows).items():
+    for stem, png in pngs.items():
         path = folder / f"{stem}.png"
         path.write_bytes(png)
         paths.append(path)

@@ -497,10 +497,14 @@ def cmd_report(args) -> int:
         warn("--energy-price given, but no record carries an energy measurement (NVML's energy "
              "counter, GPU only); no energy cost is shown")
     findings = findings_for(rows)
-    text = render(rows, findings, args.format)
+    pngs = None
+    if args.plots or args.format == "html":   # drawn once for both
+        from stepbench.plots import figures
+        pngs = figures(rows)
+    text = render(rows, findings, args.format, pngs)
     if args.plots:
         from stepbench.plots import write_plots
-        for path in write_plots(rows, Path(args.plots)):
+        for path in write_plots(pngs, Path(args.plots)):
             print(f"stepbench report: wrote {path}", file=sys.stderr)
     if args.out:
         out = Path(args.out)
@@ -512,7 +516,9 @@ def cmd_report(args) -> int:
     return 0
 
 
-def render(rows: list[Row], findings: list, fmt: str) -> str:
+def render(rows: list[Row], findings: list, fmt: str,
+           pngs: dict[str, bytes] | None = None) -> str:
+    """The report in `fmt`; `pngs` (plots.figures) are embedded in HTML, drawn there if None."""
     if fmt in ("table", "markdown"):
         return render_text(rows, findings, fmt)
     if fmt == "csv":
@@ -521,7 +527,7 @@ def render(rows: list[Row], findings: list, fmt: str) -> str:
         return render_json(rows, findings)
     if fmt == "html":
         from stepbench.html_page import render_html
-        return render_html(rows, findings)
+        return render_html(rows, findings, pngs)
     raise UserError(f"unknown format '{fmt}'; choose one of: {', '.join(FORMATS)}")
 
 
