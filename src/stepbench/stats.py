@@ -51,7 +51,16 @@ def bootstrap_ci(values: Sequence[float], stat: Callable = np.median, *,
     if x.size < 2:
         return None
     rng = np.random.default_rng(seed)
-    draws = stat(x[rng.integers(0, x.size, size=(n_boot, x.size))], axis=1)
+    return _percentile_interval(_resampled(x, stat, rng, n_boot), confidence)
+
+
+def _resampled(x: np.ndarray, stat: Callable, rng: np.random.Generator,
+               n_boot: int) -> np.ndarray:
+    """`stat` of each of n_boot resamples of x drawn with replacement."""
+    return stat(x[rng.integers(0, x.size, size=(n_boot, x.size))], axis=1)
+
+
+def _percentile_interval(draws: np.ndarray, confidence: float) -> tuple[float, float]:
     tail = (1 - confidence) / 2
     lo, hi = np.quantile(draws, [tail, 1 - tail])
     return float(lo), float(hi)
@@ -80,11 +89,9 @@ def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], *,
     if x.size < 2 or y.size < 2:
         return None
     rng = np.random.default_rng(seed)
-    num = np.median(x[rng.integers(0, x.size, size=(n_boot, x.size))], axis=1)
-    den = np.median(y[rng.integers(0, y.size, size=(n_boot, y.size))], axis=1)
-    tail = (1 - confidence) / 2
-    lo, hi = np.quantile(num / den, [tail, 1 - tail])
-    return float(lo), float(hi)
+    num = _resampled(x, np.median, rng, n_boot)
+    den = _resampled(y, np.median, rng, n_boot)
+    return _percentile_interval(num / den, confidence)
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA,
