@@ -1,4 +1,5 @@
-"""GPU prices in dollars per hour, from a price file and `--price` flags.
+"""GPU prices in dollars per hour, from a price file and `--price` flags; and the price of
+electricity (`--energy-price`, dollars per kWh).
 
 Cost per token is the one number that changes daily while the measurements do not, so prices
 live outside the result files and are joined in by the report. A price is keyed by the GPU name
@@ -78,16 +79,33 @@ def parse_price_flags(flags: list[str]) -> dict[str, float]:
     return prices
 
 
+def parse_energy_price(value: str | None) -> float | None:
+    """`--energy-price DOLLARS_PER_KWH` as a positive number, or None when not given."""
+    if value is None:
+        return None
+    price = _positive_number(value)
+    if price is None:
+        raise UserError(f"--energy-price {value!r}: expected dollars per kWh as a positive "
+                        "number, e.g. --energy-price 0.15")
+    return price
+
+
 def _price(value, what: str) -> float:
-    if isinstance(value, bool):
-        value = None
-    try:
-        price = float(str(value).strip()) if value is not None else math.nan
-    except ValueError:
-        price = math.nan
-    if not math.isfinite(price) or price <= 0:
+    price = _positive_number(value)
+    if price is None:
         raise UserError(f"{what} is {value!r}; expected dollars per hour as a positive number")
     return price
+
+
+def _positive_number(value) -> float | None:
+    """A flag's, TOML's or CSV's value as a finite positive float; None if it is not one."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
 def _norm(name: str) -> str:

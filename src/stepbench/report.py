@@ -17,7 +17,8 @@ from pathlib import Path
 
 from stepbench import table
 from stepbench.errors import UserError
-from stepbench.prices import load_price_file, parse_price_flags, unused_keys
+from stepbench.prices import (load_price_file, parse_energy_price, parse_price_flags,
+                               unused_keys)
 from stepbench.results import read_records
 from stepbench.rows import Row, build_rows, setup_labels, status_text
 
@@ -469,20 +470,6 @@ def load_prices(price_file: str | None, flags: list[str]) -> dict[str, float]:
     prices = load_price_file(price_file) if price_file else {}
     prices.update(parse_price_flags(flags))
     return prices
-
-
-def parse_energy_price(value: str | None) -> float | None:
-    """`--energy-price DOLLARS_PER_KWH` as a positive number, or None when not given."""
-    if value is None:
-        return None
-    try:
-        price = float(value.strip())
-    except ValueError:
-        price = math.nan
-    if not math.isfinite(price) or price <= 0:
-        raise UserError(f"--energy-price {value!r}: expected dollars per kWh as a positive "
-                        "number, e.g. --energy-price 0.15")
-    return price
 
 
 def cmd_report(args) -> int:
