@@ -36,29 +36,15 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
     """Build, compile if asked, and time `setup`; write every measured value into `result`."""
     device = torch.device(setup.device)
     cuda = device.type == "cuda"
+    gpu_index = device.index or 0
     if cuda:
         result["device_name"] = torch.cuda.get_device_name(device)
         result["cuda_version"] = torch.version.cuda
+    memory = CudaMemory() if cuda else CpuMemory()  # the CPU baseline is read before the build
     result["phase"] = "building"
     progress("building")
-    torch.manual_seed(setup.seed)
-    model = build_model(setup.model, setup.seq, setup.attn)
-    model.to(device=device, dtype=TORCH_DTYPES[setup.dtype])
-    model.train()
+    model, step, tokens = build(setup, device)
     result["params"] = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    forward = model
-    if setup.mode == "compile":
-        forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
-    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq, setup.seed, setup.device)
-
-    def step() -> torch.Tensor:
-        loss = forward(input_ids=tokens, labels=tokens).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     result["phase"] = "first_step"
@@ -80,28 +66,13 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
     result["phase"] = "timed"
     progress("timed", setup.steps)
     frames_before_timed = compile_info.frames_compiled()
-    other_procs = telemetry.other_processes(device.index or 0) if cuda else None
-    memory = CudaMemory() if cuda else CpuMemory()
+    other_procs = telemetry.other_processes(gpu_index) if cuda else None
     memory.reset()
-    gpu_start = telemetry.gpu_snapshot(device.index or 0) if cuda else None
+    gpu_start = telemetry.gpu_snapshot(gpu_index) if cuda else None
     window_start = time.perf_counter()
-    if cuda:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(setup.steps)]
-        for begin, end in events:
-            begin.record()
-            losses.append(step())
-            end.record()
-        torch.cuda.synchronize()
-        step_times_ms = [begin.elapsed_time(end) for begin, end in events]
-    else:
-        step_times_ms = []
-        for _ in range(setup.steps):
-            t0 = time.perf_counter()
-            losses.append(step())
-            step_times_ms.append((time.perf_counter() - t0) * 1000)
+    step_times_ms = timed_steps(step, setup.steps, cuda, losses)
     result["timed_wall_s"] = time.perf_counter() - window_start
-    gpu_end = telemetry.gpu_snapshot(device.index or 0) if cuda else None
+    gpu_end = telemetry.gpu_snapshot(gpu_index) if cuda else None
     result.update(memory.peaks())
     frames_after_timed = compile_info.frames_compiled()
 
@@ -123,16 +94,66 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
         if result["compile"]["recompiles_in_timed"]:
             flags.append("recompiled")
     result["noise_flags"] = flags
-    result.update(flops.mfu_fields(config=model.config, seq=setup.seq,
-                                   tokens_per_s=result["tokens_per_s"],
-                                   gpu_name=result.get("device_name"), dtype=setup.dtype,
-                                   params_non_embedding=flops.non_embedding_params(model)))
+    result.update(flop_fields(setup, model, tokens, result))
+
+
+def build(setup: Setup, device: torch.device):
+    """The model (random weights from the seed), its training step, and the token batch."""
+    torch.manual_seed(setup.seed)
+    model = build_model(setup.model, setup.seq, setup.attn)
+    model.to(device=device, dtype=TORCH_DTYPES[setup.dtype])
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    forward = model
+    if setup.mode == "compile":
+        forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
+    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq, setup.seed, setup.device)
+
+    def step() -> torch.Tensor:
+        loss = forward(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return model, step, tokens
+
+
+def timed_steps(step, steps: int, cuda: bool, losses: list) -> list[float]:
+    """Run `steps` steps and return each one's time in ms; losses stay on the device.
+
+    GPU: a CUDA event pair around each step and one synchronize after the last, so the host never
+    waits inside the window. CPU: a step is synchronous, so perf_counter around it is exact.
+    """
+    if cuda:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(steps)]
+        for begin, end in events:
+            begin.record()
+            losses.append(step())
+            end.record()
+        torch.cuda.synchronize()
+        return [begin.elapsed_time(end) for begin, end in events]
+    step_times_ms = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        step_times_ms.append((time.perf_counter() - t0) * 1000)
+    return step_times_ms
+
+
+def flop_fields(setup: Setup, model, tokens, result: dict) -> dict:
+    """FLOPs per token, achieved TFLOP/s and MFU, and FlopCounterMode's count as a cross-check."""
+    fields = flops.mfu_fields(config=model.config, seq=setup.seq, tokens_per_s=result["tokens_per_s"],
+                              gpu_name=result.get("device_name"), dtype=setup.dtype,
+                              params_non_embedding=flops.non_embedding_params(model))
     try:
         # One sequence counted, times the batch: exact (FLOPs are linear in the batch) and it
         # needs no more memory than a batch-1 step.
-        result["flop_counter_per_step"] = setup.batch * flops.flop_counter_step(model, tokens[:1])
+        fields["flop_counter_per_step"] = setup.batch * flops.flop_counter_step(model, tokens[:1])
     except Exception as exc:  # noqa: BLE001 - a cross-check must not cost the measurement
         print(f"stepbench: FlopCounterMode cross-check failed: {exc}", file=sys.stderr)
+    return fields
 
 
 def step_time_summary(step_times_ms: list[float], tokens_per_step: int) -> dict:
@@ -166,13 +187,17 @@ class CudaMemory:
 
 
 class CpuMemory:
-    """The child's peak resident memory over the timed window.
+    """The child's peak resident memory over the timed window, above what it held before the
+    model was built (the imports, about 0.4 GB): weights, gradients, optimizer state and the
+    window's activations, as max_memory_allocated counts them on a GPU.
 
-    Writing 5 to /proc/self/clear_refs resets the kernel's peak RSS (ru_maxrss) to the current RSS;
-    the growth above the RSS at that moment is what the timed steps needed. Without clear_refs
-    (not Linux) the peak covers the whole process life, which over-states it: the record says so
-    through peak_reserved_gb being the absolute peak.
+    Writing 5 to /proc/self/clear_refs resets the kernel's peak RSS (ru_maxrss) to the current RSS,
+    so the peak read after the window is the window's own. Without clear_refs (not Linux) it
+    covers the whole process life; peak_reserved_gb is the absolute peak either way.
     """
+
+    def __init__(self):
+        self.baseline_bytes = self.in_use_gb() * GB
 
     def reset(self) -> None:
         try:
@@ -180,7 +205,6 @@ class CpuMemory:
                 f.write("5")
         except OSError:
             pass
-        self.baseline_bytes = self.in_use_gb() * GB
 
     def peaks(self) -> dict:
         peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
