@@ -124,14 +124,8 @@ def run_plan(plan: list[Setup], out: Path, *, repeats: int = 1, timeout_s: float
             started_at = now_iso()
             outcome = run_child(setup, files, launcher, cache_dir, timeout_s, display)
             record = build_record(setup, repeat, outcome, run_id=run_id, machine=machine,
-                                  started_at=started_at, timeout_s=timeout_s)
-            if record["compile"] is not None:
-                record["compile"]["cache"] = cache_label
-            if peak_tflops:
-                from stepbench import flops  # imports torch; the parent needs it only here
-
-                record["peak_tflops_measured"] = peak_tflops
-                record["mfu_measured"] = flops.mfu(record["achieved_tflops"], peak_tflops)
+                                  started_at=started_at, timeout_s=timeout_s,
+                                  cache_label=cache_label, peak_tflops=peak_tflops)
             store.append(record)
             records.append(record)
             display.finish(record)
@@ -231,8 +225,13 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 def build_record(setup: Setup, repeat: int, outcome: Outcome, *, run_id: str, machine: dict,
-                 started_at: str, timeout_s: float) -> dict:
-    """The results record: setup, status, everything the child measured, machine and software."""
+                 started_at: str, timeout_s: float, cache_label: str | None = None,
+                 peak_tflops: float | None = None) -> dict:
+    """The results record: setup, status, everything the child measured, machine and software.
+
+    `cache_label` says how the inductor cache started (compile_cache_for); `peak_tflops`, the
+    matmul rate measured once per run, gives the record its mfu_measured.
+    """
     measured = dict(MEASURED_FIELDS)
     measured["phase"] = outcome.last_progress.get("phase", "starting")
     child = outcome.result or {}
@@ -243,6 +242,13 @@ def build_record(setup: Setup, repeat: int, outcome: Outcome, *, run_id: str, ma
     machine = dict(machine)
     if device_name and machine.get("gpu") in (None, "cpu") and setup.device == "cuda":
         machine["gpu"] = device_name
+    if measured["compile"] is not None:
+        measured["compile"]["cache"] = cache_label
+    if peak_tflops:
+        from stepbench import flops  # imports torch; the parent needs it only here
+
+        measured["peak_tflops_measured"] = peak_tflops
+        measured["mfu_measured"] = flops.mfu(measured["achieved_tflops"], peak_tflops)
     software = software_info()
     software["cuda"] = cuda_version
     return {"schema": SCHEMA, "run_id": run_id, "repeat": repeat, "setup": setup.to_dict(),
