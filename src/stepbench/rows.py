@@ -311,15 +311,10 @@ def _loss_difference(compiled: dict, eager: dict) -> float | None:
 
 def setup_labels(rows: list[Row]) -> dict[int, str]:
     """Setup name, plus the workload where rows differ in it (model, batch x seq, dtype)."""
-    varies = [len({getattr(r, f) for r in rows}) > 1 for f in ("model", "batch", "dtype")]
-    varies[1] = varies[1] or len({r.seq for r in rows}) > 1
-    labels = {}
-    for row in rows:
-        extra = [str(row.model)] if varies[0] else []
-        extra += [f"{row.batch}x{row.seq}"] if varies[1] else []
-        extra += [str(row.dtype)] if varies[2] else []
-        labels[id(row)] = row.setup + (f" ({', '.join(extra)})" if extra else "")
-    return labels
+    parts = [lambda r: str(r.model), lambda r: f"{r.batch}x{r.seq}", lambda r: str(r.dtype)]
+    varying = [part for part in parts if len({part(r) for r in rows}) > 1]
+    return {id(r): r.setup + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
+            for r in rows}
 
 
 def status_text(status: str) -> str:
