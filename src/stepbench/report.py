@@ -27,12 +27,12 @@ COLUMNS = ["GPU", "$/hour", "Setup", "Step (ms)", "Tokens/s", "Peak memory", "Fi
            "M tokens per $"]
 ALIGN = "lrlrrrrr"
 # One mark per noise flag, placed after the step time; footnotes explain the marks used.
+_SLOWED = ("†", "the GPU reported throttling or its SM clock dropped by over 10% during the "
+                "timed steps")
 NOISE_MARKS = {
     "high_cv": ("*", "step times varied by more than 5% (coefficient of variation)"),
-    "throttled": ("†", "the GPU reported throttling or its SM clock dropped by over 10% "
-                       "during the timed steps"),
-    "clock_drop": ("†", "the GPU reported throttling or its SM clock dropped by over 10% "
-                        "during the timed steps"),
+    "throttled": _SLOWED,
+    "clock_drop": _SLOWED,
     "other_processes": ("‡", "other processes were using the GPU"),
     "recompiled": ("§", "torch.compile recompiled during the timed steps"),
 }
