@@ -122,11 +122,9 @@ def build_plan(args: argparse.Namespace, device: str) -> list[Setup]:
     seqs = parse_list("--seq", args.seq or base["seq"], int)
     plan = matrix(models=[model], modes=parse_list("--modes", args.modes),
                   attns=parse_list("--attn", args.attn), batches=parse_list("--batch", args.batch, int),
-                  seqs=seqs, dtype=args.dtype, device=device, warmup=args.warmup, steps=args.steps,
+                  seqs=seqs, compile_modes=parse_list("--compile-mode", args.compile_mode),
+                  dtype=args.dtype, device=device, warmup=args.warmup, steps=args.steps,
                   seed=args.seed, memory_limit_gb=args.memory_limit_gb)
-    compile_modes = parse_list("--compile-mode", args.compile_mode)
-    plan = [s if s.mode == "eager" else Setup.from_dict({**s.to_dict(), "compile_mode": cm})
-            for s in plan for cm in (compile_modes if s.mode == "compile" else [None])]
     for seq in seqs:
         build_config(model, seq)
     return plan

@@ -81,10 +81,12 @@ class Setup:
 
 
 def matrix(*, models: list[str], modes: list[str], attns: list[str], batches: list[int],
-           seqs: list[int], **common) -> list[Setup]:
-    """Every combination, in the post's order: per attention, eager then compiled."""
-    return [Setup(model=model, mode=mode, attn=attn, batch=batch, seq=seq, **common)
-            for model, batch, seq, attn, mode in itertools.product(models, batches, seqs, attns, modes)]
+           seqs: list[int], compile_modes: tuple[str, ...] = ("default",), **common) -> list[Setup]:
+    """Every combination, in the post's order: per attention, eager then compiled (once per
+    compile mode; the compile mode does not apply to eager)."""
+    return [Setup(model=model, mode=mode, attn=attn, batch=batch, seq=seq, compile_mode=cm, **common)
+            for model, batch, seq, attn, mode in itertools.product(models, batches, seqs, attns, modes)
+            for cm in (compile_modes if mode == "compile" else ("default",))]
 
 
 def parse_list(flag: str, text: str, cast=str) -> list:
