@@ -11,6 +11,7 @@ setups, or an SSH one for remote machines, only has to build another command lin
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -232,7 +233,7 @@ def build_record(setup: Setup, repeat: int, outcome: Outcome, *, run_id: str, ma
     `cache_label` says how the inductor cache started (compile_cache_for); `peak_tflops`, the
     matmul rate measured once per run, gives the record its mfu_measured.
     """
-    measured = dict(MEASURED_FIELDS)
+    measured = copy.deepcopy(MEASURED_FIELDS)  # its lists must not be shared between records
     measured["phase"] = outcome.last_progress.get("phase", "starting")
     child = outcome.result or {}
     device_name = child.pop("device_name", None)
