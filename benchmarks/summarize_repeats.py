@@ -7,8 +7,8 @@ warm, numerical parity, energy, and compiled against eager tested for significan
 
     PYTHONPATH=src python benchmarks/summarize_repeats.py RESULTS.jsonl
 
-Only reads stored results; the statistics are stepbench.stats's, the combined rows and the loss
-parity are the report's own (stepbench.rows), so the two cannot disagree.
+Only reads stored results; the statistics are stepbench.report.stats's, the combined rows and the loss
+parity are the report's own (stepbench.report.rows), so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from stepbench import stats
-from stepbench.results import read_records
-from stepbench.rows import Row, build_rows
+from stepbench.record import Record, ResultsFile
+from stepbench.report import stats
+from stepbench.report.rows import Row, build_rows, eager_twins
 
 
 def table(columns: list[str], cells: list[list[str]]) -> str:
@@ -35,8 +35,8 @@ def f(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def ok_records(row: Row) -> list[dict]:
-    return [r for r in row.records if r["status"] == "ok" and r.get("step_ms") is not None]
+def ok_records(row: Row) -> list[Record]:
+    return [r for r in row.records if r.ok]
 
 
 def median_of(records: list[dict], get) -> float | None:
@@ -50,7 +50,7 @@ def step_times(rows: list[Row]) -> str:
         means = row.repeat_step_ms
         lo, hi = row.step_ms_ci or (None, None)
         spread = (max(means) - min(means)) / min(means) * 100
-        flags = [", ".join(r["noise_flags"]) or "-" for r in ok_records(row)]
+        flags = [", ".join(r.noise_flags) or "-" for r in ok_records(row)]
         cells.append([row.setup, ", ".join(f(m) for m in means), f(row.step_ms),
                       f"{f(lo)}-{f(hi)}", f"{spread:.1f}%", "; ".join(flags)])
     return table(["setup", "per-process means (ms, in run order)", "median ms",
@@ -63,13 +63,13 @@ def mfu(rows: list[Row]) -> str:
     for row in rows:
         ok = ok_records(row)
         cells.append([
-            row.setup, f(median_of(ok, lambda r: r.get("achieved_tflops"))),
-            f"{median_of(ok, lambda r: r.get('mfu_measured')) * 100:.1f}%",
-            f(median_of(ok, lambda r: r.get("peak_tflops_measured"))),
-            f"{median_of(ok, lambda r: r.get('mfu_datasheet')) * 100:.1f}%",
-            f(median_of(ok, lambda r: r.get("peak_tflops_datasheet"))),
-            f"{median_of(ok, lambda r: r.get('flop_counter_per_step')) / 1e12:.2f}",
-            f"{ok[0]['flops_per_token'] * row.batch * row.seq / 1e12:.2f}"])
+            row.setup, f(median_of(ok, lambda r: r.achieved_tflops)),
+            f"{median_of(ok, lambda r: r.mfu_measured) * 100:.1f}%",
+            f(median_of(ok, lambda r: r.peak_tflops_measured)),
+            f"{median_of(ok, lambda r: r.mfu_datasheet) * 100:.1f}%",
+            f(median_of(ok, lambda r: r.peak_tflops_datasheet)),
+            f"{median_of(ok, lambda r: r.flop_counter_per_step) / 1e12:.2f}",
+            f"{ok[0].flops_per_token * row.batch * row.seq / 1e12:.2f}"])
     return table(["setup", "achieved TFLOP/s", "MFU (measured peak)", "measured peak TFLOP/s",
                   "MFU (datasheet peak)", "datasheet peak TFLOP/s",
                   "FlopCounterMode TFLOP/step", "6N'+12LdT TFLOP/step"], cells)
@@ -79,10 +79,10 @@ def compile_cost(rows: list[Row]) -> str:
     cells = []
     for row in rows:
         for r in ok_records(row):
-            c = r.get("compile")
+            c = r.compile
             if not c:
                 continue
-            cells.append([row.setup, str(r["repeat"]), c["cache"], f(r["first_step_s"]),
+            cells.append([row.setup, str(r.repeat), c["cache"], f(r.first_step_s),
                           f(c.get("dynamo_s")), f(c.get("inductor_s")), str(c.get("graphs")),
                           str(c.get("graph_breaks")), "; ".join(c.get("break_reasons") or [])
                           or "-", str(c.get("recompiles_in_timed"))])
@@ -92,15 +92,13 @@ def compile_cost(rows: list[Row]) -> str:
 
 
 def parity(rows: list[Row]) -> str:
-    eager = {(r.attn, r.workload): r for r in rows if r.mode == "eager"}
     cells = []
-    for row in rows:
-        if row.mode != "compile" or row.parity_rel_diff is None:
+    for row, twin in eager_twins(rows):
+        if row.parity_rel_diff is None:
             continue
-        twin = eager[(row.attn, row.workload)]
         cells.append([row.setup, f(twin.loss_last, 4), f(row.loss_last, 4),
                       f"{row.parity_rel_diff * 100:.3f}%", f"{row.parity_tolerance * 100:.0f}%",
-                      "yes" if row.parity_ok else "no", str(len(row.records[0]["losses"]))])
+                      "yes" if row.parity_ok else "no", str(len(row.records[0].losses))])
     return table(["compiled setup", "eager last loss (median)", "compiled last loss (median)",
                   "largest relative difference", "tolerance (bf16)", "within", "steps"], cells)
 
@@ -109,11 +107,11 @@ def energy(rows: list[Row]) -> str:
     cells = []
     for row in rows:
         ok = ok_records(row)
-        joules = median_of(ok, lambda r: (r.get("energy") or {}).get("joules_per_step"))
-        per_token = [r["energy"]["joules_per_step"] / (row.batch * row.seq) for r in ok]
+        joules = median_of(ok, lambda r: (r.energy or {}).get("joules_per_step"))
+        per_token = [r.energy["joules_per_step"] / (row.batch * row.seq) for r in ok]
         cells.append([row.setup, f(joules), f"{joules / (row.batch * row.seq) * 1000:.2f}",
                       ", ".join(f"{j * 1000:.2f}" for j in per_token),
-                      f(median_of(ok, lambda r: (r.get("energy") or {}).get("avg_watts")), 0),
+                      f(median_of(ok, lambda r: (r.energy or {}).get("avg_watts")), 0),
                       f"{row.tokens_per_kwh / 1e6:.0f}M"])
     return table(["setup", "J per step (median)", "mJ per token (median)",
                   "mJ per token per process", "average W", "tokens per kWh (median)"], cells)
@@ -148,7 +146,7 @@ def summarize(records: list[dict]) -> str:
     rows = [r for r in build_rows(records, {}) if r.ok]
     gpus = sorted({r.gpu for r in rows})
     head = (f"{len(records)} records, {', '.join(gpus)}, "
-            f"{len({r['run_id'] for r in records})} run(s)\n")
+            f"{len({r.run_id for r in records})} run(s)\n")
     return head + "".join(f"\n### {title}\n\n{fn(rows)}" for title, fn in SECTIONS)
 
 
@@ -156,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="results file of `stepbench run --repeats N`")
     args = parser.parse_args(argv)
-    sys.stdout.write(summarize(read_records(args.results)))
+    sys.stdout.write(summarize(ResultsFile(args.results).read()))
     return 0
 
 

@@ -1,10 +1,11 @@
 """The software caveat: GPU comparisons across different torch/transformers versions say so."""
 
-import json
+import dataclasses
 from pathlib import Path
 
-from stepbench.findings import findings_for
-from stepbench.rows import build_rows
+from stepbench.record import ResultsFile, Software
+from stepbench.report.findings import findings_for
+from stepbench.report.rows import build_rows
 
 DATA = Path(__file__).parent / "data"
 
@@ -12,12 +13,13 @@ DATA = Path(__file__).parent / "data"
 def records(*names):
     out = []
     for name in names:
-        out += [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
+        out += ResultsFile(DATA / name).read()
     return out
 
 
 def software_findings(recs):
-    return [f.text for f in findings_for(build_rows(recs, {})) if f.kind == "software"]
+    return [f.text for _, group in findings_for(build_rows(recs, {})) for f in group
+            if f.kind == "software"]
 
 
 def test_mixed_stacks_are_named():
@@ -33,5 +35,5 @@ def test_one_stack_gives_no_caveat():
 
 def test_record_without_software_is_not_a_different_stack():
     recs = records("post/4-h100.jsonl")
-    oom = dict(recs[0], status="oom", step_ms=None, software=None)
+    oom = dataclasses.replace(recs[0], status="oom", step_ms=None, software=Software())
     assert software_findings(recs + [oom]) == []

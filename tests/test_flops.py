@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from stepbench import flops
+from stepbench.measure import flops, peaks
 
 
 def post_config(**overrides) -> LlamaConfig:
@@ -89,9 +89,9 @@ def test_bad_seq_and_dtype_are_rejected():
     with pytest.raises(ValueError, match="seq must be positive"):
         flops.flops_per_token(tiny_config(), 0, params_non_embedding=1)
     with pytest.raises(ValueError, match="choose one of: bf16, fp16, tf32, fp32"):
-        flops.normalize_dtype("fp8")
-    assert flops.normalize_dtype(torch.bfloat16) == "bf16"
-    assert flops.normalize_dtype("float32") == "fp32"
+        peaks.normalize_dtype("fp8")
+    assert peaks.normalize_dtype(torch.bfloat16) == "bf16"
+    assert peaks.normalize_dtype("float32") == "fp32"
 
 
 # --- FlopCounterMode on a real tiny model --------------------------------------------------------
@@ -175,27 +175,27 @@ def test_flop_counter_unwraps_a_compiled_module_without_compiling():
 # --- datasheet peaks ---------------------------------------------------------------------------
 
 def test_datasheet_exact_names():
-    assert flops.datasheet_peak("NVIDIA H100 80GB HBM3", "bf16") == 989.4
-    assert flops.datasheet_peak("NVIDIA H100 PCIe", "bf16") == 756.5
-    assert flops.datasheet_peak("NVIDIA H200", "bf16") == 989.4
-    assert flops.datasheet_peak("NVIDIA H200", torch.float32) == 66.9
-    assert flops.datasheet_peak("NVIDIA A100-SXM4-40GB", "fp16") == 312.0
-    assert flops.datasheet_peak("NVIDIA L40S", "bf16") == 362.05
-    assert flops.datasheet_peak("NVIDIA RTX A6000", "bf16") == 154.8
+    assert peaks.datasheet_peak("NVIDIA H100 80GB HBM3", "bf16") == 989.4
+    assert peaks.datasheet_peak("NVIDIA H100 PCIe", "bf16") == 756.5
+    assert peaks.datasheet_peak("NVIDIA H200", "bf16") == 989.4
+    assert peaks.datasheet_peak("NVIDIA H200", torch.float32) == 66.9
+    assert peaks.datasheet_peak("NVIDIA A100-SXM4-40GB", "fp16") == 312.0
+    assert peaks.datasheet_peak("NVIDIA L40S", "bf16") == 362.05
+    assert peaks.datasheet_peak("NVIDIA RTX A6000", "bf16") == 154.8
     # GeForce: the FP32-accumulate rate PyTorch uses, half the FP16-accumulate marketing number.
-    assert flops.datasheet_peak("NVIDIA GeForce RTX 4090", "bf16") == 165.2
+    assert peaks.datasheet_peak("NVIDIA GeForce RTX 4090", "bf16") == 165.2
 
 
 def test_datasheet_every_entry_is_dense_and_sane():
-    for name, peaks in flops.DATASHEET_PEAK_TFLOPS.items():
-        assert set(peaks) == set(flops.DTYPES), name
-        if peaks["bf16"] is not None:
-            assert peaks["bf16"] == peaks["fp16"], name
+    for name, entry in peaks.DATASHEET_PEAK_TFLOPS.items():
+        assert set(entry) == set(peaks.DTYPES), name
+        if entry["bf16"] is not None:
+            assert entry["bf16"] == entry["fp16"], name
             # TF32 runs at half the bf16 rate (the L40S datasheet rounds to 183 vs 362.05 / 2).
-            assert peaks["tf32"] <= peaks["bf16"] * 0.51, name
-        assert peaks["fp32"] < peaks["fp16"], name
+            assert entry["tf32"] <= entry["bf16"] * 0.51, name
+        assert entry["fp32"] < entry["fp16"], name
         # Every entry can be found by its own name.
-        assert flops.datasheet_entry(name) == name
+        assert peaks.datasheet_entry(name) == name
 
 
 @pytest.mark.parametrize("query, expected", [
@@ -211,7 +211,7 @@ def test_datasheet_every_entry_is_dense_and_sane():
     ("L40", "NVIDIA L40"),
 ])
 def test_datasheet_fuzzy_names(query, expected):
-    assert flops.datasheet_entry(query) == expected
+    assert peaks.datasheet_entry(query) == expected
 
 
 @pytest.mark.parametrize("query", [
@@ -225,14 +225,14 @@ def test_datasheet_fuzzy_names(query, expected):
     "AMD Instinct MI300X",
 ])
 def test_datasheet_unknown_or_ambiguous_is_none(query):
-    assert flops.datasheet_entry(query) is None
-    assert flops.datasheet_peak(query, "bf16") is None
+    assert peaks.datasheet_entry(query) is None
+    assert peaks.datasheet_peak(query, "bf16") is None
 
 
 def test_datasheet_dtype_without_fast_path_is_none():
-    assert flops.datasheet_peak("Tesla V100-SXM2-16GB", "bf16") is None
-    assert flops.datasheet_peak("Tesla V100-SXM2-16GB", "fp16") == 125.0
-    assert flops.datasheet_peak(None, "bf16") is None
+    assert peaks.datasheet_peak("Tesla V100-SXM2-16GB", "bf16") is None
+    assert peaks.datasheet_peak("Tesla V100-SXM2-16GB", "fp16") == 125.0
+    assert peaks.datasheet_peak(None, "bf16") is None
 
 
 # --- MFU ------------------------------------------------------------------------------------
@@ -285,7 +285,7 @@ def test_mfu_fields_warn_and_leave_null_above_100_percent(caplog):
     assert fields["achieved_tflops"] > fields["peak_tflops_datasheet"]
     assert len(messages) == 1 and "mfu_datasheet left null" in messages[0]
     # Default: a logging warning.
-    with caplog.at_level(logging.WARNING, logger="stepbench.flops"):
+    with caplog.at_level(logging.WARNING, logger="stepbench.measure.flops"):
         flops.mfu_fields(config=post_config(), seq=2048, tokens_per_s=1e6,
                          gpu_name="NVIDIA GeForce RTX 4090", dtype="bf16",
                          params_non_embedding=435_471_360)
@@ -304,32 +304,32 @@ def test_mfu_fields_on_cpu_have_no_peak_and_no_warning():
 # --- measured matmul rate ------------------------------------------------------------------
 
 def test_measure_matmul_tflops_on_cpu_is_positive_and_plausible():
-    rate = flops.measure_matmul_tflops("cpu", "fp32", n=256, repeats=3)
+    rate = peaks.measure_matmul_tflops("cpu", "fp32", n=256, repeats=3)
     # Any CPU does more than 0.1 GFLOP/s and less than 100 TFLOP/s in fp32.
     assert 1e-4 < rate < 100
 
 
 def test_measure_matmul_rejects_tf32_on_cpu_and_bad_sizes():
     with pytest.raises(ValueError, match="tf32 is a CUDA tensor-core mode"):
-        flops.measure_matmul_tflops("cpu", "tf32", n=64)
+        peaks.measure_matmul_tflops("cpu", "tf32", n=64)
     with pytest.raises(ValueError, match="must be positive"):
-        flops.measure_matmul_tflops("cpu", "fp32", n=-1)
+        peaks.measure_matmul_tflops("cpu", "fp32", n=-1)
     with pytest.raises(ValueError, match="sustained_s not negative"):
-        flops.measure_matmul_tflops("cpu", "fp32", n=64, sustained_s=-1)
+        peaks.measure_matmul_tflops("cpu", "fp32", n=64, sustained_s=-1)
 
 
 def test_measure_matmul_restores_matmul_precision():
     before = torch.get_float32_matmul_precision()
-    flops.measure_matmul_tflops("cpu", "fp32", n=64, repeats=1)
+    peaks.measure_matmul_tflops("cpu", "fp32", n=64, repeats=1)
     assert torch.get_float32_matmul_precision() == before
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_measure_matmul_on_gpu_is_below_datasheet_peak():
     name = torch.cuda.get_device_name()
-    burst = flops.measure_matmul_tflops("cuda", "bf16")
-    sustained = flops.measure_matmul_tflops("cuda", "bf16", sustained_s=2.0)
-    peak = flops.datasheet_peak(name, "bf16")
+    burst = peaks.measure_matmul_tflops("cuda", "bf16")
+    sustained = peaks.measure_matmul_tflops("cuda", "bf16", sustained_s=2.0)
+    peak = peaks.datasheet_peak(name, "bf16")
     assert burst > 1.0 and sustained > 1.0
     # A power cap can only slow the sustained rate down (5% allowance for run-to-run noise).
     assert sustained <= burst * 1.05
@@ -341,8 +341,8 @@ def test_measure_matmul_on_gpu_is_below_datasheet_peak():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_measure_matmul_on_gpu_small_size_is_batched():
     # n=256 takes microseconds: timed one by one it would measure launch latency, not the GPU.
-    small = flops.measure_matmul_tflops("cuda", "fp16", n=256, repeats=5)
-    assert 0 < small < flops.measure_matmul_tflops("cuda", "fp16", n=4096, repeats=5)
+    small = peaks.measure_matmul_tflops("cuda", "fp16", n=256, repeats=5)
+    assert 0 < small < peaks.measure_matmul_tflops("cuda", "fp16", n=4096, repeats=5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -2,33 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 import torch
 
-from stepbench import cli, peak
+from stepbench import cli
+from stepbench.report.document import peak_document
+from stepbench.report.render import render
 from conftest import run_cli
 
 
-def peak_parser() -> argparse.ArgumentParser:
-    """A parser holding only the peak command, built with peak.add_parser as cli.py does."""
-    parser = argparse.ArgumentParser(prog="stepbench")
-    peak.add_parser(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
 def run_peak(argv, capsys) -> tuple[int, str, str]:
-    """Run `stepbench ARGV` through cli.main's real UserError handling, with only our command."""
-    original = cli.build_parser
-    cli.build_parser = peak_parser
-    try:
-        code = cli.main(argv)
-    finally:
-        cli.build_parser = original
+    """Run `stepbench ARGV` through cli.main's real UserError handling."""
+    code = cli.main(argv)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def render_peak(result: dict) -> str:
+    return render(peak_document(result), "table")
 
 
 def test_json_on_cpu_gives_one_object_with_a_positive_rate(capsys):
@@ -59,13 +52,21 @@ def test_table_on_cpu(capsys):
 
 
 def test_render_with_a_datasheet_peak():
-    text = peak.render_peak({"device": "cuda", "gpu": "NVIDIA H200", "cpu": None, "dtype": "bf16",
+    text = render_peak({"device": "cuda", "gpu": "NVIDIA H200", "cpu": None, "dtype": "bf16",
                              "size": 8192, "repeats": 20, "sustained_s": 5.0,
                              "measured_tflops": 790.14,
                              "datasheet_tflops": 989.4, "fraction_of_datasheet": 790.14 / 989.4})
     row = text.splitlines()[3].split()
-    assert row == ["NVIDIA", "H200", "bf16", "8192", "790.1", "989.4", "80%"]
+    assert row == ["NVIDIA", "H200", "bf16", "8192", "790", "989.4", "80%"]
     assert "after 5 s of sustained load (the power-capped rate)" in text
+
+
+def test_a_slow_cpu_rate_keeps_its_significant_digits():
+    # A busy 2-core CPU measured 0.0004 TFLOP/s: three decimals printed it as 0.000.
+    text = render_peak({"device": "cpu", "gpu": "cpu", "cpu": "Xeon", "dtype": "fp32", "size": 128,
+                        "repeats": 2, "sustained_s": 0, "measured_tflops": 0.000412,
+                        "datasheet_tflops": None, "fraction_of_datasheet": None})
+    assert text.splitlines()[3].split()[4] == "0.000412"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
@@ -73,8 +74,8 @@ def test_cuda_without_cuda_is_a_one_line_user_error(capsys):
     code, out, err = run_peak(["peak", "--device", "cuda"], capsys)
     assert code == 2
     assert out == ""
-    assert err == ("stepbench peak: error: CUDA was requested but torch.cuda.is_available() is "
-                   "False; use --device cpu\n")
+    assert err == ("stepbench peak: error: --device cuda was asked for, but torch sees no CUDA "
+                   "GPU here; use --device cpu (or install a CUDA build of torch)\n")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -92,7 +93,7 @@ def test_bad_arguments_are_user_errors(argv, message, capsys):
 
 def test_unknown_choice_is_rejected_by_argparse(capsys):
     with pytest.raises(SystemExit) as exc:
-        peak_parser().parse_args(["peak", "--dtype", "fp8"])
+        cli.build_parser().parse_args(["peak", "--dtype", "fp8"])
     assert exc.value.code == 2
     assert "invalid choice: 'fp8'" in capsys.readouterr().err
 
@@ -110,8 +111,8 @@ def test_real_cli_cuda_error_in_a_subprocess():
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
-        "stepbench peak: error: CUDA was requested but torch.cuda.is_available() is False; "
-        "use --device cpu"]
+        "stepbench peak: error: --device cuda was asked for, but torch sees no CUDA GPU here; "
+        "use --device cpu (or install a CUDA build of torch)"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from stepbench.run import render_records
+from stepbench.record import Record
+from stepbench.report.document import run_document
+from stepbench.report.render import render
+
+
+def render_records(records: list[dict], fmt: str) -> str:
+    return render(run_document([Record.from_dict(r) for r in records]), fmt)
 
 DATA = Path(__file__).parent / "data"
 
@@ -26,12 +32,13 @@ def test_failed_and_noisy_rows(h200_records):
     h200_records[2].update(status="oom", error="OutOfMemoryError: CUDA out of memory", step_ms=None)
     h200_records[0]["noise_flags"] = ["high_cv", "other_processes"]
     text = render_records(h200_records, "markdown")
-    assert "| eager+eager | 4 | 2048 | OOM |  |  |  |" in text
+    assert "| eager+eager | 4 | 2048 | OOM | - | - | - |" in text
     assert "| eager+sdpa | 4 | 2048 | 89.7*‡ |" in text
-    assert "OOM means the run did not fit in the GPU's memory." in text
+    assert "OOM means the step did not fit in the GPU's memory." in text
     assert "\\* step times varied by more than 5% (coefficient of variation)." in text
     assert "‡ other processes were using the GPU." in text
 
 
-def test_json_is_the_records(h200_records):
-    assert json.loads(render_records(h200_records, "json")) == h200_records
+def test_records_of_0_1_read_and_write_back_unchanged(h200_records):
+    # The typed Record holds every field stepbench 0.1 wrote, under the same names.
+    assert [Record.from_dict(r).to_dict() for r in h200_records] == h200_records

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from stepbench import report
+from stepbench.report import render
 from stepbench.cli import main
 from test_report_errors import assert_user_error
 from test_report_stats import DATA, H200, rec, report_text, row, run_report
@@ -263,5 +263,5 @@ def test_terminal_splits_a_wide_details_table(capsys, tmp_path, energy_records):
     out = capsys.readouterr().out
     details = out.split("\nDetails\n")[1].split("What the numbers say")[0]
     assert "Details (continued)" in details
-    assert max(len(line) for line in details.splitlines()) <= report.TERMINAL_WIDTH
+    assert max(len(line) for line in details.splitlines()) <= render.TERMINAL_WIDTH
     assert details.count("NVIDIA H200   compile+sdpa") == 2          # GPU and setup repeated

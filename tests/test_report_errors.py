@@ -104,7 +104,7 @@ def test_record_without_gpu_is_warned_and_skipped(capsys, tmp_path):
     folder = copy_post(tmp_path, no_gpu)
     code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "json")
     assert code == 0
-    assert f"{folder / '3-a6000.jsonl'}: record 1" in err and "machine.gpu" in err
+    assert f"{folder / '3-a6000.jsonl'}:1: skipped a record (no machine.gpu)" in err
     assert len(json.loads(out)["rows"]) == 15
 
 

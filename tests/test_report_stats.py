@@ -39,10 +39,12 @@ def rec(mode="eager", attn="sdpa", *, gpu="NVIDIA H200", repeat=0, steps=None, s
     return r
 
 
-def run_report(capsys, tmp_path, records, *args) -> tuple[dict, str]:
-    path = tmp_path / "results.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    code = main(["report", str(path), "--format", "json", *args])
+def run_report(capsys, tmp_path, records, *args, files=1) -> tuple[dict, str]:
+    """Report on `records` written to one results file (or spread over `files` files)."""
+    paths = [tmp_path / ("results.jsonl" if files == 1 else f"results-{i}.jsonl") for i in range(files)]
+    for i, path in enumerate(paths):
+        path.write_text("".join(json.dumps(r) + "\n" for r in records[i::files]))
+    code = main(["report", *map(str, paths), "--format", "json", *args])
     out, err = capsys.readouterr()
     assert code == 0, err
     return json.loads(out), err
@@ -192,12 +194,23 @@ def test_failed_repeat_keeps_the_row_and_is_footnoted(capsys, tmp_path):
 
 
 def test_records_from_two_runs_are_combined_and_said_so(capsys, tmp_path):
+    # Two results files with the same setup (as from two machines' runs, or two --out files).
     records = [rec("eager", step_ms=100, run_id="a"), rec("eager", step_ms=104, run_id="b")]
-    doc, _ = run_report(capsys, tmp_path, records)
+    doc, _ = run_report(capsys, tmp_path, records, files=2)
     assert row(doc, "eager+sdpa")["repeats"] == 2
     assert "NVIDIA H200 eager+sdpa: records from 2 runs were combined as repeats." in \
         doc["notes"]
     assert any(n.startswith("2 repeats combined (every row)") for n in doc["notes"])
+
+
+def test_within_one_file_the_latest_record_of_a_setup_wins(capsys, tmp_path):
+    # `run --rerun` appends a new record of the same setup and repeat: it replaces the old one.
+    records = [rec("eager", step_ms=100, run_id="a"), rec("compile", step_ms=80, run_id="a"),
+               rec("eager", step_ms=120, run_id="b")]
+    doc, _ = run_report(capsys, tmp_path, records)
+    assert row(doc, "eager+sdpa")["repeats"] == 1
+    assert row(doc, "eager+sdpa")["step_ms"] == 120
+    assert [r["setup"] for r in doc["rows"]] == ["eager+sdpa", "compile+sdpa"]
 
 
 def test_crash_keeps_its_place_and_error_line(capsys, tmp_path):
@@ -256,10 +269,11 @@ def test_two_batch_sizes_are_kept_apart_and_labelled(capsys, tmp_path):
                rec("eager", step_ms=190, batch=8), rec("compile", step_ms=150, batch=8)]
     doc, _ = run_report(capsys, tmp_path, records)
     assert len(doc["rows"]) == 4
-    speed = [f["text"] for f in doc["findings"] if f["kind"] == "compile_speed"]
-    assert speed[0].startswith("llama-468m, batch 4 x 2048, bf16: With sdpa attention")
-    assert speed[1].startswith("llama-468m, batch 8 x 2048, bf16: With sdpa attention")
-    assert "(21% faster)" in speed[1]
+    speed = [f for f in doc["findings"] if f["kind"] == "compile_speed"]
+    assert [f["group"] for f in speed] == ["llama-468m, batch 4 x 2048, bf16",
+                                           "llama-468m, batch 8 x 2048, bf16"]
+    assert all(f["text"].startswith("With sdpa attention") for f in speed)
+    assert "(21% faster)" in speed[1]["text"]
     path = tmp_path / "results.jsonl"
     assert "| compile+sdpa (8x2048) |" in report_text(capsys, "markdown", path)
 

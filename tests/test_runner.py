@@ -1,8 +1,8 @@
 """The runner's handling of children that hang, crash or fail, with real processes.
 
-These children are not benchmarks: a Launcher subclass swaps the command line (the one piece the
-runner lets you replace) for a process that hangs or dies, so that the parent's timeout, process
-group kill and classification are exercised for real.
+These children are not benchmarks: a LocalProcess subclass swaps the command line for a process
+that hangs or dies, so that the executor's timeout, process group kill and the runner's
+classification are exercised for real.
 """
 
 import os
@@ -11,26 +11,36 @@ import time
 
 import pytest
 
-from stepbench import runner
-from stepbench.runner import Launcher, Outcome, classify
-from stepbench.setups import Setup
-from stepbench.worker import classify_exception
+from stepbench.execute import executor
+from stepbench.execute.executor import LocalProcess, Outcome
+from stepbench.execute.runner import Runner, classify
+from stepbench.measure.worker import classify_exception
+from stepbench.record import ResultsFile
+from stepbench.setup import Setup
 
 from conftest import read_jsonl
 
 TINY = dict(model="llama-tiny", attn="sdpa", seq=64, device="cpu", warmup=0, steps=2)
 
 
-class ScriptLauncher(Launcher):
+class ScriptExecutor(LocalProcess):
     """Runs `script` (Python source) for the setups whose mode is 'compile', the real worker otherwise."""
 
     def __init__(self, script: str, *args):
+        super().__init__()
         self.script, self.args = script, [str(a) for a in args]
 
-    def command(self, setup, files):
-        if setup.mode == "compile":
+    def command(self, job):
+        if job.setup.mode == "compile":
             return [sys.executable, "-c", self.script, *self.args]
-        return super().command(setup, files)
+        return super().command(job)
+
+
+def run_plan(plan, out, timeout_s, executor):
+    try:
+        return Runner(executor, ResultsFile(out), timeout_s=timeout_s).run(plan)
+    finally:
+        executor.close()
 
 
 HANG = """
@@ -55,24 +65,24 @@ def plan():
 
 
 def test_a_hang_is_killed_by_the_timeout_with_its_whole_group(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "KILL_GRACE_S", 1.0)
+    monkeypatch.setattr(executor, "KILL_GRACE_S", 1.0)
     out = tmp_path / "r.jsonl"
     start = time.monotonic()
-    records = runner.run_plan(plan(), out, timeout_s=25, launcher=ScriptLauncher(HANG))
+    records = run_plan(plan(), out, timeout_s=25, executor=ScriptExecutor(HANG))
     hung, ok = records
-    assert hung["status"] == "timeout"
-    assert "no result after 25 s" in hung["error"] and "raise --timeout" in hung["error"]
-    assert hung["wall_s"] >= 25
+    assert hung.status == "timeout"
+    assert "no result after 25 s" in hung.error and "raise --timeout" in hung.error
+    assert hung.wall_s >= 25
     # The setup after the hang still ran, and both records are in the file.
-    assert ok["status"] == "ok"
+    assert ok.status == "ok"
     assert [r["status"] for r in read_jsonl(out)] == ["timeout", "ok"]
     assert time.monotonic() - start < 120
 
 
 def test_the_grandchild_of_a_hung_child_is_killed(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "KILL_GRACE_S", 1.0)
+    monkeypatch.setattr(executor, "KILL_GRACE_S", 1.0)
     pid_file = tmp_path / "grandchild.pid"
-    runner.run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=4, launcher=ScriptLauncher(HANG, pid_file))
+    run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=4, executor=ScriptExecutor(HANG, pid_file))
     pid = int(pid_file.read_text())
     time.sleep(0.5)
     # Gone, or a zombie waiting for init to reap it: either way no longer running.
@@ -80,26 +90,24 @@ def test_the_grandchild_of_a_hung_child_is_killed(tmp_path, monkeypatch):
 
 
 def test_a_segfault_is_recorded_as_crashed_with_the_stderr_tail(tmp_path):
-    records = runner.run_plan(plan(), tmp_path / "r.jsonl", timeout_s=60,
-                              launcher=ScriptLauncher(SEGFAULT))
+    records = run_plan(plan(), tmp_path / "r.jsonl", timeout_s=60, executor=ScriptExecutor(SEGFAULT))
     crashed, ok = records
-    assert crashed["status"] == "crashed"
-    assert crashed["error"].startswith("killed by signal SIGSEGV (last phase: starting)")
-    assert "about to crash" in crashed["error"]
-    assert ok["status"] == "ok"
+    assert crashed.status == "crashed"
+    assert crashed.error.startswith("killed by signal SIGSEGV (last phase: starting)")
+    assert "about to crash" in crashed.error
+    assert ok.status == "ok"
 
 
 def test_a_non_zero_exit_without_result_is_crashed(tmp_path):
-    records = runner.run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=60,
-                              launcher=ScriptLauncher("import sys; sys.stderr.write('boom'); sys.exit(3)"))
-    assert records[0]["status"] == "crashed"
-    assert records[0]["error"].startswith("exited with code 3 and no result")
-    assert records[0]["error"].endswith("boom")
+    records = run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=60,
+                       executor=ScriptExecutor("import sys; sys.stderr.write('boom'); sys.exit(3)"))
+    assert records[0].status == "crashed"
+    assert records[0].error.startswith("exited with code 3 and no result")
+    assert records[0].error.endswith("boom")
 
 
 def test_classify_prefers_the_childs_own_verdict():
-    outcome = Outcome(result={"status": "oom", "error": "OutOfMemoryError: x"}, returncode=0,
-                      timed_out=False, stderr_tail="", last_progress={}, wall_s=1.0)
+    outcome = Outcome(result={"status": "oom", "error": "OutOfMemoryError: x"}, returncode=0)
     assert classify(outcome, "warmup", 10) == ("oom", "OutOfMemoryError: x")
     outcome.timed_out = True
     assert classify(outcome, "warmup", 10)[0] == "timeout"

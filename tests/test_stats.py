@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from stepbench import stats
+from stepbench.report import stats
 
 # Real per-step times of one eager+sdpa and one compile+sdpa process on an H200
 # (/work/shared/anchors/h200-variance-2026-11-30.jsonl, first 20 steps of each).

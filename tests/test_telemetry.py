@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from stepbench import telemetry
+from stepbench.measure import telemetry
 
 
 # --- a fake pynvml ---------------------------------------------------------------------------
@@ -89,12 +89,11 @@ def test_without_nvml_everything_is_none_and_nothing_raises(monkeypatch):
     # What FIELD-NOTES saw on the CPU machines, forced here so the test means the same on a GPU box.
     monkeypatch.setattr(pynvml, "nvmlInit", library_not_found)
     monkeypatch.setattr(telemetry, "_NVML_STATE", {})
-    assert telemetry.nvml_available() is False
+    assert telemetry._nvml() is None
     assert telemetry.gpu_snapshot() is None
     assert telemetry.gpu_snapshot(3) is None
     assert telemetry.other_processes() is None
-    assert telemetry.other_processes(0, self_on_gpu=False) is None
-    assert telemetry.machine_gpu_info() is None
+    assert telemetry.gpu_name(0) is None and telemetry.gpu_facts(0) == {}
     assert telemetry.nvml_index(0) is None
     assert telemetry.noise_flags(None, None, None) == []
     assert telemetry.energy_over_window(None, None, 10, 100, 1.0) is None
@@ -105,7 +104,7 @@ def test_without_nvml_everything_is_none_and_nothing_raises(monkeypatch):
 def test_real_nvml_is_absent_on_this_cpu_machine():
     # No monkeypatching: the real pynvml on a machine without the NVIDIA driver.
     assert telemetry.gpu_snapshot() is None
-    assert telemetry.machine_gpu_info() is None
+    assert telemetry.gpu_name() is None and telemetry.gpu_facts() == {}
     assert telemetry.other_processes() is None
 
 
@@ -202,7 +201,6 @@ def test_other_processes_in_a_pid_namespace(use_nvml):
     # NVML shows host PIDs: our own (say 98765 on the host) is not os.getpid().
     use_nvml([fake_gpu(compute=[98765])])
     assert telemetry.other_processes() == 0
-    assert telemetry.other_processes(self_on_gpu=False) == 1
     use_nvml([fake_gpu(compute=[98765, 98766])])
     assert telemetry.other_processes() == 1
 
@@ -210,7 +208,6 @@ def test_other_processes_in_a_pid_namespace(use_nvml):
 def test_other_processes_unknown_when_nvml_shows_none_but_we_hold_a_context(use_nvml):
     use_nvml([fake_gpu(compute=[], graphics=[])])
     assert telemetry.other_processes() is None
-    assert telemetry.other_processes(self_on_gpu=False) == 0
 
 
 def test_other_processes_with_one_list_unsupported(use_nvml):
@@ -222,21 +219,35 @@ def test_other_processes_with_one_list_unsupported(use_nvml):
 
 # --- machine info ---------------------------------------------------------------------------
 
-def test_machine_gpu_info(use_nvml):
+def test_gpu_name_and_facts(use_nvml):
     use_nvml([fake_gpu(), fake_gpu()])
-    assert telemetry.machine_gpu_info() == {"gpu": "NVIDIA H200", "gpu_count": 2,
-                                            "gpu_memory_gb": 150.8, "driver": "580.159.04"}
+    assert telemetry.gpu_name(0) == "NVIDIA H200"
+    assert telemetry.gpu_facts(0) == {"gpu_count": 2, "gpu_memory_gb": 150.8,
+                                      "driver": "580.159.04"}
 
 
-def test_machine_gpu_info_honours_cuda_visible_devices_and_decodes_bytes(use_nvml, monkeypatch):
+def test_gpu_name_honours_cuda_visible_devices_and_decodes_bytes(use_nvml, monkeypatch):
     use_nvml([fake_gpu(name=b"NVIDIA A100-SXM4-80GB"), fake_gpu(name=b"NVIDIA L4",
                                                                 memory_total=23034 * 2**20)],
              driver=b"535.104.05")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert telemetry.machine_gpu_info() == {"gpu": "NVIDIA L4", "gpu_count": 1,
-                                            "gpu_memory_gb": 24.2, "driver": "535.104.05"}
+    assert telemetry.gpu_name(0) == "NVIDIA L4"
+    assert telemetry.gpu_facts(0) == {"gpu_count": 1, "gpu_memory_gb": 24.2,
+                                      "driver": "535.104.05"}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert telemetry.machine_gpu_info() is None
+    telemetry._NVML_STATE.pop("index")      # a process's visible devices never change: cached
+    assert telemetry.gpu_name(0) is None and telemetry.gpu_facts(0) == {}
+
+
+def test_stepbench_nvml_0_turns_nvml_off(monkeypatch):
+    import pynvml
+
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)     # an NVML that would work
+    monkeypatch.setattr(telemetry, "_NVML_STATE", {})
+    assert telemetry._nvml() is pynvml
+    monkeypatch.setattr(telemetry, "_NVML_STATE", {})
+    monkeypatch.setenv("STEPBENCH_NVML", "0")
+    assert telemetry._nvml() is None and telemetry.gpu_name(0) is None
 
 
 # --- energy ---------------------------------------------------------------------------------
@@ -304,9 +315,8 @@ def test_telemetry_record():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_real_gpu_telemetry():
-    info = telemetry.machine_gpu_info()
-    assert info is not None
-    assert info["gpu"] == torch.cuda.get_device_name(0)
+    info = telemetry.gpu_facts(0)
+    assert telemetry.gpu_name(0) == torch.cuda.get_device_name(0)
     assert info["gpu_count"] == torch.cuda.device_count()
     assert info["gpu_memory_gb"] > 1 and info["driver"]
     torch.ones(1, device="cuda")        # a CUDA context: now the UUID maps cuda:0 exactly

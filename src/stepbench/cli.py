@@ -1,19 +1,25 @@
-"""Command line: parse, build a plan, hand it to the runner or the report, map UserError to exit 2.
+"""Command line: every command's flags; each handler parses, builds, calls and prints.
 
-Each subcommand defines its flags next to its work (run.py, report.py, peak.py)
-and sets its handler; this file only dispatches and turns a UserError into one line and exit 2.
+A UserError becomes one line on stderr and exit code 2; Ctrl-C exits 130, SIGTERM and SIGHUP
+128 + their number, after the running setups were stopped. Every other exception is a bug and
+keeps its traceback. Heavy modules (torch, the report) are imported inside the handlers, so
+`--help` and `report` start fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from stepbench import __version__
 from stepbench.errors import UserError
+from stepbench.setup import DEVICE_DEFAULTS
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+DEFAULT_OUT = "stepbench-results.jsonl"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,23 +29,220 @@ def build_parser() -> argparse.ArgumentParser:
                     "attention kernels, batch sizes), each in its own process.")
     parser.add_argument("--version", action="version", version=f"stepbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    from stepbench import peak, report, run
-
-    run.add_parser(sub)
-    report.add_parser(sub)
-    peak.add_parser(sub)
+    add_run(sub)
+    add_report(sub)
+    add_peak(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from stepbench.execute.runner import Stopped
+
     try:
         return args.handler(args)
     except UserError as exc:
         print(f"stepbench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except Stopped as exc:
+        print(f"stepbench {args.command}: stopped by {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"stepbench {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+# ---------------------------------------------------------------- run
+
+def add_run(sub) -> None:
+    p = sub.add_parser(
+        "run", help="run the matrix of setups, each in its own process",
+        description="Run each setup (mode x attention x batch x seq) in its own process and "
+                    "record step time, tokens/s, peak memory and first-step (compile) time.")
+    p.add_argument("--model", help="preset (llama-468m, llama-small, llama-tiny) or path to an HF "
+                   "config.json / folder; default llama-468m on a GPU, llama-tiny on the CPU")
+    p.add_argument("--modes", default="eager,compile", help="comma list of eager, compile")
+    p.add_argument("--attn", default="sdpa,eager",
+                   help="comma list of attention implementations (eager, sdpa, flex_attention, ...)")
+    p.add_argument("--compile-mode", default="default",
+                   help="torch.compile mode(s), comma list: default, reduce-overhead, max-autotune, "
+                        "max-autotune-no-cudagraphs")
+    p.add_argument("--batch", default="4", help="batch size(s), comma list")
+    p.add_argument("--seq", help="sequence length(s), comma list; default 2048 on a GPU, 256 on the CPU")
+    p.add_argument("--warmup", type=int, default=4, help="untimed steps after the first (default 4)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="processes per setup, interleaved across setups (default 1)")
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    p.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32 (pure, no autocast)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--memory-limit-gb", type=float,
+                   help="cap each child's memory (GPU: a fraction of the card) to see what fits a "
+                        "smaller one")
+    p.add_argument("--timeout", type=float,
+                   help="seconds per setup before its process group is killed (default 1800 on a "
+                        "GPU, 600 on the CPU)")
+    p.add_argument("--compile-cache", type=Path,
+                   help="share this inductor cache folder across setups and runs (default: a fresh "
+                        "folder per setup, so the first compile is cold)")
+    p.add_argument("--no-peak", action="store_true",
+                   help="on a GPU, skip measuring the matmul rate (used for mfu_measured)")
+    p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT),
+                   help=f"results file, JSON Lines, appended; rerun to resume (default {DEFAULT_OUT})")
+    p.add_argument("--rerun", action="store_true",
+                   help="measure every setup again even if the results file has it; the new "
+                        "record is appended and replaces the old one in resume and report")
+    p.add_argument("--format", default="table", choices=("table", "markdown", "json"),
+                   help="table (default), markdown, or json (the records, alone on stdout)")
+    p.set_defaults(handler=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from stepbench.execute.executor import LocalProcess
+    from stepbench.execute.progress import Display
+    from stepbench.execute.runner import Runner, Stopped
+    from stepbench.measure.machine import resolve_device
+    from stepbench.record import ResultsFile
+
+    device = resolve_device(args.device)
+    plan = build_plan(args, device)
+    timeout = args.timeout if args.timeout is not None else DEVICE_DEFAULTS[device]["timeout_s"]
+    if timeout <= 0:
+        raise UserError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.device == "auto" and device == "cpu":
+        model = "" if args.model else " with the llama-tiny preset"
+        print(f"stepbench run: no CUDA GPU found; running on the CPU{model} (pass --device cuda "
+              "on a GPU machine)", file=sys.stderr)
+    store = ResultsFile(args.out).check_writable()
+    executor = LocalProcess(compile_cache=args.compile_cache)
+    runner = Runner(executor, store, timeout_s=timeout, display=Display(), rerun=args.rerun,
+                    measure_peak=not args.no_peak)
+    try:
+        records = runner.run(plan, repeats=args.repeats)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
+        how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
+        print(f"stepbench run: {how}; the running setup was stopped, finished setups are kept in "
+              f"{args.out}; run the same command again to resume", file=sys.stderr)
+        return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+    finally:
+        executor.close()
+    if args.format == "json":
+        print(json.dumps([r.to_dict() for r in records], indent=1))
+        return 0
+    from stepbench.report.document import run_document
+    from stepbench.report.render import render
+
+    print(render(run_document(records), args.format), end="")
+    print(f"results: {args.out}", file=sys.stderr)
+    if args.repeats > 1:
+        print(f"repeats combined, with confidence intervals and findings: stepbench report "
+              f"{args.out}", file=sys.stderr)
+    return 0
+
+
+def build_plan(args: argparse.Namespace, device: str):
+    """The setups the flags ask for; every model/seq pair is checked before anything runs."""
+    from stepbench.measure.models import build_config
+    from stepbench.setup import matrix, parse_list
+
+    base = DEVICE_DEFAULTS[device]
+    model = args.model or base["model"]
+    seqs = parse_list("--seq", args.seq or str(base["seq"]), int)
+    plan = matrix(models=[model], modes=parse_list("--modes", args.modes),
+                  attns=parse_list("--attn", args.attn), batches=parse_list("--batch", args.batch, int),
+                  seqs=seqs, compile_modes=tuple(parse_list("--compile-mode", args.compile_mode)),
+                  dtype=args.dtype, device=device, warmup=args.warmup, steps=args.steps,
+                  seed=args.seed, memory_limit_gb=args.memory_limit_gb)
+    for seq in seqs:
+        build_config(model, seq)
+    return plan
+
+
+# ---------------------------------------------------------------- report
+
+REPORT_FORMATS = ("table", "markdown", "csv", "json", "html")
+
+
+def add_report(sub) -> None:
+    p = sub.add_parser(
+        "report", help="join result files into one table with cost per token, findings, plots",
+        description="Join result files from any number of machines into one table (GPU x "
+                    "setup) with cost per token and findings written from the numbers.")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="results files (*.jsonl) or folders of them")
+    p.add_argument("--prices", metavar="FILE",
+                   help="price list, .toml ([prices] \"GPU name\" = dollars per hour) or .csv "
+                        "(gpu,price_per_hour); see docs/report.md")
+    p.add_argument("--price", action="append", default=[], metavar="GPU=DOLLARS",
+                   help='price of one GPU per hour, repeatable, over the price file: '
+                        '--price "NVIDIA H100 PCIe=3.86"')
+    p.add_argument("--energy-price", metavar="DOLLARS_PER_KWH",
+                   help="price of electricity in dollars per kWh: adds the GPU's energy cost "
+                        "per million tokens to the details (records with NVML energy only)")
+    p.add_argument("--format", choices=REPORT_FORMATS, default="table",
+                   help="output format (default: table)")
+    p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
+    p.add_argument("--plots", metavar="DIR", help="also write the plots as PNG files into DIR")
+    p.set_defaults(handler=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from stepbench.report.document import report_document, warn
+    from stepbench.report.render import render, write_output
+
+    doc = report_document(args.files, price_file=args.prices, price_flags=args.price,
+                          energy_price=args.energy_price, plots=bool(args.plots) or args.format == "html")
+    text = render(doc, args.format)
+    if args.plots:
+        for path in doc.write_plots(Path(args.plots)):
+            warn(f"wrote {path}", prefix="")
+    if args.out:
+        write_output(text, Path(args.out))
+        warn(f"wrote {args.out}", prefix="")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# ---------------------------------------------------------------- peak
+
+def add_peak(sub) -> None:
+    p = sub.add_parser(
+        "peak", help="measure the dense matmul rate of this device and compare it with the "
+                     "datasheet peak",
+        description="Measure the dense matmul rate (TFLOP/s) of this device on random n x n "
+                    "matrices and print it next to the vendor's dense datasheet peak.")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="where to measure; auto: cuda when available, else cpu "
+                        "(default: %(default)s)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32", "tf32"), default="bf16",
+                   help="matrix dtype; fp32 uses CUDA cores, tf32 tensor cores on fp32 "
+                        "tensors (CUDA only) (default: %(default)s)")
+    p.add_argument("--size", type=int, default=None, metavar="N",
+                   help="matrix size n (default: 8192 on cuda, 1024 on cpu)")
+    p.add_argument("--repeats", type=int, default=None, metavar="R",
+                   help="timed repeats; the median is reported (default: 20 on cuda, 5 on cpu)")
+    p.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                   help="run products back to back for SECONDS before timing, to measure "
+                        "the rate under the GPU's power cap instead of the burst rate at "
+                        "full boost clock (CUDA only) (default: %(default)s)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table for people, json (one object) for scripts (default: %(default)s)")
+    p.set_defaults(handler=cmd_peak)
+
+
+def cmd_peak(args: argparse.Namespace) -> int:
+    from stepbench.measure.peaks import measure_peak
+
+    result = measure_peak(args.device, args.dtype, args.size, args.repeats, args.sustained)
+    if args.format == "json":
+        print(json.dumps(result))
+    else:
+        from stepbench.report.render import render
+        from stepbench.report.document import peak_document
+
+        print(render(peak_document(result), "table"), end="")
+    return 0

@@ -14,7 +14,7 @@ import json
 import statistics
 from pathlib import Path
 
-from stepbench.stats import noise_flags_for
+from stepbench.noise import noise_flags_for
 
 HERE = Path(__file__).parent
 ANCHORS = Path("/work/shared/anchors/h200-variance-2026-11-30.jsonl")

@@ -7,13 +7,12 @@ bracketed by a CUDA event pair and the host synchronizes once, after the last st
 the timed window waits for the GPU, logs or calls hooks. On the CPU a step is synchronous, so
 perf_counter around each step is exact.
 
-`measure()` fills the `result` dict as it goes, so that a failure part-way (an out-of-memory error
+`measure()` fills the `result` dict (the record's measured fields) as it goes, so that a failure part-way (an out-of-memory error
 in the third warm-up step, say) still leaves what was measured before it.
 """
 
 from __future__ import annotations
 
-import os
 import resource
 import statistics
 import sys
@@ -22,9 +21,10 @@ from typing import Callable
 
 import torch
 
-from stepbench import compile_info, flops, stats, telemetry
-from stepbench.models import build_model, synthetic_batch
-from stepbench.setups import Setup
+from stepbench.measure import compile_info, flops, machine, telemetry
+from stepbench.measure.models import build_model, synthetic_batch
+from stepbench.noise import noise_flags_for
+from stepbench.setup import Setup
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GB = 1e9
@@ -32,22 +32,22 @@ GB = 1e9
 Progress = Callable[..., None]
 
 
-def measure(setup: Setup, result: dict, progress: Progress) -> None:
-    """Build, compile if asked, and time `setup`; write every measured value into `result`."""
+def measure(setup: Setup, result: dict, progress: Progress, *,
+            peak_tflops_measured: float | None = None, cache_label: str | None = None) -> None:
+    """Build, compile if asked, and time `setup`; write every measured value into `result`.
+
+    `peak_tflops_measured` is the device's matmul rate (for mfu_measured); `cache_label` says how
+    the inductor cache started (worker.compile_cache_label).
+    """
     device = torch.device(setup.device)
     cuda = device.type == "cuda"
     gpu_index = device.index or 0
-    if cuda:
-        result["device_name"] = torch.cuda.get_device_name(device)
-        result["cuda_version"] = torch.version.cuda
     memory = CudaMemory() if cuda else CpuMemory()  # the CPU baseline is read before the build
-    result["phase"] = "building"
     progress("building")
     model, step, tokens = build(setup, device)
     result["params"] = sum(p.numel() for p in model.parameters())
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    result["phase"] = "first_step"
     progress("first_step", compiling=setup.mode == "compile")
     sync()
     start = time.perf_counter()
@@ -57,13 +57,11 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
     result["loss_first"] = losses[0].item()
     frames_after_first = compile_info.frames_compiled()
 
-    result["phase"] = "warmup"
     for i in range(setup.warmup):
         progress("warmup", i + 1, setup.warmup)
         losses.append(step())
     sync()
 
-    result["phase"] = "timed"
     progress("timed", setup.steps)
     frames_before_timed = compile_info.frames_compiled()
     other_procs = telemetry.other_processes(gpu_index) if cuda else None
@@ -79,10 +77,10 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
     result["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
     result["loss_last"] = result["losses"][-1]
     result.update(step_time_summary(step_times_ms, setup.tokens_per_step))
-    result["phase"] = "done"
+    progress("done")
 
     # Everything below reads what the window left behind; nothing here is timed.
-    flags = stats.noise_flags_for(step_times_ms)
+    flags = noise_flags_for(step_times_ms)
     if cuda:
         result["telemetry"] = telemetry.telemetry_record(gpu_start, gpu_end, other_procs)
         result["energy"] = telemetry.energy_over_window(gpu_start, gpu_end, setup.steps,
@@ -90,11 +88,11 @@ def measure(setup: Setup, result: dict, progress: Progress) -> None:
         flags += telemetry.noise_flags(gpu_start, gpu_end, other_procs)
     if setup.mode == "compile":
         result["compile"] = compile_info.diagnostics(frames_after_first, frames_before_timed,
-                                                     frames_after_timed)
+                                                     frames_after_timed, cache_label)
         if result["compile"]["recompiles_in_timed"]:
             flags.append("recompiled")
     result["noise_flags"] = flags
-    result.update(flop_fields(setup, model, tokens, result))
+    result.update(flop_fields(setup, model, tokens, result["tokens_per_s"], peak_tflops_measured))
 
 
 def build(setup: Setup, device: torch.device):
@@ -142,11 +140,13 @@ def timed_steps(step, steps: int, cuda: bool, losses: list) -> list[float]:
     return step_times_ms
 
 
-def flop_fields(setup: Setup, model, tokens, result: dict) -> dict:
+def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
+                peak_tflops_measured: float | None) -> dict:
     """FLOPs per token, achieved TFLOP/s and MFU, and FlopCounterMode's count as a cross-check."""
-    fields = flops.mfu_fields(config=model.config, seq=setup.seq, tokens_per_s=result["tokens_per_s"],
-                              gpu_name=result.get("device_name"), dtype=setup.dtype,
-                              params_non_embedding=flops.non_embedding_params(model))
+    fields = flops.mfu_fields(config=model.config, seq=setup.seq, tokens_per_s=tokens_per_s,
+                              gpu_name=machine.gpu_name(setup.device), dtype=setup.dtype,
+                              params_non_embedding=flops.non_embedding_params(model),
+                              peak_tflops_measured=peak_tflops_measured)
     try:
         # One sequence counted, times the batch: exact (FLOPs are linear in the batch) and it
         # needs no more memory than a batch-1 step.
@@ -213,8 +213,6 @@ class CpuMemory:
 
     @staticmethod
     def in_use_gb() -> float:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / GB
-        except OSError:
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB
+        import psutil
+
+        return psutil.Process().memory_info().rss / GB

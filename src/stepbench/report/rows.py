@@ -5,6 +5,9 @@ per GPU x setup, so repeats are combined here (median of per-process means, boot
 of peaks, median of the per-process details such as MFU and energy), prices (hourly and, when
 given, of electricity) are joined, and each compiled row is checked against its eager twin's loss.
 Rows are ordered like the post: per GPU, per attention in order of appearance, eager first.
+
+A row is one Setup identity (`Setup.key()`) on one GPU: records that differ in any setting are
+never combined, and a compiled row's eager twin is the row of `Setup.eager_twin()`.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from stepbench import stats
-from stepbench.prices import price_for
+from stepbench.noise import noise_flags_for
+from stepbench.record import Record
+from stepbench.report import stats
+from stepbench.report.prices import price_for
+from stepbench.setup import Setup
 
 # Tolerance on the relative difference of the last loss between a compiled setup and its eager
 # twin. bf16 keeps about 3 significant digits (8-bit mantissa) and fused kernels round in
@@ -27,14 +33,7 @@ class Row:
     """One GPU x setup: the records of all its repeats combined. Units are in the names."""
 
     gpu: str
-    setup: str
-    mode: str
-    attn: str
-    compile_mode: str
-    model: str
-    batch: int
-    seq: int
-    dtype: str
+    config: Setup                # what ran: every record of the row has this Setup
     status: str
     statuses: dict[str, int]
     repeats: int
@@ -66,6 +65,10 @@ class Row:
     # minus 1: +0.031 = the counter counted 3.1% more.
     flop_counter_diff: float | None = None
     compile_cache: str | None = None
+    # torch.compile: most graph breaks and recompilations (after the first step) of any process.
+    graph_breaks: int | None = None
+    recompiles: int | None = None
+    break_reasons: list[str] = field(default_factory=list)
     tokens_per_kwh: float | None = None
     joules_per_token: float | None = None
     # Cost of a million tokens: GPU time at the hourly price, and the GPU's electricity alone.
@@ -78,15 +81,30 @@ class Row:
     # Samples for significance tests (not shown): per-process step_ms and all step times.
     repeat_step_ms: list[float] = field(default_factory=list, repr=False)
     step_times_ms: list[float] = field(default_factory=list, repr=False)
-    records: list[dict] = field(default_factory=list, repr=False)
+    records: list[Record] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.step_ms is not None
 
     @property
-    def workload(self) -> tuple:
-        return (self.model, self.batch, self.seq, self.dtype)
+    def key(self) -> tuple[str, str]:
+        return self.config.key(), self.gpu
+
+    @property
+    def workload(self) -> Setup:
+        """What the row trains; rows of one workload are compared with each other."""
+        return self.config.workload()
+
+    # The setup's fields, read often enough by findings and tables to be named here.
+    setup = property(lambda self: self.config.name)
+    mode = property(lambda self: self.config.mode)
+    attn = property(lambda self: self.config.attn)
+    compile_mode = property(lambda self: self.config.compile_mode)
+    batch = property(lambda self: self.config.batch)
+    seq = property(lambda self: self.config.seq)
+    dtype = property(lambda self: self.config.dtype)
+    model = property(lambda self: self.config.model_label)
 
     @property
     def parity_ok(self) -> bool | None:
@@ -102,12 +120,17 @@ class Row:
             "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
             "m_tokens_per_dollar": self.m_tokens_per_dollar,
             "mode": self.mode, "attn": self.attn, "compile_mode": self.compile_mode,
-            "model": self.model, "batch": self.batch, "seq": self.seq, "dtype": self.dtype,
+            "model": self.config.model, "model_label": self.model, "batch": self.batch,
+            "seq": self.seq, "dtype": self.dtype, "device": self.config.device,
+            "warmup": self.config.warmup, "steps": self.config.steps, "seed": self.config.seed,
+            "memory_limit_gb": self.config.memory_limit_gb,
             "repeats": self.repeats, "runs": self.runs, "statuses": self.statuses,
             "step_ms_ci": list(self.step_ms_ci) if self.step_ms_ci else None,
             "step_ms_ci_method": self.ci_method, "noise_flags": self.noise_flags,
             "error": self.error, "gpu_memory_gb": self.gpu_memory_gb,
             "first_step_warm_s": self.first_step_warm_s, "compile_cache": self.compile_cache,
+            "graph_breaks": self.graph_breaks, "recompiles": self.recompiles,
+            "break_reasons": self.break_reasons,
             "mfu": self.mfu, "mfu_source": self.mfu_source,
             "achieved_tflops": self.achieved_tflops, "mfu_measured": self.mfu_measured,
             "mfu_datasheet": self.mfu_datasheet,
@@ -127,35 +150,27 @@ class Row:
         }
 
 
-def row_key(record: dict) -> tuple:
-    s = record["setup"]
-    return (record["machine"]["gpu"], s["name"], s.get("model"), s.get("batch"), s.get("seq"),
-            s.get("dtype"))
-
-
-def build_rows(records: list[dict], prices: dict[str, float],
+def build_rows(records: list[Record], prices: dict[str, float],
                energy_price: float | None = None) -> list[Row]:
-    """Group records by GPU x setup, combine each group, order the rows like the post.
+    """Group records by setup identity x GPU, combine each group, order the rows like the post.
 
     `energy_price` is dollars per kWh of electricity (None: no energy cost)."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Record]] = {}
     for record in records:
-        groups.setdefault(row_key(record), []).append(record)
-    rows = [combine(group, price_for(prices, key[0]), energy_price)
-            for key, group in groups.items()]
+        groups.setdefault((record.setup.key(), record.machine.gpu), []).append(record)
+    rows = [combine(group, price_for(prices, group[0].machine.gpu), energy_price)
+            for group in groups.values()]
     rows.sort(key=_order(records))
     add_parity(rows)
     return rows
 
 
-def _order(records: list[dict]):
+def _order(records: list[Record]):
     """Per GPU, per workload, per attention in order of appearance; eager before compile."""
     first: dict[tuple, int] = {}
     for i, r in enumerate(records):
-        s = r["setup"]
-        for key in (("gpu", r["machine"]["gpu"]),
-                    ("work", (s.get("model"), s.get("batch"), s.get("seq"), s.get("dtype"))),
-                    ("attn", s["attn"]), ("name", s["name"])):
+        for key in (("gpu", r.machine.gpu), ("work", r.setup.workload()), ("attn", r.setup.attn),
+                    ("name", r.setup.name)):
             first.setdefault(key, i)
     return lambda row: (first[("gpu", row.gpu)], first[("work", row.workload)],
                         first[("attn", row.attn)], row.mode != "eager", first[("name", row.setup)])
@@ -166,7 +181,12 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def combine(records: list[dict], price: float | None, energy_price: float | None = None) -> Row:
+def _most(values) -> int | None:
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def combine(records: list[Record], price: float | None, energy_price: float | None = None) -> Row:
     """One row from the records of one setup on one GPU (one per repeat, from any runs).
 
     Step time: the median of the per-process means; with one process, its mean. Its 95% CI is
@@ -175,22 +195,20 @@ def combine(records: list[dict], price: float | None, energy_price: float | None
     warm compile cache counted apart (first_step_warm_s). Details (TFLOP/s, MFU, FLOP counter,
     energy): the median over processes.
     """
-    head, setup = records[0], records[0]["setup"]
-    statuses = Counter(r["status"] for r in records)
-    ok = [r for r in records if r["status"] == "ok" and r.get("step_ms") is not None]
-    failed = [r for r in records if r["status"] != "ok"]
+    head = records[0]
+    statuses = Counter(r.status for r in records)
+    ok = [r for r in records if r.ok]
+    failed = [r for r in records if r.status != "ok"]
     row = Row(
-        gpu=head["machine"]["gpu"], setup=setup["name"], mode=setup["mode"], attn=setup["attn"],
-        compile_mode=setup.get("compile_mode") or "default", model=setup.get("model"),
-        batch=setup.get("batch"), seq=setup.get("seq"), dtype=setup.get("dtype"),
+        gpu=head.machine.gpu, config=head.setup,
         status="ok" if ok else statuses.most_common(1)[0][0], statuses=dict(statuses),
-        repeats=len(records), runs=len({r.get("run_id") for r in records}),
-        price_per_hour=price, gpu_memory_gb=head["machine"].get("gpu_memory_gb"),
-        error=next((r.get("error") for r in failed if r.get("error")), None), records=records)
+        repeats=len(records), runs=len({r.run_id for r in records}),
+        price_per_hour=price, gpu_memory_gb=head.machine.gpu_memory_gb,
+        error=next((r.error for r in failed if r.error), None), records=records)
     if not ok:
         return row
-    row.repeat_step_ms = [r["step_ms"] for r in ok]
-    row.step_times_ms = [t for r in ok for t in (r.get("step_times_ms") or [])]
+    row.repeat_step_ms = [r.step_ms for r in ok]
+    row.step_times_ms = [t for r in ok for t in r.step_times_ms]
     row.step_ms = statistics.median(row.repeat_step_ms)
     if len(ok) >= 2:
         row.step_ms_ci = stats.median_ci(row.repeat_step_ms)
@@ -198,36 +216,36 @@ def combine(records: list[dict], price: float | None, energy_price: float | None
     elif len(row.step_times_ms) >= 2:
         row.step_ms_ci = stats.mean_ci(row.step_times_ms)
         row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
-    if row.batch and row.seq:
-        row.tokens_per_s = row.batch * row.seq * 1000.0 / row.step_ms
-    else:
-        row.tokens_per_s = _median(r.get("tokens_per_s") for r in ok)
+    row.tokens_per_s = row.config.tokens_per_step * 1000.0 / row.step_ms
     if row.tokens_per_s and price:
         row.m_tokens_per_dollar = row.tokens_per_s * 3600 / price / 1e6
         row.dollars_per_m_tokens = price / (row.tokens_per_s * 3600 / 1e6)
-    peaks = [r.get("peak_memory_gb") for r in ok if r.get("peak_memory_gb") is not None]
+    peaks = [r.peak_memory_gb for r in ok if r.peak_memory_gb is not None]
     row.peak_memory_gb = max(peaks) if peaks else None
     _combine_first_step(row, ok)
-    flags = [f for r in ok for f in (r.get("noise_flags") or [])]
+    flags = [f for r in ok for f in r.noise_flags]
     if len(ok) >= 2:
-        flags += stats.noise_flags_for(row.repeat_step_ms)   # spread between processes
+        flags += noise_flags_for(row.repeat_step_ms)   # spread between processes
     row.noise_flags = list(dict.fromkeys(flags))
     _combine_details(row, ok)
     _combine_energy(row, ok, energy_price)
     return row
 
 
-def _cache(record: dict) -> str | None:
-    compiled = record.get("compile")
-    return compiled.get("cache") if isinstance(compiled, dict) else None
+def _cache(record: Record) -> str | None:
+    return (record.compile or {}).get("cache")
 
 
-def _combine_first_step(row: Row, ok: list[dict]) -> None:
+def _combine_first_step(row: Row, ok: list[Record]) -> None:
     warm = [r for r in ok if _cache(r) == "warm"]
     rest = [r for r in ok if _cache(r) != "warm"] or warm
-    row.first_step_s = _median(r.get("first_step_s") for r in rest)
+    row.first_step_s = _median(r.first_step_s for r in rest)
     if rest is not warm:
-        row.first_step_warm_s = _median(r.get("first_step_s") for r in warm)
+        row.first_step_warm_s = _median(r.first_step_s for r in warm)
+    compiled = [r.compile for r in ok if r.compile]
+    row.graph_breaks = _most(c.get("graph_breaks") for c in compiled)
+    row.recompiles = _most(c.get("recompiles") for c in compiled)
+    row.break_reasons = list(dict.fromkeys(b for c in compiled for b in c.get("break_reasons") or []))
     caches = Counter(_cache(r) for r in ok if _cache(r))
     if len(caches) == 1:
         row.compile_cache = next(iter(caches))
@@ -235,44 +253,40 @@ def _combine_first_step(row: Row, ok: list[dict]) -> None:
         row.compile_cache = ", ".join(f"{n} {c}" for c, n in sorted(caches.items()))
 
 
-def _combine_details(row: Row, ok: list[dict]) -> None:
+def _combine_details(row: Row, ok: list[Record]) -> None:
     for name in ("achieved_tflops", "mfu_measured", "mfu_datasheet", "peak_tflops_measured",
                  "peak_tflops_datasheet", "flops_per_token", "flops_per_token_causal"):
-        setattr(row, name, _median(r.get(name) for r in ok))
+        setattr(row, name, _median(getattr(r, name) for r in ok))
     for source in ("measured", "datasheet"):
         value = getattr(row, f"mfu_{source}")
         if value is not None:
             row.mfu, row.mfu_source = value, source
             break
-    row.flops_convention = next((r["flops_convention"] for r in ok if r.get("flops_convention")),
-                                None)
+    row.flops_convention = next((r.flops_convention for r in ok if r.flops_convention), None)
     row.flop_counter_diff = _median(_flop_counter_diff(r) for r in ok)
     row.loss_last = _median(_last_loss(r) for r in ok)
 
 
-def _flop_counter_diff(record: dict) -> float | None:
+def _flop_counter_diff(record: Record) -> float | None:
     """FlopCounterMode's FLOPs per step relative to the convention's, minus 1."""
-    counted, per_token = record.get("flop_counter_per_step"), record.get("flops_per_token")
-    setup = record["setup"]
-    if not counted or not per_token or not setup.get("batch") or not setup.get("seq"):
+    counted, per_token = record.flop_counter_per_step, record.flops_per_token
+    if not counted or not per_token:
         return None
-    return counted / (per_token * setup["batch"] * setup["seq"]) - 1
+    return counted / (per_token * record.setup.tokens_per_step) - 1
 
 
-def _combine_energy(row: Row, ok: list[dict], energy_price: float | None) -> None:
-    energies = [r["energy"] for r in ok if isinstance(r.get("energy"), dict)]
+def _combine_energy(row: Row, ok: list[Record], energy_price: float | None) -> None:
+    energies = [r.energy for r in ok if isinstance(r.energy, dict)]
     row.tokens_per_kwh = _median(e.get("tokens_per_kwh") for e in energies)
-    if row.batch and row.seq:
-        row.joules_per_token = _median(e["joules_per_step"] / (row.batch * row.seq)
-                                       for e in energies if e.get("joules_per_step") is not None)
+    row.joules_per_token = _median(e["joules_per_step"] / row.config.tokens_per_step
+                                   for e in energies if e.get("joules_per_step") is not None)
     row.energy_price_per_kwh = energy_price
     if energy_price is not None and row.tokens_per_kwh:
         row.energy_cost_per_m_tokens = 1e6 / row.tokens_per_kwh * energy_price
 
 
-def _last_loss(record: dict) -> float | None:
-    losses = record.get("losses") or []
-    return losses[-1] if losses else record.get("loss_last")
+def _last_loss(record: Record) -> float | None:
+    return record.losses[-1] if record.losses else record.loss_last
 
 
 def add_parity(rows: list[Row]) -> None:
@@ -281,37 +295,53 @@ def add_parity(rows: list[Row]) -> None:
     Same seed gives the same weights and tokens, so after the same number of steps the two
     should agree up to rounding; the largest difference over matching processes is kept.
     """
-    eager = {(r.gpu, r.workload, r.attn): r for r in rows if r.mode == "eager" and r.ok}
-    for row in rows:
-        twin = eager.get((row.gpu, row.workload, row.attn))
-        if row.mode != "compile" or not row.ok or twin is None:
-            continue
+    for row, twin in eager_twins(rows, both_ok=True):
         diffs = [_loss_difference(rc, re_) for rc in _ok(row.records) for re_ in _ok(twin.records)
-                 if _comparable(rc, re_)]
+                 if len(rc.losses) == len(re_.losses)]
         diffs = [d for d in diffs if d is not None]
         if diffs:
             row.parity_rel_diff = max(diffs)
             row.parity_tolerance = PARITY_TOLERANCE.get(row.dtype, PARITY_TOLERANCE["bf16"])
 
 
-def _ok(records: list[dict]) -> list[dict]:
-    return [r for r in records if r["status"] == "ok"]
+def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:
+    """(compiled row, its eager twin's row on the same GPU), in row order, for every compiled
+    row whose twin is there (and, with `both_ok`, both ran)."""
+    by_key = {row.key: row for row in rows}
+    pairs = []
+    for row in rows:
+        twin = by_key.get((row.config.eager_twin().key(), row.gpu))
+        if row.mode == "compile" and twin is not None and (not both_ok or (row.ok and twin.ok)):
+            pairs.append((row, twin))
+    return pairs
 
 
-def _comparable(a: dict, b: dict) -> bool:
-    """Same seed (weights and tokens) and the same number of steps before the last loss."""
-    same = all(a["setup"].get(k) == b["setup"].get(k) for k in ("seed", "warmup", "steps"))
-    return same and len(a.get("losses") or []) == len(b.get("losses") or [])
+def _ok(records: list[Record]) -> list[Record]:
+    return [r for r in records if r.status == "ok"]
 
 
-def _loss_difference(compiled: dict, eager: dict) -> float | None:
+def _loss_difference(compiled: Record, eager: Record) -> float | None:
     lc, le = _last_loss(compiled), _last_loss(eager)
     return None if lc is None or not le else abs(lc - le) / abs(le)
 
 
-def setup_labels(rows: list[Row]) -> dict[int, str]:
-    """Setup name, plus the workload where rows differ in it (model, batch x seq, dtype)."""
-    parts = [lambda r: str(r.model), lambda r: f"{r.batch}x{r.seq}", lambda r: str(r.dtype)]
+# Parts of a row's label beyond the setup name, shown where rows differ in them.
+LABEL_PARTS = {
+    "model": lambda s: s.model_label,
+    "shape": lambda s: f"{s.batch}x{s.seq}",
+    "dtype": lambda s: s.dtype,
+    "steps": lambda s: f"{s.warmup}+{s.steps} steps",
+    "seed": lambda s: f"seed {s.seed}",
+    "memory": lambda s: "no limit" if s.memory_limit_gb is None else f"{s.memory_limit_gb:g} GB limit",
+    "device": lambda s: s.device,
+}
+
+
+def setup_labels(rows: list[Row], shown: list[str] = ()) -> dict[int, str]:
+    """Setup name, plus what tells rows apart where they differ beyond it (model, batch x seq,
+    dtype, steps, seed, memory limit); batch x seq is left out when the table `shown` them."""
+    parts = [lambda r, p=p: p(r.config) for name, p in LABEL_PARTS.items()
+             if not (name == "shape" and shown)]
     varying = [part for part in parts if len({part(r) for r in rows}) > 1]
     return {id(r): r.setup + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
             for r in rows}

@@ -6,8 +6,7 @@ thermal or power throttle, or another process on the GPU are reasons not to trus
 (`noise_flags`), and the energy counter turns the window into joules per step and tokens per kWh.
 
 NVML (`pynvml`, from the nvidia-ml-py package) is read without creating a CUDA context, so the
-runner's parent process can describe the machine (`machine_gpu_info`) while the children own the
-GPU. Every NVML call is guarded: on a machine without NVML (a CPU box, a container without the
+runner's parent process can name the GPU (`gpu_name`, for resuming) while the children own it. Every NVML call is guarded: on a machine without NVML (a CPU box, a container without the
 driver's library) every function returns None or an empty list and never raises, and a single
 field a GPU does not support (energy on old cards, power on some boards) is None on its own.
 """
@@ -58,10 +57,16 @@ _NVML_STATE: dict[str, Any] = {}
 
 
 def _nvml():
-    """The initialised pynvml module, or None when NVML cannot be used here (cached per process)."""
+    """The initialised pynvml module, or None when NVML cannot be used here (cached per process).
+
+    STEPBENCH_NVML=0 turns NVML off, for a driver whose NVML hangs or misreports (and to test the
+    routes that do without it).
+    """
     if "module" not in _NVML_STATE:
         module = None
         try:
+            if os.environ.get("STEPBENCH_NVML") == "0":
+                raise RuntimeError("NVML turned off by STEPBENCH_NVML=0")
             import pynvml
 
             pynvml.nvmlInit()
@@ -95,11 +100,6 @@ def _text(value) -> str | None:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return value
-
-
-def nvml_available() -> bool:
-    """Whether NVML could be initialised in this process."""
-    return _nvml() is not None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,15 +248,14 @@ def _throttle_mask(handle) -> int | None:
     return None
 
 
-def other_processes(index: int = 0, *, self_on_gpu: bool = True) -> int | None:
+def other_processes(index: int = 0) -> int | None:
     """Number of other processes (compute or graphics) on the GPU, or None when unknown.
 
-    `index` as in `gpu_snapshot`. A process listed both as compute and graphics counts once.
-    In a container with its own PID namespace NVML lists host PIDs, so this process's own PID is
-    not among them; then, if `self_on_gpu` (the caller holds a CUDA context on this GPU, as the
-    worker does after its first step), one listed process is taken to be this one, and an empty
-    list means NVML cannot see processes here: None. The parent, which has no context, passes
-    self_on_gpu=False.
+    Called by a setup's process, which holds a CUDA context on the GPU. `index` as in
+    `gpu_snapshot`. A process listed both as compute and graphics counts once. In a container with
+    its own PID namespace NVML lists host PIDs, so this process's own PID is not among them; then
+    one listed process is taken to be this one, and an empty list means NVML cannot see processes
+    here: None.
     """
     handle = _handle(index) if _nvml() is not None else None
     if handle is None:
@@ -267,12 +266,9 @@ def other_processes(index: int = 0, *, self_on_gpu: bool = True) -> int | None:
         return None
     pids = {getattr(p, "pid", None) for p in (compute or []) + (graphics or [])}
     pids.discard(None)
-    own = os.getpid()
-    if own in pids:
+    if os.getpid() in pids:
         return len(pids) - 1
-    if self_on_gpu:
-        return len(pids) - 1 if pids else None
-    return len(pids)
+    return len(pids) - 1 if pids else None
 
 
 def energy_over_window(start: dict | None, end: dict | None, steps: int, tokens_per_step: int,
@@ -332,26 +328,25 @@ def telemetry_record(start: dict | None, end: dict | None, other_procs: int | No
 # The machine, for the parent process
 # ----------------------------------------------------------------------------------------------
 
-def machine_gpu_info() -> dict | None:
-    """{gpu, gpu_count, gpu_memory_gb, driver} from NVML, without a CUDA context; None without NVML.
+def gpu_name(cuda_index: int = 0) -> str | None:
+    """The driver's name of torch's cuda:`cuda_index` ("NVIDIA H200"), or None without NVML."""
+    handle = _handle(cuda_index)
+    return _text(_call("nvmlDeviceGetName", handle)) if handle is not None else None
 
-    gpu is the name of the first GPU CUDA can see (CUDA_VISIBLE_DEVICES honoured), as the driver
-    reports it ("NVIDIA H200"); gpu_count counts the visible GPUs; gpu_memory_gb is that GPU's
-    total memory in GB (1e9 bytes); driver is the driver version. None also when no GPU is visible.
+
+def gpu_facts(cuda_index: int = 0) -> dict:
+    """{gpu_count, gpu_memory_gb, driver} from NVML without a CUDA context; {} without NVML.
+
+    gpu_count counts the GPUs CUDA can see (CUDA_VISIBLE_DEVICES honoured); gpu_memory_gb is the
+    total memory of cuda:`cuda_index` in GB (1e9 bytes).
     """
     nvml = _nvml()
-    if nvml is None:
-        return None
-    visible = _visible_nvml_indices(nvml)
-    if not visible:
-        return None
-    handle = _call("nvmlDeviceGetHandleByIndex", visible[0])
-    if handle is None:
-        return None
-    memory = _call("nvmlDeviceGetMemoryInfo", handle)
-    total_bytes = getattr(memory, "total", None)
+    visible = _visible_nvml_indices(nvml) if nvml is not None else None
+    handle = _handle(cuda_index)
+    if not visible or handle is None:
+        return {}
+    total_bytes = getattr(_call("nvmlDeviceGetMemoryInfo", handle), "total", None)
     return {
-        "gpu": _text(_call("nvmlDeviceGetName", handle)),
         "gpu_count": len(visible),
         "gpu_memory_gb": round(total_bytes / 1e9, 1) if total_bytes is not None else None,
         "driver": _text(_call("nvmlSystemGetDriverVersion")),

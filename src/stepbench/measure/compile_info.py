@@ -20,9 +20,9 @@ def frames_compiled() -> int | None:
 
 
 def diagnostics(frames_after_first: int | None, frames_before_timed: int | None,
-                frames_after_timed: int | None) -> dict:
-    """The record's `compile` object (the runner adds `cache`)."""
-    info = {"cache": None, "graphs": None, "graph_breaks": None, "break_reasons": [],
+                frames_after_timed: int | None, cache: str | None) -> dict:
+    """The record's `compile` object; `cache` says how the inductor cache started."""
+    info = {"cache": cache, "graphs": None, "graph_breaks": None, "break_reasons": [],
             "recompiles": None, "recompiles_in_timed": None, "dynamo_s": None, "inductor_s": None,
             "cache_hits": None, "cache_misses": None}
     try:

@@ -13,9 +13,10 @@ import math
 from dataclasses import dataclass
 from itertools import combinations, permutations
 
-from stepbench import stats
-from stepbench.rows import Row
-from stepbench.table import sig
+from stepbench.report import stats
+from stepbench.report.rows import LABEL_PARTS, Row, eager_twins
+from stepbench.report.table import sig
+from stepbench.setup import Setup
 
 BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
 
@@ -26,21 +27,25 @@ class Finding:
     text: str
 
 
-def findings_for(rows: list[Row]) -> list[Finding]:
-    """All findings, per workload; with several workloads each sentence names its workload."""
+def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
+    """The findings per workload, as (heading, findings); the heading names the workload (model,
+    batch x seq, dtype and any other setting that differs), None when there is only one."""
     workloads = list(dict.fromkeys(r.workload for r in rows))
+    headings = _workload_labels(workloads)
     out = []
-    for workload in workloads:
+    for workload, heading in zip(workloads, headings):
         group = [r for r in rows if r.workload == workload]
-        prefix = _workload_label(workload) + ": " if len(workloads) > 1 else ""
-        for rule in RULES:
-            out += [Finding(f.kind, prefix + f.text) for f in rule(group)]
+        found = [f for rule in RULES for f in rule(group)]
+        if found:
+            out.append((heading if len(workloads) > 1 else None, found))
     return out
 
 
-def _workload_label(workload: tuple) -> str:
-    model, batch, seq, dtype = workload
-    return f"{model}, batch {batch} x {seq}, {dtype}"
+def _workload_labels(workloads: list[Setup]) -> list[str]:
+    labels = [f"{w.model_label}, batch {w.batch} x {w.seq}, {w.dtype}" for w in workloads]
+    extra = [p for name, p in LABEL_PARTS.items() if name not in ("model", "shape", "dtype")
+             and len({p(w) for w in workloads}) > 1]
+    return [label + "".join(f", {p(w)}" for p in extra) for label, w in zip(labels, workloads)]
 
 
 # ---------------------------------------------------------------- helpers
@@ -131,12 +136,8 @@ def duration(seconds: float) -> str:
 
 def variants(rows: list[Row], both_ok: bool = True) -> dict[tuple, list[tuple[Row, Row]]]:
     """{(attn, compile_mode): [(eager row, compiled row) per GPU]} in row order."""
-    eager = {(r.gpu, r.attn): r for r in rows if r.mode == "eager"}
     out: dict[tuple, list[tuple[Row, Row]]] = {}
-    for row in rows:
-        twin = eager.get((row.gpu, row.attn))
-        if row.mode != "compile" or twin is None or (both_ok and not (row.ok and twin.ok)):
-            continue
+    for row, twin in eager_twins(rows, both_ok):
         out.setdefault((row.attn, row.compile_mode), []).append((twin, row))
     return out
 
@@ -476,10 +477,10 @@ def software(rows: list[Row]) -> list[Finding]:
     stacks: dict[str, list[str]] = {}
     for row in rows:
         for record in row.records:
-            sw = record.get("software") or {}
-            if not (sw.get("torch") or sw.get("transformers")):
+            sw = record.software
+            if not (sw.torch or sw.transformers):
                 continue   # unknown (e.g. a hand-written failed record): not a different stack
-            stack = f"torch {sw.get('torch') or '?'}, transformers {sw.get('transformers') or '?'}"
+            stack = f"torch {sw.torch or '?'}, transformers {sw.transformers or '?'}"
             gpus = stacks.setdefault(stack, [])
             if row.gpu not in gpus:
                 gpus.append(row.gpu)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from stepbench.rows import Row, setup_labels, status_text
+from stepbench.report.rows import Row, setup_labels, status_text
 
 # (file stem, axis label, value of a row, error interval of a row or None)
 PLOTS = [

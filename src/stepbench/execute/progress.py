@@ -1,0 +1,115 @@
+"""Live progress on stderr while a plan runs: which setups are running, in which phase, how long.
+
+On a terminal a rich live block shows one line per running setup, redrawn in place; elsewhere
+(CI logs, pipes, the GPU machine's captured output) one plain line is printed per phase change,
+so logs stay readable. stdout is never touched: it carries the table or the JSON. The runner calls
+it from one thread per slot, so every method takes the lock.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from stepbench.execute.executor import Job
+from stepbench.record import Record
+
+PHASE_TEXT = {
+    "starting": "starting Python",
+    "building": "building the model",
+    "first_step": "first step",
+    "warmup": "warm-up",
+    "timed": "timed steps",
+    "done": "finishing",
+}
+
+
+def describe(progress: dict) -> str:
+    """'warm-up 2/4', 'first step (compiling)', 'timed steps (20)'."""
+    phase = progress.get("phase", "starting")
+    text = PHASE_TEXT.get(phase, phase)
+    args = progress.get("args") or []
+    if phase == "first_step" and progress.get("compiling"):
+        return "first step (compiling)"
+    if phase == "warmup" and len(args) == 2:
+        return f"{text} {args[0]}/{args[1]}"
+    if phase == "timed" and args:
+        # Nothing is reported from inside the timed window: that would disturb what is measured.
+        return f"{text} ({args[0]})"
+    return text
+
+
+def job_name(job: Job) -> str:
+    s = job.setup
+    return (f"{s.name} batch {s.batch} seq {s.seq}"
+            + (f" (repeat {job.repeat + 1})" if job.repeat else ""))
+
+
+class Display:
+    """The runner's display: a live block on a terminal, plain lines elsewhere."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.live = None if not self.stream.isatty() else self._live()
+        self.running: dict[Job, list] = {}     # job -> [label, phase text, start time]
+        self.lock = threading.Lock()
+
+    def _live(self):
+        from rich.console import Console
+        from rich.live import Live
+
+        live = Live(console=Console(file=self.stream), get_renderable=self._render,
+                    refresh_per_second=4, transient=True)
+        live.start()
+        return live
+
+    def _render(self):
+        from rich.text import Text
+
+        now = time.monotonic()
+        with self.lock:
+            lines = [f"{label}: {phase} [{now - since:.0f} s]"
+                     for label, phase, since in self.running.values()]
+        return Text("\n".join(lines))
+
+    def _print(self, text: str) -> None:
+        if self.live is not None:
+            self.live.console.print(text, highlight=False, markup=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def skip(self, job: Job, record: Record) -> None:
+        self._print(f"stepbench: {job_name(job)}: already in the results file "
+                    f"({record.status}), skipped")
+
+    def start(self, job: Job, index: int, total: int) -> None:
+        with self.lock:
+            self.running[job] = [f"[{index}/{total}] {job_name(job)}", None, time.monotonic()]
+        self.message(job, {"event": "progress", "phase": "starting"})
+
+    def message(self, job: Job, message: dict) -> None:
+        if message.get("event") != "progress":
+            return
+        with self.lock:
+            entry = self.running.get(job)
+            if entry is None:
+                return
+            phase = describe(message)
+            changed, entry[1] = phase != entry[1], phase
+        if changed and self.live is None:
+            self._print(f"stepbench: {entry[0]}: {phase}")
+
+    def finish(self, job: Job, record: Record) -> None:
+        with self.lock:
+            label = self.running.pop(job, [job_name(job)])[0]
+        if record.status == "ok":
+            summary = f"ok, {record.step_ms:.1f} ms/step"
+        else:
+            summary = f"{record.status.upper()}: {(record.error or '').splitlines()[0][:160]}"
+        self._print(f"stepbench: {label}: {summary} ({record.wall_s:.0f} s)")
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None

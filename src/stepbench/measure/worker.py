@@ -1,0 +1,166 @@
+"""A setup's process: one job in (a JSON argument), JSON lines out (stepbench.protocol).
+
+`python -m stepbench.measure.worker '{"setup": {...}, "peak_tflops_measured": null}'`
+
+The child always tries to end with a result message, also when the setup fails in Python: it
+classifies the exception (oom, unsupported, error) itself, because only it can read the memory
+in use at the failure. When it dies without one (a signal, an illegal memory access that kills
+the CUDA context, a hang killed by the parent) the parent classifies the exit instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import traceback
+
+from stepbench import protocol
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+# Messages that mean "this combination cannot run here", not "stepbench has a bug".
+UNSUPPORTED_MARKERS = ("does not support backward on cpu", "not supported", "is not available",
+                       "requires the package", "not installed", "flash_attn", "flash attention")
+
+
+class Channel:
+    """The protocol stream to the parent, on a private copy of stdout.
+
+    fd 1 itself is pointed at stderr, so that whatever a library prints goes to the log and
+    never into the protocol.
+    """
+
+    def __init__(self):
+        self.stream = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        self.measured = {"phase": "starting"}
+
+    def send(self, event: str, **fields) -> None:
+        self.stream.write(protocol.encode(event, **fields))
+        self.stream.flush()
+
+    def progress(self, phase: str, *args, **info) -> None:
+        """The phase the setup entered; called only between steps, never inside the timed
+        window (the "timed" phase is sent once, before it starts)."""
+        self.measured["phase"] = phase
+        self.send("progress", phase=phase, args=list(args), **info)
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(argv[0])
+    channel = Channel()
+    from stepbench.setup import Setup
+
+    setup = Setup.from_dict(job["setup"])
+    status, error = "ok", None
+    try:
+        from stepbench.measure import machine, step
+
+        if setup.device == "cuda":
+            step.torch.cuda.init()   # so that machine_info names the GPU through this context
+        channel.send("start", machine=machine.machine_info(setup.device),
+                     software=machine.software_info())
+        limit_memory(setup)
+        step.measure(setup, channel.measured, channel.progress,
+                     peak_tflops_measured=job.get("peak_tflops_measured"),
+                     cache_label=compile_cache_label(setup))
+    except BaseException as exc:  # noqa: BLE001 - every failure is a result, never a lost setup
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        status, error = classify_exception(exc)
+        if status == "oom":
+            channel.measured["oom_memory_gb"] = memory_in_use_gb(setup.device)
+        if status == "error":
+            traceback.print_exc()  # the parent keeps the stderr tail
+    channel.send("result", status=status, error=error, measured=channel.measured)
+    return 0
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception raised while building or stepping a setup.
+
+    torch.compile wraps errors raised inside the compiler, so the whole cause chain is searched.
+    """
+    chain = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for link in chain:
+        if _is_oom(link, str(link).lower()):
+            return "oom", f"{type(link).__name__}: {_first_line(link)}"
+    for link in chain:
+        text = str(link).lower()
+        if isinstance(link, (NotImplementedError, ImportError)) or any(m in text for m in UNSUPPORTED_MARKERS):
+            return "unsupported", f"{type(link).__name__}: {_first_line(link)}"
+    return "error", f"{type(chain[0]).__name__}: {_first_line(chain[0])}"
+
+
+def _is_oom(exc: BaseException, text: str) -> bool:
+    if isinstance(exc, (MemoryError, MemoryLimitTooSmall)):
+        return True
+    oom_type = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in text for m in OOM_MARKERS)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:500] if text else repr(exc)
+
+
+class MemoryLimitTooSmall(Exception):
+    """The limit is below what the process holds before building anything."""
+
+
+def limit_memory(setup) -> None:
+    """Apply --memory-limit-gb: a fraction of the GPU, or the address space of a CPU process.
+
+    Applied after torch is imported, so that a limit too small for torch itself is an
+    out-of-memory result that says so, not a process that cannot start.
+    """
+    if setup.memory_limit_gb is None:
+        return
+    limit_bytes = int(setup.memory_limit_gb * 1e9)
+    if setup.device == "cuda":
+        import torch
+
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total))
+        return
+    # RLIMIT_AS counts virtual memory, which includes the imported libraries (about 2-3 GB for
+    # torch and transformers); it is the only limit the kernel enforces per process without
+    # cgroups.
+    import psutil
+
+    in_use = psutil.Process().memory_info().vms
+    if limit_bytes <= in_use:
+        raise MemoryLimitTooSmall(
+            f"--memory-limit-gb {setup.memory_limit_gb:g} is below the {in_use / 1e9:.1f} GB of "
+            "address space this process holds after importing torch, before building the model; "
+            f"raise it above {in_use / 1e9 + 0.5:.0f} GB")
+    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+
+def compile_cache_label(setup) -> str | None:
+    """How the inductor cache started: "shared" (user-given), "cold" (empty) or "warm"."""
+    if setup.mode != "compile":
+        return None
+    if os.environ.get(protocol.CACHE_KIND_ENV) == "shared":
+        return "shared"
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    return "warm" if folder and os.path.isdir(folder) and os.listdir(folder) else "cold"
+
+
+def memory_in_use_gb(device: str) -> float | None:
+    from stepbench.measure.step import CpuMemory, CudaMemory
+
+    try:
+        return CudaMemory.in_use_gb() if device == "cuda" else CpuMemory.in_use_gb()
+    except Exception:  # noqa: BLE001 - a broken CUDA context must not lose the oom row
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

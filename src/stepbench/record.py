@@ -1,0 +1,276 @@
+"""The one typed result of a setup (Record) and the JSON Lines file that stores records.
+
+Field meanings are in docs/results-schema.md (a test checks the document against this type).
+A record is written once, by the runner, from what the setup's process sent; it is read back by
+resume and by the report. Records are appended, flushed and fsynced as each setup ends, so a crash
+of the parent never loses a finished setup. Reading is forgiving: a truncated or garbled line is
+reported with its file and line number and skipped; a field that an older stepbench did not
+write reads as its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from stepbench.errors import UserError
+from stepbench.setup import Setup
+
+SCHEMA = 1
+
+
+class _FromDict:
+    @classmethod
+    def from_dict(cls, data: dict | None):
+        """Known fields of `data`; missing ones take their defaults."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in names})
+
+
+@dataclass
+class Machine(_FromDict):
+    """Where a setup ran, as its own process saw it (measure/machine.py)."""
+
+    gpu: str = "cpu"                    # name as the driver reports it, or "cpu"
+    gpu_count: int = 0                  # GPUs the process could see
+    gpu_memory_gb: float | None = None  # total memory of the GPU it ran on, 1e9 bytes
+    driver: str | None = None
+    hostname: str | None = None
+    cpu: str | None = None              # CPU model name
+    cpu_count: int | None = None
+
+
+@dataclass
+class Software(_FromDict):
+    """Versions the setup's process imported."""
+
+    python: str | None = None
+    torch: str | None = None
+    transformers: str | None = None
+    stepbench: str | None = None
+    cuda: str | None = None
+
+
+@dataclass
+class Record:
+    """One setup (one repeat) as measured; units are in the names, null = not measured."""
+
+    run_id: str
+    repeat: int
+    setup: Setup
+    status: str                  # ok, oom, timeout, crashed, error, unsupported
+    error: str | None = None
+    # Measured in the setup's process (measure/step.py); the last phase it reached.
+    phase: str = "starting"
+    params: int | None = None
+    first_step_s: float | None = None
+    step_ms: float | None = None
+    step_ms_median: float | None = None
+    step_ms_min: float | None = None
+    step_ms_max: float | None = None
+    step_ms_std: float | None = None
+    step_times_ms: list[float] = field(default_factory=list)
+    timed_wall_s: float | None = None
+    tokens_per_s: float | None = None
+    peak_memory_gb: float | None = None
+    peak_reserved_gb: float | None = None
+    oom_memory_gb: float | None = None
+    loss_first: float | None = None
+    loss_last: float | None = None
+    losses: list[float] = field(default_factory=list)
+    flops_per_token: float | None = None
+    flops_per_token_causal: float | None = None
+    flops_convention: str | None = None
+    flop_counter_per_step: float | None = None
+    achieved_tflops: float | None = None
+    peak_tflops_datasheet: float | None = None
+    peak_tflops_measured: float | None = None
+    mfu_datasheet: float | None = None
+    mfu_measured: float | None = None
+    compile: dict | None = None
+    telemetry: dict | None = None
+    energy: dict | None = None
+    noise_flags: list[str] = field(default_factory=list)
+    # Seen by the parent.
+    started_at: str | None = None
+    finished_at: str | None = None
+    wall_s: float | None = None
+    machine: Machine = field(default_factory=Machine)
+    software: Software = field(default_factory=Software)
+    schema: int = SCHEMA
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.step_ms is not None
+
+    def resume_key(self) -> str:
+        """What makes two records the same measurement: the setup, the repeat and where it ran
+        (a results file shared between machines resumes each machine's own setups)."""
+        return resume_key(self.setup, self.repeat, self.machine.gpu)
+
+    def to_dict(self) -> dict:
+        data = {"schema": self.schema}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "setup":
+                value = value.to_dict()
+            elif dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            data[f.name] = value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Record":
+        """A Record from its JSON object; missing fields take their defaults, unknown ones
+        (written by a newer stepbench) are left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["setup"] = Setup.from_dict(data["setup"])
+        values["machine"] = Machine.from_dict(data.get("machine"))
+        values["software"] = Software.from_dict(data.get("software"))
+        return cls(**values)
+
+
+MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
+                        if f.name not in ("run_id", "repeat", "setup", "status", "error",
+                                          "started_at", "finished_at", "wall_s", "machine",
+                                          "software", "schema"))
+
+
+def resume_key(setup: Setup, repeat: int, gpu: str | None) -> str:
+    return json.dumps([setup.key(), repeat, gpu])
+
+
+# ---------------------------------------------------------------- the JSON Lines store
+
+class ResultsFile:
+    """One results file: append-only writes, forgiving reads."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def check_writable(self) -> "ResultsFile":
+        """Fail before anything runs, with the fix, when the file cannot be appended to."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a"):
+                pass
+        except OSError as exc:
+            raise UserError(f"cannot write results to {self.path} ({exc.strerror}); pass a writable "
+                            "--out path") from None
+        return self
+
+    def append(self, record: Record) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record.to_dict()) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read(self, warn: Callable[[str], None] | None = None) -> list[Record]:
+        """Every record, in file order; bad lines and unknown schema versions are warned about
+        (with file and line) and skipped."""
+        warn = warn or (lambda message: warnings.warn(message, stacklevel=2))
+        if not self.path.exists():
+            return []
+        records = []
+        # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    record = _parse(line, f"{self.path}:{number}", warn)
+                    if record is not None:
+                        records.append(record)
+        return records
+
+    def latest(self, warn: Callable[[str], None] | None = None) -> list[Record]:
+        """The records that count: where a setup was measured again (`run --rerun`), the later
+        record replaces the earlier one (and takes its place in file order)."""
+        by_key: dict[str, Record] = {}
+        for record in self.read(warn):
+            by_key.pop(record.resume_key(), None)   # re-inserted: latest wins, in its order
+            by_key[record.resume_key()] = record
+        return list(by_key.values())
+
+
+def _parse(line: str, where: str, warn) -> Record | None:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        warn(f"{where}: skipped a line that is not valid JSON ({exc.msg}); it may be truncated")
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("setup"), dict):
+        warn(f"{where}: skipped a line that is not a stepbench record")
+        return None
+    if data.get("schema") != SCHEMA:
+        warn(f"{where}: skipped a record of schema {data.get('schema')!r}; this stepbench reads "
+             f"schema {SCHEMA} (upgrade stepbench to read it)")
+        return None
+    problem = _problem(data)
+    if problem:
+        warn(f"{where}: skipped a record ({problem})")
+        return None
+    try:
+        return Record.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        warn(f"{where}: skipped a record that does not fit the schema ({exc})")
+        return None
+
+
+def _problem(data: dict) -> str | None:
+    setup, machine = data["setup"], data.get("machine")
+    if not all(isinstance(setup.get(k), str) and setup.get(k) for k in ("model", "mode", "attn")):
+        return "no setup model, mode and attn"
+    if not isinstance(machine, dict) or not machine.get("gpu"):
+        return "no machine.gpu"
+    if not isinstance(data.get("status"), str):
+        return "no status"
+    return None
+
+
+def load(paths: list[str], warn: Callable[[str], None]) -> list[Record]:
+    """The records that count in every file and folder given (folders: their *.jsonl files), in
+    argument order then line order. Across files, records of the same setup are kept side by
+    side (repeats from several runs); within one file the latest of a setup wins."""
+    records = []
+    for path in _files(paths, warn):
+        try:
+            found = ResultsFile(path).latest(warn)
+        except UnicodeDecodeError as exc:   # pragma: no cover - errors="replace" prevents it
+            raise UserError(f"results file '{path}' is not UTF-8 text ({exc})") from None
+        if not found:
+            warn(f"{path}: no usable records")
+        records += found
+    if not records:
+        raise UserError("no usable records in " + ", ".join(map(str, paths)) +
+                        "; pass results files written by `stepbench run`")
+    return records
+
+
+def _files(paths: list[str], warn) -> list[Path]:
+    files: list[Path] = []
+    for arg in paths:
+        path = Path(arg)
+        if path.is_dir():
+            found = sorted(path.glob("*.jsonl"))
+            if not found:
+                raise UserError(f"folder '{path}' holds no results files (*.jsonl); pass the "
+                                "folder that `stepbench run --out` wrote to, or the files")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UserError(f"results file '{path}' not found; pass results files (*.jsonl) "
+                            "or folders of them")
+    unique, seen = [], set()
+    for path in files:
+        if path.resolve() in seen:
+            warn(f"{path}: given more than once, read once")
+            continue
+        seen.add(path.resolve())
+        unique.append(path)
+    return unique

@@ -1,0 +1,450 @@
+"""The report as one document, built once from the records, rendered to every format.
+
+`report_document` joins result files from any number of machines into rows (rows.py), prices
+and findings (findings.py); `run_document` is the end-of-run table of `stepbench run`, made of the
+same columns with the same number rules; `peak_document` is `stepbench peak`'s table. render.py
+turns a Document into a terminal table, Markdown, CSV, JSON or one HTML page.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stepbench import record as store
+from stepbench.errors import UserError
+from stepbench.record import Record
+from stepbench.report import table
+from stepbench.report.findings import Finding, findings_for
+from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
+                                     unused_keys)
+from stepbench.report.rows import Row, build_rows, setup_labels, status_text
+
+# One mark per noise flag, placed after the step time; footnotes explain the marks used.
+_SLOWED = ("†", "the GPU reported throttling or its SM clock dropped by over 10% during the "
+                "timed steps")
+NOISE_MARKS = {
+    "high_cv": ("*", "step times varied by more than 5% (coefficient of variation)"),
+    "throttled": _SLOWED,
+    "clock_drop": _SLOWED,
+    "other_processes": ("‡", "other processes were using the GPU"),
+    "recompiled": ("§", "torch.compile recompiled during the timed steps"),
+}
+STATUS_NOTES = {
+    "oom": "OOM means the step did not fit in {where}.",
+    "timeout": "timeout means the setup ran past its time limit and was stopped.",
+    "crashed": "crashed means the process died (signal or exit code) without a result.",
+    "error": "error means the setup raised an exception other than out-of-memory.",
+    "unsupported": "unsupported means the setup cannot run on this machine or software.",
+}
+
+
+
+
+@dataclass
+class Table:
+    """A table of formatted cells, with its title and the notes printed under it."""
+
+    columns: list[str]
+    cells: list[list[str]]
+    align: str
+    title: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    """Everything a report shows, formatted once; render.py only lays it out."""
+
+    title: str | None
+    tables: list[Table]                    # the main table first
+    findings: list[tuple[str | None, list[Finding]]] = field(default_factory=list)  # per heading
+    rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
+    pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
+
+    @property
+    def notes(self) -> list[str]:
+        return [note for t in self.tables for note in t.notes]
+
+    def write_plots(self, folder: Path) -> list[Path]:
+        from stepbench.report.plots import write_plots
+
+        return write_plots(self.pngs, folder)
+
+
+def status_note(status: str, rows: list[Row]) -> str:
+    """The meaning of `status`; for OOM, which memory the step did not fit in."""
+    if status != "oom":
+        return STATUS_NOTES[status]
+    places = []
+    if any(r.config.memory_limit_gb is not None for r in rows):
+        places.append("its --memory-limit-gb cap (on the CPU: address space)")
+    if any(r.config.memory_limit_gb is None and r.config.device == "cuda" for r in rows):
+        places.append("the GPU's memory")
+    if any(r.config.memory_limit_gb is None and r.config.device == "cpu" for r in rows):
+        places.append("the machine's memory")
+    return STATUS_NOTES["oom"].format(where=" or ".join(places))
+
+
+def warn(message: str, prefix: str = "warning: ") -> None:
+    """A problem with the input that does not stop the report: one line on stderr."""
+    print(f"stepbench report: {prefix}{message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- builders
+
+def report_document(paths: list[str], *, price_file: str | None = None,
+                    price_flags: list[str] = (), energy_price: str | None = None,
+                    plots: bool = False) -> Document:
+    """The whole report of the records in `paths` (files or folders of them)."""
+    prices = load_price_file(price_file) if price_file else {}
+    prices.update(parse_price_flags(list(price_flags)))
+    energy = parse_energy_price(energy_price)
+    records = store.load(paths, warn)
+    rows = build_rows(records, prices, energy)
+    _warn_prices(rows, prices)
+    if energy is not None and not any(r.tokens_per_kwh for r in rows):
+        warn("--energy-price given, but no record carries an energy measurement (NVML's energy "
+             "counter, GPU only); no energy cost is shown")
+    return rows_document(rows, plots=plots)
+
+
+def rows_document(rows: list[Row], *, plots: bool = False) -> Document:
+    """The report of rows already built: results table, details, findings, plots."""
+    tables = [Table(COLUMNS, table_cells(rows, COLUMNS), _align(COLUMNS), "Results",
+                    footnotes(rows))]
+    extra = details(rows)
+    if extra:
+        tables.append(Table(*extra, title="Details"))
+    pngs = {}
+    if plots:
+        from stepbench.report.plots import figures
+
+        pngs = figures(rows)
+    return Document("stepbench report", tables, findings_for(rows), rows, pngs)
+
+
+def run_document(records: list[Record]) -> Document:
+    """`stepbench run`'s table: one row per setup (repeats combined as the report does)."""
+    rows = build_rows(records, {})
+    head = records[0] if records else None
+    title = None
+    if head is not None:
+        where = head.machine.gpu if head.machine.gpu != "cpu" else f"CPU ({head.machine.cpu or 'unknown'})"
+        title = f"{head.setup.model_label}, {head.setup.dtype}, on {where}"
+    notes = [n for n in footnotes(rows, explain=False)]
+    return Document(title, [Table(RUN_COLUMNS, table_cells(rows, RUN_COLUMNS), _align(RUN_COLUMNS),
+                                  notes=notes)], rows=rows)
+
+
+def peak_document(result: dict) -> Document:
+    """`stepbench peak`'s one-row table (measure/peaks.measure_peak's result)."""
+    name = result["gpu"] if result["device"] == "cuda" else f"cpu ({result['cpu']})"
+    fraction = result["fraction_of_datasheet"]
+    row = [name, result["dtype"], str(result["size"]), table.sig(result["measured_tflops"]),
+           table.num(result["datasheet_tflops"], 1), "-" if fraction is None else f"{fraction:.0%}"]
+    n = result["size"]
+    when = (f"after {result['sustained_s']:g} s of sustained load (the power-capped rate)"
+            if result.get("sustained_s") else "after a short warm-up (the burst rate)")
+    notes = [f"measured: median of {result['repeats']} timed {n} x {n} x {n} products on random "
+             f"data (2*n^3 FLOPs each), {when}.",
+             "datasheet: the vendor's dense peak (no sparsity) for this dtype, "
+             "stepbench.measure.peaks.DATASHEET_PEAK_TFLOPS; '-' where the GPU or dtype is not listed."]
+    columns = ["device", "dtype", "size", "measured TFLOP/s", "datasheet TFLOP/s", "of datasheet"]
+    return Document(None, [Table(columns, [row], "llrrrr", notes=notes)])
+
+
+def _warn_prices(rows: list[Row], prices: dict[str, float]) -> None:
+    missing = list(dict.fromkeys(r.gpu for r in rows if r.price_per_hour is None))
+    if missing:
+        warn("no price for " + ", ".join(f"'{g}'" for g in missing) + "; its M tokens per $ "
+             "is left blank (add --price \"GPU NAME=DOLLARS\" or a --prices file)")
+    for key in unused_keys(prices, [r.gpu for r in rows]):
+        warn(f"price for '{key}' matches no GPU in the results (GPU names are as the driver "
+             "reports them, e.g. 'NVIDIA H100 PCIe')")
+
+
+# ---------------------------------------------------------------- rendering
+
+# header -> (alignment, cell of a row that ran). Identity columns (IDENTITY) are filled for every
+# row; a row that did not run shows its status under Step (ms) and "-" in the rest.
+CELLS = {
+    "GPU": ("l", lambda row, label: row.gpu),
+    "$/hour": ("r", lambda row, label: table.num(row.price_per_hour, 2)),
+    "Setup": ("l", lambda row, label: label),
+    "Batch": ("r", lambda row, label: str(row.batch)),
+    "Seq": ("r", lambda row, label: str(row.seq)),
+    "Step (ms)": ("r", lambda row, label: table.sig(row.step_ms) + marks(row)),
+    "Tokens/s": ("r", lambda row, label: table.num(row.tokens_per_s, 0, thousands=True)),
+    "Peak memory": ("r", lambda row, label: table.gb(row.peak_memory_gb)),
+    "First step (s)": ("r", lambda row, label: table.num(row.first_step_s, 1)),
+    "M tokens per $": ("r", lambda row, label: table.sig(row.m_tokens_per_dollar, 2)),
+}
+IDENTITY = ("GPU", "$/hour", "Setup", "Batch", "Seq")
+COLUMNS = ["GPU", "$/hour", "Setup", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)",
+           "M tokens per $"]
+RUN_COLUMNS = ["Setup", "Batch", "Seq", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)"]
+# Marks for what torch.compile did beyond one graph compiled once (not noise: a property of the
+# setup that the details and the record explain).
+COMPILE_MARK = ("¶", "torch.compile split the model at graph breaks or recompiled it after the "
+                "first step (counts in the details)")
+
+
+def _align(columns: list[str]) -> str:
+    return "".join(CELLS[c][0] for c in columns)
+
+
+def table_cells(rows: list[Row], columns: list[str]) -> list[list[str]]:
+    """The rows as strings, one cell per column."""
+    labels = setup_labels(rows, shown=[c for c in ("Batch", "Seq") if c in columns])
+    cells = []
+    for row in rows:
+        label = labels[id(row)]
+        if row.ok:
+            cells.append([CELLS[c][1](row, label) for c in columns])
+        else:
+            cells.append([CELLS[c][1](row, label) if c in IDENTITY
+                          else status_text(row.status) if c == "Step (ms)" else "-"
+                          for c in columns])
+    return cells
+
+
+def marks(row: Row) -> str:
+    """The marks after a row's step time: noise flags, then what torch.compile did."""
+    found = [NOISE_MARKS[f][0] for f in row.noise_flags if f in NOISE_MARKS]
+    if row.graph_breaks or row.recompiles:
+        found.append(COMPILE_MARK[0])
+    return "".join(dict.fromkeys(found))
+
+
+def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
+    """What each mark and status means and how rows were combined; with `explain` also what the
+    numbers are, prices, failures' messages and the details' columns (the report's notes)."""
+    notes = []
+    if explain:
+        notes.append("Step (ms) is the mean of a process's timed steps; Tokens/s is batch x "
+                     "sequence per step time; Peak memory is the peak allocated during the timed "
+                     "steps; First step includes compilation.")
+    if explain and any(r.m_tokens_per_dollar is not None for r in rows):
+        notes.append('"M tokens per $" is training tokens per dollar of GPU time, in millions, '
+                     "at each machine's hourly price.")
+    used = sorted({r.status for r in rows if not r.ok} & set(STATUS_NOTES),
+                  key=list(STATUS_NOTES).index)
+    notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
+    notes += _combined_notes(rows)
+    used_marks = dict.fromkeys(NOISE_MARKS[f] for r in rows for f in r.noise_flags
+                               if f in NOISE_MARKS)
+    if any(r.graph_breaks or r.recompiles for r in rows):
+        used_marks[COMPILE_MARK] = None
+    notes += [f"{mark} {meaning}." for mark, meaning in used_marks]
+    if not explain:
+        return notes
+    unknown = sorted({f for r in rows for f in r.noise_flags if f not in NOISE_MARKS})
+    if unknown:
+        notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
+    for row in rows:
+        if not row.ok and row.status != "oom" and row.error:
+            notes.append(f"{row.gpu} {row.setup} {status_text(row.status)}: "
+                         f"{_one_line(row.error)}")
+    missing = sorted({r.gpu for r in rows if r.price_per_hour is None})
+    if missing:
+        notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
+    return notes + detail_notes(rows)
+
+
+def detail_notes(rows: list[Row]) -> list[str]:
+    """What the details' FLOP, MFU and energy columns are; only for columns that are shown.
+
+    They are footnotes like the others, so every format (HTML included) carries them."""
+    return [n for n in (_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows),
+                        _energy_note(rows)) if n]
+
+
+def _by_workload(rows: list[Row], value) -> str:
+    """`value(row)` (a string or None) per model and sequence length, what FLOPs per token
+    depend on: "0.906 for llama-468m at 2048 tokens, 0.95 for ..."; "" when all are None."""
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        text = value(row)
+        if text is not None:
+            where = found.setdefault(text, [])
+            if f"{row.model} at {row.seq} tokens" not in where:
+                where.append(f"{row.model} at {row.seq} tokens")
+    return ", ".join(f"{text} for {' and '.join(where)}" for text, where in found.items())
+
+
+def _flops_note(rows: list[Row]) -> str | None:
+    counted = [r for r in rows if r.achieved_tflops is not None or r.mfu is not None]
+    if not counted:
+        return None
+    conventions = list(dict.fromkeys(r.flops_convention for r in counted if r.flops_convention))
+    note = ("TFLOP/s and MFU (details) count the model's FLOPs "
+            + ("as " + "; ".join(conventions) if conventions else "by a convention the records "
+               "do not name") + ". Attention is counted non-causal, the full score matrix")
+    causal = _by_workload(counted, lambda r: f"{r.flops_per_token_causal / r.flops_per_token:.3g}"
+                          if r.flops_per_token and r.flops_per_token_causal else None)
+    if causal:
+        note += ("; counting it causal (half the matrix) would scale these FLOPs, TFLOP/s and "
+                 f"MFU by {causal}")
+    return note + "."
+
+
+def _peaks_note(rows: list[Row]) -> str | None:
+    if not any(r.mfu is not None for r in rows):
+        return None
+    peaks = []
+    for kind, what in (("measured", "the matmul rate measured on the device"),
+                       ("datasheet", "the vendor's dense datasheet peak for the dtype")):
+        per_gpu: dict[str, list[float]] = {}
+        for row in rows:
+            value = getattr(row, f"peak_tflops_{kind}")
+            if value is not None and getattr(row, f"mfu_{kind}") is not None:
+                per_gpu.setdefault(row.gpu, []).append(value)
+        values = ", ".join(f"{table.sig(statistics.median(v))} TFLOP/s on {gpu}"
+                           for gpu, v in per_gpu.items())
+        peaks.append(f"MFU ({kind} peak) is against {what}" + (f" ({values})" if values else ""))
+    return "; ".join(peaks) + ". A - means that peak is unknown."
+
+
+def _flop_counter_note(rows: list[Row]) -> str | None:
+    checked = [r for r in rows if r.flop_counter_diff is not None]
+    if not checked:
+        return None
+    expected = _by_workload(checked, _recompute_share)
+    return ("FLOP counter diff compares the FLOPs that torch's FlopCounterMode counted for "
+            "one forward and backward with the convention's FLOPs per token x batch x "
+            "sequence. With a fused attention kernel (sdpa, flex_attention) the counter finds "
+            "about 3% more" + (f" ({expected})" if expected else "")
+            + ", because torch also counts the Q @ K^T product that the kernel's backward "
+            "recomputes, 2*L*d*T per token; eager attention keeps the scores and matches to "
+            "within 0.1% (the convention also counts the norm weights, which do no matmul).")
+
+
+def _recompute_share(row: Row) -> str | None:
+    """The fused backward's recompute over the convention's FLOPs: the convention's non-causal
+    minus causal attention term is 6*L*d*T per token, the recompute a third of it."""
+    if not row.flops_per_token or not row.flops_per_token_causal:
+        return None
+    share = (row.flops_per_token - row.flops_per_token_causal) / 3 / row.flops_per_token
+    return f"+{share * 100:.1f}%"
+
+
+def _energy_note(rows: list[Row]) -> str | None:
+    if not any(r.joules_per_token is not None or r.tokens_per_kwh is not None for r in rows):
+        return None
+    note = ("Energy (J per token, M tokens per kWh) is the GPU's alone, from NVML's energy "
+            "counter over the timed steps; the host, its cooling and the power supply's losses "
+            "are not in it.")
+    priced = [r for r in rows if r.energy_cost_per_m_tokens is not None]
+    if priced:
+        note += (f" \"$/M tokens (energy)\" is that electricity per million tokens at "
+                 f"${priced[0].energy_price_per_kwh:g} per kWh; \"$/M tokens (hourly)\" is "
+                 "the GPU time per million tokens at the machine's hourly price, which usually "
+                 "includes the electricity.")
+    return note
+
+
+def _combined_notes(rows: list[Row]) -> list[str]:
+    notes = []
+    by_count: dict[int, list[Row]] = {}
+    for row in rows:
+        if len(row.repeat_step_ms) > 1:
+            by_count.setdefault(len(row.repeat_step_ms), []).append(row)
+    for n, group in sorted(by_count.items()):
+        which = "every row" if len(group) == len([r for r in rows if r.ok]) else \
+            ", ".join(f"{r.gpu} {r.setup}" for r in group)
+        notes.append(f"{n} repeats combined ({which}): median of per-process means, max of "
+                     "peaks, 95% CI by bootstrap over the per-process means (details).")
+    for row in rows:
+        if row.runs > 1:
+            notes.append(f"{row.gpu} {row.setup}: records from {row.runs} runs were combined "
+                         "as repeats.")
+        bad = {s: n for s, n in row.statuses.items() if s != "ok"}
+        if row.ok and bad:
+            what = ", ".join(f"{n} {status_text(s)}" for s, n in bad.items())
+            notes.append(f"{row.gpu} {row.setup}: {what} of {row.repeats} repeats; the numbers "
+                         "come from the others.")
+    return notes
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+DETAIL_COLUMNS = [  # (header, alignment, has data?, cell)
+    ("Repeats", "r", lambda r: r.repeats > 1, lambda r: str(r.repeats)),
+    ("Step 95% CI (ms)", "r", lambda r: r.step_ms_ci is not None,
+     lambda r: f"{table.sig(r.step_ms_ci[0])}-{table.sig(r.step_ms_ci[1])}"
+     if r.step_ms_ci else "-"),
+    ("Noise flags", "l", lambda r: bool(r.noise_flags),
+     lambda r: ", ".join(r.noise_flags) or "-"),
+    ("TFLOP/s", "r", lambda r: r.achieved_tflops is not None,
+     lambda r: table.sig(r.achieved_tflops)),
+    # Both MFU columns or neither: a "-" says which peak is unknown.
+    ("MFU (measured)", "r", lambda r: r.mfu is not None,
+     lambda r: _percent(r.mfu_measured)),
+    ("MFU (datasheet)", "r", lambda r: r.mfu is not None,
+     lambda r: _percent(r.mfu_datasheet)),
+    ("FLOP counter diff", "r", lambda r: r.flop_counter_diff is not None,
+     lambda r: _signed_percent(r.flop_counter_diff)),
+    ("Compile cache", "l", lambda r: r.compile_cache is not None,
+     lambda r: r.compile_cache or "-"),
+    ("Graph breaks", "r", lambda r: bool(r.graph_breaks or r.recompiles),
+     lambda r: "-" if r.graph_breaks is None else str(r.graph_breaks)),
+    ("Recompiles", "r", lambda r: bool(r.graph_breaks or r.recompiles),
+     lambda r: "-" if r.recompiles is None else str(r.recompiles)),
+    ("First step warm (s)", "r", lambda r: r.first_step_warm_s is not None,
+     lambda r: table.num(r.first_step_warm_s, 1)),
+    ("J/token", "r", lambda r: r.joules_per_token is not None,
+     lambda r: table.sig(r.joules_per_token, 2)),
+    ("M tokens per kWh", "r", lambda r: r.tokens_per_kwh is not None,
+     lambda r: table.sig(r.tokens_per_kwh / 1e6 if r.tokens_per_kwh else None, 2)),
+    # The GPU-time cost next to the electricity cost, only where the latter was asked for.
+    ("$/M tokens (hourly)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
+     lambda r: _dollars(r.dollars_per_m_tokens)),
+    ("$/M tokens (energy)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
+     lambda r: _dollars(r.energy_cost_per_m_tokens)),
+    ("Loss vs eager", "l", lambda r: r.parity_rel_diff is not None, lambda r: _parity_cell(r)),
+]
+
+
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def _signed_percent(fraction: float | None) -> str:
+    if fraction is None:
+        return "-"
+    text = f"{fraction * 100:+.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+def _dollars(value: float | None) -> str:
+    return "-" if value is None else "$" + table.sig(value, 2)
+
+
+def _parity_cell(row: Row) -> str:
+    if row.parity_rel_diff is None:
+        return "-"
+    text = f"{row.parity_rel_diff * 100:.2g}%"
+    return text if row.parity_ok else f"{text} (over {row.parity_tolerance * 100:.2g}%)"
+
+
+def details(rows: list[Row]) -> tuple[list[str], list[list[str]], str] | None:
+    """Columns, cells and alignment of an extra table with what the records measured beyond
+    the post's columns (repeats, CI, noise flags, TFLOP/s and MFU, FLOP counter cross-check,
+    compile cache, energy and its cost, loss parity); `detail_notes` explains them."""
+    used = [c for c in DETAIL_COLUMNS if any(c[2](r) for r in rows)]
+    if not used:
+        return None
+    labels = setup_labels(rows)
+    shown = [r for r in rows if any(c[2](r) for c in used)]
+    columns = ["GPU", "Setup"] + [c[0] for c in used]
+    cells = [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown]
+    return columns, cells, "ll" + "".join(c[1] for c in used)
+
+

@@ -1,0 +1,193 @@
+"""A Document (document.py) laid out as a terminal table, Markdown, CSV, JSON or one HTML page.
+
+Every format shows the same cells and notes: numbers are formatted once, in document.py. The HTML
+page is self-contained (inline style, plots as base64 PNGs) because a report gets mailed and
+attached to tickets, so it opens the same anywhere, offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+
+from stepbench.errors import UserError
+from stepbench.report import table
+from stepbench.report.document import Document, Table
+
+FORMATS = ("table", "markdown", "csv", "json", "html")
+# A terminal table wider than this is printed in parts (each repeating the first two columns),
+# since a terminal cuts or wraps a wider one.
+TERMINAL_WIDTH = 160
+
+
+def render(doc: Document, fmt: str) -> str:
+    if fmt in ("table", "markdown"):
+        return render_text(doc, fmt)
+    if fmt == "csv":
+        return render_csv(doc)
+    if fmt == "json":
+        return render_json(doc)
+    if fmt == "html":
+        return render_html(doc)
+    raise UserError(f"unknown format '{fmt}'; choose one of: {', '.join(FORMATS)}")
+
+
+def write_output(text: str, path: Path) -> None:
+    """Write a rendered report; an unwritable path is a UserError naming it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {path} ({exc.strerror}); pass a writable --out path") from None
+
+
+# ---------------------------------------------------------------- terminal and Markdown
+
+def render_text(doc: Document, fmt: str) -> str:
+    """Each table with its notes, then the findings under their headings."""
+    markdown = fmt == "markdown"
+    out = []
+    for t in doc.tables:
+        if markdown:
+            out.append((f"## {t.title}\n\n" if t.title else "")
+                       + table.render(t.columns, t.cells, fmt, align=t.align,
+                                      title=None if t.title else doc.title, footnotes=t.notes))
+            continue
+        for part, (columns, cells, align) in enumerate(_split_wide(t.columns, t.cells, t.align)):
+            title = t.title or doc.title if not part else f"{t.title} (continued)"
+            notes = t.notes if part == len(_split_wide(t.columns, t.cells, t.align)) - 1 else None
+            out.append(table.render(columns, cells, fmt, align=align, title=title, footnotes=notes))
+    if doc.findings:
+        lines = ["## What the numbers say\n" if markdown else "What the numbers say\n"]
+        number = 0
+        for heading, findings in doc.findings:
+            if heading:
+                lines.append(f"### {heading}\n" if markdown else f"{heading}:\n")
+            for f in findings:
+                number += 1
+                lines.append(f"{number}. {f.text}")
+            lines.append("")
+        out.append("\n".join(lines))
+    return "\n".join(part.rstrip("\n") + "\n" for part in out if part)
+
+
+def _split_wide(columns: list[str], cells: list[list[str]], align: str,
+                width: int = TERMINAL_WIDTH) -> list[tuple[list[str], list[list[str]], str]]:
+    """A table as parts no wider than `width`, the first two columns in each."""
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) + 3 for i, c in enumerate(columns)]
+    if sum(widths) <= width or len(columns) <= 2:
+        return [(columns, cells, align)]
+    parts: list[list[int]] = [[]]
+    for i in range(2, len(columns)):
+        if parts[-1] and sum(widths[j] for j in [0, 1, *parts[-1], i]) > width:
+            parts.append([])
+        parts[-1].append(i)
+    return [([columns[j] for j in [0, 1, *part]],
+             [[row[j] for j in [0, 1, *part]] for row in cells],
+             "".join(align[j] for j in [0, 1, *part])) for part in parts]
+
+
+# ---------------------------------------------------------------- CSV and JSON
+
+CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s",
+            "peak_memory_gb", "first_step_s", "m_tokens_per_dollar", "mode", "attn",
+            "compile_mode", "model", "batch", "seq", "dtype", "repeats", "step_ms_ci_low",
+            "step_ms_ci_high", "noise_flags", "first_step_warm_s", "compile_cache", "graph_breaks",
+            "recompiles", "mfu", "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
+            "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",
+            "energy_cost_per_m_tokens", "parity_rel_diff", "parity_ok"]
+
+
+def render_csv(doc: Document) -> str:
+    """The rows with unformatted numbers (for a spreadsheet); empty cell = not measured."""
+    cells = []
+    for row in doc.rows:
+        d = row.as_dict()
+        d["step_ms_ci_low"], d["step_ms_ci_high"] = row.step_ms_ci or (None, None)
+        d["noise_flags"] = ";".join(row.noise_flags)
+        cells.append(["" if d[k] is None else _csv_value(d[k]) for k in CSV_KEYS])
+    return table.render(CSV_KEYS, cells, "csv")
+
+
+def _csv_value(value) -> str:
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    return str(value)
+
+
+def render_json(doc: Document) -> str:
+    """{"rows": [...], "findings": [{"kind", "text", "group"}], "notes": [...]}."""
+    data = {"rows": [r.as_dict() for r in doc.rows],
+            "findings": [{"kind": f.kind, "text": f.text, "group": heading}
+                         for heading, findings in doc.findings for f in findings],
+            "notes": doc.notes}
+    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+
+
+def _finite(value):
+    """NaN and infinity (a diverged loss) as null: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- HTML
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem;
+       color: #222; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; margin: 1rem 0; font-size: 0.9rem; }
+th, td { padding: 0.25rem 0.6rem; border-bottom: 1px solid #ddd; white-space: nowrap; }
+th { text-align: left; border-bottom: 2px solid #888; }
+td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
+p.note { font-size: 0.85rem; color: #555; margin: 0.2rem 0; }
+figure { margin: 1rem 0; }
+img { max-width: 100%; }
+"""
+
+
+def _html_table(t: Table) -> str:
+    cls = lambda i: ' class="r"' if t.align[i] == "r" else ""  # noqa: E731
+    head = "".join(f"<th{cls(i)}>{html.escape(c)}</th>" for i, c in enumerate(t.columns))
+    body = "".join("<tr>" + "".join(f"<td{cls(i)}>{html.escape(c)}</td>"
+                                    for i, c in enumerate(row)) + "</tr>\n" for row in t.cells)
+    return (f'<div class="scroll"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}'
+            "</tbody>\n</table></div>\n")
+
+
+def render_html(doc: Document) -> str:
+    """The whole page as a string."""
+    from stepbench.report.plots import PLOTS
+
+    title = html.escape(doc.title or "stepbench report")
+    parts = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+             f"<title>{title}</title>\n", f"<style>{STYLE}</style>\n</head>\n<body>\n",
+             f"<h1>{title}</h1>\n"]
+    for t in doc.tables:
+        parts += [f"<h2>{html.escape(t.title)}</h2>\n" if t.title else "", _html_table(t)]
+        parts += [f'<p class="note">{html.escape(n)}</p>\n' for n in t.notes]
+    if doc.findings:
+        parts.append("<h2>What the numbers say</h2>\n")
+        for heading, findings in doc.findings:
+            if heading:
+                parts.append(f"<h3>{html.escape(heading)}</h3>\n")
+            parts.append("<ol>\n" + "".join(f"<li>{html.escape(f.text)}</li>\n" for f in findings)
+                         + "</ol>\n")
+    if doc.pngs:
+        parts.append("<h2>Plots</h2>\n")
+        captions = {stem: label for stem, label, _, _ in PLOTS}
+        for stem, png in doc.pngs.items():
+            data = base64.b64encode(png).decode("ascii")
+            parts.append(f'<figure><img alt="{html.escape(captions[stem])}" '
+                         f'src="data:image/png;base64,{data}">'
+                         f"<figcaption>{html.escape(captions[stem])}</figcaption></figure>\n")
+    parts.append("</body>\n</html>\n")
+    return "".join(parts)

@@ -1,0 +1,158 @@
+"""What one benchmark run is: a frozen Setup value, its identity, and the matrix a command asks for.
+
+`Setup.key()` is the one identity of what was measured: resume, the report's rows and the eager
+twin of a compiled setup are all built on it. Every field is part of it, so two records that
+differ in any setting (steps, a memory limit, a seed) are never taken for repeats of one setup.
+A field added later gets a default, and a record written before it existed reads back as that
+default: old results files keep resuming and reporting as they did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepbench.errors import UserError
+
+MODES = ("eager", "compile")
+# transformers' attn_implementation names; flash_attention_2/3 need their packages (a missing one
+# is reported as "unsupported" by the child, not rejected here).
+ATTENTIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DTYPES = ("bf16", "fp16", "fp32")
+DEVICES = ("cuda", "cpu")
+
+# How the step runs, as opposed to what it trains: the fields a report compares side by side
+# within one workload (compiled against eager, one attention kernel against another).
+VARIANT_FIELDS = ("mode", "compile_mode", "attn")
+
+# Defaults that depend on where the setups run: the post's model and sequence on a GPU, a model
+# small enough for a couple of minutes on a laptop CPU otherwise.
+DEVICE_DEFAULTS = {
+    "cuda": {"model": "llama-468m", "seq": 2048, "timeout_s": 1800.0},
+    "cpu": {"model": "llama-tiny", "seq": 256, "timeout_s": 600.0},
+}
+
+
+def choose(kind: str, value: str, valid: tuple[str, ...]) -> str:
+    """Return `value` if valid, else raise a UserError that lists the valid choices."""
+    if value not in valid:
+        raise UserError(f"unknown {kind} {value!r}; choose one of: {', '.join(valid)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One training-step configuration, run in its own process."""
+
+    model: str                     # preset name (measure/models.py) or path to an HF config
+    mode: str                      # "eager" or "compile"
+    attn: str                      # transformers attn_implementation
+    batch: int = 4                 # sequences per step
+    seq: int = 2048                # tokens per sequence
+    dtype: str = "bf16"            # weights, grads and optimizer state (pure, as in the post)
+    device: str = "cuda"
+    compile_mode: str = "default"  # torch.compile(mode=...); always "default" in eager mode
+    warmup: int = 4                # steps after the first one, before timing
+    steps: int = 20                # timed steps
+    seed: int = 0                  # weights and tokens; equal seeds make losses comparable
+    memory_limit_gb: float | None = None  # cap the child's memory to see what fits a smaller card
+
+    def __post_init__(self):
+        # Normalised so that equal settings give equal keys: 3 and 3.0 GB are one limit, and the
+        # compile mode means nothing without compilation.
+        if self.memory_limit_gb is not None:
+            object.__setattr__(self, "memory_limit_gb", float(self.memory_limit_gb))
+        if self.mode == "eager":
+            object.__setattr__(self, "compile_mode", "default")
+
+    def check(self) -> "Setup":
+        """Raise a UserError naming the fix when a field is not one stepbench can run."""
+        choose("mode", self.mode, MODES)
+        choose("attention", self.attn, ATTENTIONS)
+        choose("compile mode", self.compile_mode, COMPILE_MODES)
+        choose("dtype", self.dtype, DTYPES)
+        choose("device", self.device, DEVICES)
+        for flag, value, least in (("--batch", self.batch, 1), ("--seq", self.seq, 1),
+                                   ("--steps", self.steps, 1), ("--warmup", self.warmup, 0),
+                                   ("--seed", self.seed, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise UserError(f"{flag} must be an integer >= {least}, got {value!r}")
+        if self.memory_limit_gb is not None and not self.memory_limit_gb > 0:
+            raise UserError(f"--memory-limit-gb must be > 0, got {self.memory_limit_gb:g}")
+        return self
+
+    def key(self) -> str:
+        """THE identity of what was measured: every field, canonical JSON."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @property
+    def name(self) -> str:
+        """"compile+sdpa"; a non-default compile mode shows as "compile:max-autotune+sdpa"."""
+        mode = self.mode
+        if self.mode == "compile" and self.compile_mode != "default":
+            mode = f"compile:{self.compile_mode}"
+        return f"{mode}+{self.attn}"
+
+    @property
+    def model_label(self) -> str:
+        """A short name for the model: the preset, or the config's file or folder name."""
+        return model_label(self.model)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.seq
+
+    def eager_twin(self) -> "Setup":
+        """The same workload and attention without torch.compile: what a compiled setup is
+        compared with (speed, memory, loss parity)."""
+        return dataclasses.replace(self, mode="eager", compile_mode="default")
+
+    def workload(self) -> "Setup":
+        """This setup with its variant fields (VARIANT_FIELDS) blanked: setups with equal
+        workloads train the same model on the same tokens and can be compared."""
+        return dataclasses.replace(self, mode="", compile_mode="", attn="")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Setup":
+        """A Setup from a record's `setup` object; fields it lacks take their defaults."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def model_label(model: str) -> str:
+    """'llama-468m' for a preset; 'smollm2' for .../smollm2.json; 'qwen' for .../qwen/config.json.
+
+    Tables and plots show this; the record keeps the path.
+    """
+    path = Path(model)          # a preset name is its own file name
+    if path.name == "config.json" and path.parent.name:
+        return path.parent.name
+    return (path.stem if path.suffix == ".json" else path.name) or model
+
+
+def matrix(*, models: list[str], modes: list[str], attns: list[str], batches: list[int],
+           seqs: list[int], compile_modes: tuple[str, ...] = ("default",), **common) -> list[Setup]:
+    """Every combination, checked, in the post's order: per attention, eager then compiled (once
+    per compile mode; the compile mode does not apply to eager)."""
+    return [Setup(model=model, mode=mode, attn=attn, batch=batch, seq=seq, compile_mode=cm,
+                  **common).check()
+            for model, batch, seq, attn, mode in itertools.product(models, batches, seqs, attns, modes)
+            for cm in (compile_modes if mode == "compile" else ("default",))]
+
+
+def parse_list(flag: str, text: str, cast=str) -> list:
+    """Split a comma-separated flag value; empty items and bad numbers are user errors."""
+    items = [item.strip() for item in str(text).split(",")]
+    if any(not item for item in items):
+        raise UserError(f"{flag} needs a comma-separated list without empty items, got {text!r}")
+    try:
+        return list(dict.fromkeys(cast(item) for item in items))
+    except ValueError:
+        raise UserError(f"{flag} needs comma-separated integers, got {text!r}") from None
