@@ -3,6 +3,9 @@
 import pytest
 
 from stepbench.cli import main
+from stepbench.errors import UserError
+from stepbench.measure.models import build_config
+from conftest import run_cli
 
 
 @pytest.fixture
@@ -79,3 +82,38 @@ def test_folder_without_config(capsys, tmp_path):
     code = main(["run", "--device", "cpu", "--model", str(tmp_path), "--out", str(tmp_path / "r.jsonl")])
     assert code == 2
     assert "folder has no config.json" in capsys.readouterr().err
+
+
+# transformers' own error for an unknown model_type lists every type it knows: 12,000 characters
+# on one line, with the typo somewhere at its start.
+
+def test_unknown_model_type_is_short_and_suggests_close_types(config_file):
+    cfg = config_file('{"model_type": "lama", "hidden_size": 32}')
+    with pytest.raises(UserError) as caught:
+        build_config(str(cfg), 64)
+    message = str(caught.value)
+    assert "model_type 'lama'" in message
+    assert "did you mean 'llama'" in message
+    assert "print(sorted(transformers.CONFIG_MAPPING))" in message     # where the full list is
+    assert "\n" not in message and len(message) < 300, message
+
+
+def test_unknown_model_type_without_close_types_says_so(config_file):
+    cfg = config_file('{"model_type": "no-such-arch"}')
+    with pytest.raises(UserError) as caught:
+        build_config(str(cfg), 64)
+    message = str(caught.value)
+    assert "did you mean" not in message
+    assert "fix the config or upgrade transformers" in message and len(message) < 300, message
+
+
+def test_unknown_model_type_from_the_command_line(config_file, tmp_path):
+    cfg = config_file('{"model_type": "lama"}', name="BAD.json")
+    proc = run_cli("run", "--device", "cpu", "--model", cfg, "--out", tmp_path / "r.jsonl",
+                   timeout=300)
+    assert proc.returncode == 2
+    assert "did you mean 'llama'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 3, proc.stderr
+    assert len(proc.stderr) < 600, proc.stderr
+    assert not (tmp_path / "r.jsonl").exists() or (tmp_path / "r.jsonl").read_text() == ""

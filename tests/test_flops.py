@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
+from torch.utils import flop_counter
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from stepbench.measure import flops, peaks
+from stepbench.measure.models import build_config
 
 
 def post_config(**overrides) -> LlamaConfig:
@@ -170,6 +173,121 @@ def test_flop_counter_unwraps_a_compiled_module_without_compiling():
     model = _tiny_model("eager", cfg)
     input_ids = torch.randint(0, cfg.vocab_size, (1, 32))
     assert flops.flop_counter_step(Wrapper(model), input_ids) == flops.flop_counter_step(model, input_ids)
+
+
+# --- grouped-query attention --------------------------------------------------------------------
+# transformers runs SDPA with enable_gqa=True: key/value reach the kernel with fewer heads than the
+# query. torch's SDPA formulas up to 2.12 (the H200's torch 2.11) raised on that, "AssertionError:
+# sdpa_flop_count: query/key/value shapes are incompatible", and flop_counter_per_step was null
+# for every GQA model. torch 2.13 (this venv) accepts GQA, so the tests below also run against
+# torch 2.11's checks, put back by `torch_211_sdpa_checks`.
+
+TINY_QWEN2 = Path(__file__).parent / "data" / "tiny-qwen2" / "config.json"
+
+
+def _strict_heads(count, *shape_positions):
+    # torch 2.11's sdpa_flop_count / sdpa_backward_flop_count: query, key and value (and grad_out)
+    # must have the same number of heads; the count itself is unchanged.
+    def checked(*shapes):
+        if len({shapes[i][1] for i in shape_positions}) != 1:
+            raise AssertionError("sdpa_flop_count: query/key/value shapes are incompatible")
+        return count(*shapes)
+    return checked
+
+
+@pytest.fixture(params=["torch-installed", "torch-2.11"])
+def torch_211_sdpa_checks(request, monkeypatch):
+    """torch's SDPA counts as installed, or with torch 2.11's equal-heads checks put back."""
+    if request.param == "torch-2.11":
+        monkeypatch.setattr(flop_counter, "sdpa_flop_count",
+                            _strict_heads(flop_counter.sdpa_flop_count, 0, 1, 2))
+        monkeypatch.setattr(flop_counter, "sdpa_backward_flop_count",
+                            _strict_heads(flop_counter.sdpa_backward_flop_count, 0, 1, 2, 3))
+    return request.param
+
+
+def tiny_gqa_llama() -> LlamaConfig:
+    return tiny_config(num_attention_heads=4, num_key_value_heads=2)     # 2 query heads per KV head
+
+
+def tiny_gqa_qwen2():
+    return build_config(str(TINY_QWEN2), 128)           # 4 heads / 2 KV heads, q/k/v biases, tied
+
+
+@pytest.mark.parametrize("make_config", [tiny_gqa_llama, tiny_gqa_qwen2], ids=["llama", "qwen2"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_flop_counter_counts_gqa_models_like_the_convention(make_config, attn,
+                                                            torch_211_sdpa_checks):
+    cfg = make_config()
+    assert cfg.num_key_value_heads < cfg.num_attention_heads
+    model = _tiny_model(attn, cfg)
+    batch, seq = 2, 128
+    tokens = batch * seq
+    input_ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(4))
+    counted = flops.flop_counter_step(model, input_ids)
+    formula = flops.flops_per_token(cfg, seq) * tokens
+    # As in test_flop_counter_agrees_with_convention: every query head counts against a full key
+    # and value (the convention's d = heads * head_dim, whatever the KV heads), the fused backward
+    # adds the score recompute, and 1-D parameters (norm weights, Qwen2's q/k/v biases) are in N'
+    # but do no matmul.
+    recompute = 2 * cfg.num_hidden_layers * flops.attention_width(cfg) * seq if attn == "sdpa" else 0
+    no_matmul = sum(p.numel() for p in model.parameters() if p.dim() == 1)
+    assert counted == pytest.approx(formula - 6 * no_matmul * tokens + recompute * tokens, rel=1e-4)
+    assert counted == pytest.approx(formula, rel=0.05)
+
+
+def test_gqa_sdpa_counts_exactly_the_recompute_above_eager(torch_211_sdpa_checks):
+    # Eager attention repeats key/value to the query's heads before its matmuls (repeat_kv), so
+    # its count is the full-heads count; SDPA with enable_gqa must come out the same plus the
+    # score recompute of its fused backward.
+    cfg = tiny_gqa_llama()
+    batch, seq = 1, 64
+    input_ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(5))
+    eager = flops.flop_counter_step(_tiny_model("eager", cfg), input_ids)
+    sdpa = flops.flop_counter_step(_tiny_model("sdpa", cfg), input_ids)
+    assert sdpa - eager == 2 * cfg.num_hidden_layers * flops.attention_width(cfg) * seq * batch * seq
+
+
+# Every SDPA kernel FlopCounterMode may meet: the CPU one, and the CUDA ones that cannot run here
+# (their formulas are called directly with the shapes the kernels get).
+SDPA_KERNELS = ["_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"]
+GQA_QUERY, GQA_KV, GQA_KV_EXPANDED = (1, 8, 64, 16), (1, 2, 64, 16), (1, 8, 64, 16)
+
+
+def _sdpa_formula(name: str):
+    op = getattr(torch.ops.aten, name, None)
+    if op is None:
+        pytest.skip(f"torch {torch.__version__} has no aten.{name}")
+    return flops._extra_flop_formulas()[op]
+
+
+@pytest.mark.parametrize("name", SDPA_KERNELS)
+def test_gqa_forward_formula_counts_key_value_expanded_to_query_heads(name, torch_211_sdpa_checks):
+    counted = _sdpa_formula(name)(GQA_QUERY, GQA_KV, GQA_KV, out_shape=None)
+    assert counted == flop_counter.sdpa_flop_count(GQA_QUERY, GQA_KV_EXPANDED, GQA_KV_EXPANDED)
+    # Q @ K^T and P @ V, 2*s*s*d FLOPs each per query head: 4 * 1 * 8 * 64 * 64 * 16.
+    assert counted == 4 * 8 * 64 * 64 * 16
+    # Without GQA nothing changes.
+    assert _sdpa_formula(name)(GQA_QUERY, GQA_QUERY, GQA_QUERY, out_shape=None) == counted
+
+
+@pytest.mark.parametrize("name", SDPA_KERNELS)
+def test_gqa_backward_formula_counts_key_value_expanded_to_query_heads(name, torch_211_sdpa_checks):
+    formula = _sdpa_formula(f"{name}_backward")
+    counted = formula(GQA_QUERY, GQA_QUERY, GQA_KV, GQA_KV, out_shape=None)
+    assert counted == flop_counter.sdpa_backward_flop_count(GQA_QUERY, GQA_QUERY, GQA_KV_EXPANDED,
+                                                            GQA_KV_EXPANDED)
+    # The score recompute plus four gradient products, 2*s*s*d FLOPs each per query head.
+    assert counted == 10 * 8 * 64 * 64 * 16
+    assert formula(GQA_QUERY, GQA_QUERY, GQA_QUERY, GQA_QUERY, out_shape=None) == counted
+
+
+def test_gqa_formulas_leave_shapes_they_cannot_widen_to_torch():
+    formula = _sdpa_formula("_scaled_dot_product_flash_attention")
+    # 8 query heads over 3 KV heads is no GQA layout: torch's own check must still reject it.
+    with pytest.raises(AssertionError):
+        formula(GQA_QUERY, (1, 3, 64, 16), (1, 3, 64, 16), out_shape=None)
 
 
 # --- datasheet peaks ---------------------------------------------------------------------------

@@ -119,35 +119,101 @@ def _text_config(config: Any) -> Any:
 # FLOPs per step: counted by torch
 # ----------------------------------------------------------------------------------------------
 
-def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    from torch.utils import flop_counter
-    return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+# The SDPA kernels whose FLOP formulas take (query, key, value, ...) shapes, and those that take
+# (grad_out, query, key, value, ...): the CPU flash kernel torch has no formula for, and the CUDA
+# kernels torch has formulas for that reject grouped-query attention up to torch 2.12.
+_SDPA_FORWARD_OPS = ("_scaled_dot_product_flash_attention_for_cpu",
+                     "_scaled_dot_product_flash_attention",
+                     "_scaled_dot_product_efficient_attention",
+                     "_scaled_dot_product_cudnn_attention")
+_SDPA_BACKWARD_OPS = tuple(f"{name}_backward" for name in _SDPA_FORWARD_OPS)
 
 
-def _cpu_sdpa_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args,
-                            out_shape=None, **kwargs) -> int:
-    from torch.utils import flop_counter
-    return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape,
-                                                 value_shape)
+def _kv_shape_with_query_heads(query_shape, kv_shape):
+    """`kv_shape` with the query's head count: GQA counted as the convention counts it.
+
+    Under grouped-query attention (SDPA's enable_gqa) key and value come with fewer heads than the
+    query, (batch, kv_heads, seq, head_dim), and each key/value head serves a group of query heads.
+    Every query head still multiplies against a full key and value, so the FLOPs are those of
+    key/value repeated to the query's heads. Shapes that are not 4-D (nested, varlen) or whose
+    heads do not divide are returned as they are, for torch's own checks to judge.
+    """
+    if len(query_shape) != 4 or len(kv_shape) != 4:
+        return kv_shape
+    heads, kv_heads = query_shape[1], kv_shape[1]
+    if kv_heads == heads or kv_heads <= 0 or heads % kv_heads:
+        return kv_shape
+    return (kv_shape[0], heads, *kv_shape[2:])
+
+
+def _gqa_sdpa_flop(formula):
+    """A forward formula that passes key/value shapes to `formula` with the query's head count."""
+    def flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return formula(query_shape, _kv_shape_with_query_heads(query_shape, key_shape),
+                       _kv_shape_with_query_heads(query_shape, value_shape), *args,
+                       out_shape=out_shape, **kwargs)
+    return flop
+
+
+def _gqa_sdpa_backward_flop(formula):
+    """A backward formula that passes key/value shapes to `formula` with the query's head count."""
+    def flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+             **kwargs) -> int:
+        return formula(grad_out_shape, query_shape,
+                       _kv_shape_with_query_heads(query_shape, key_shape),
+                       _kv_shape_with_query_heads(query_shape, value_shape), *args,
+                       out_shape=out_shape, **kwargs)
+    return flop
+
+
+def _torch_shape_formula(flop_counter, op, fallback_name: str):
+    """torch's FLOP formula for `op` taking shapes, else its formula named `fallback_name`, or None.
+
+    torch registers its shape formulas wrapped to turn tensors into shapes (functools.wraps keeps
+    the shape formula as __wrapped__); FlopCounterMode wraps the custom mapping the same way, so
+    the wrappers here receive shapes and delegate to the unwrapped formula. A formula registered
+    raw (it takes tensors) is not used: the fallback, torch's SDPA formula, is.
+    """
+    registered = getattr(flop_counter, "flop_registry", {}).get(op)
+    formula = getattr(registered, "__wrapped__", None)
+    if formula is None:
+        fallback = getattr(flop_counter, fallback_name, None)
+        formula = getattr(fallback, "__wrapped__", fallback)
+    return formula
 
 
 def _extra_flop_formulas() -> dict:
-    """FLOP formulas torch lacks: the CPU flash-attention kernel that SDPA picks on CPU.
+    """FLOP formulas that FlopCounterMode needs for SDPA: the CPU kernel, and GQA on every kernel.
 
-    Without them FlopCounterMode silently counts zero attention FLOPs for attn "sdpa" on CPU
-    (torch 2.13 registers only the CUDA SDPA kernels). The shapes are those of the CUDA kernels, so
-    torch's own formulas apply.
+    * CPU: torch registers formulas only for the CUDA SDPA kernels, so without one for the CPU
+      flash kernel (the one SDPA picks on CPU) FlopCounterMode silently counts zero attention
+      FLOPs for attn "sdpa". Its shapes are those of the CUDA kernels, so torch's SDPA formulas
+      apply.
+    * GQA: transformers passes key/value with fewer heads than the query (enable_gqa=True), and
+      torch's SDPA formulas up to 2.12 raise on that ("AssertionError: sdpa_flop_count:
+      query/key/value shapes are incompatible"; on an H200 with torch 2.11 SDPA picks the cuDNN
+      kernel), which left flop_counter_per_step null for every GQA model. Each SDPA kernel's
+      formula is therefore wrapped to widen key/value to the query's heads before torch's own
+      formula counts, which also keeps the count the same across torch versions.
+
+    Flex attention is not wrapped: FlopCounterMode runs no formula for the uncompiled
+    flex_attention higher-order op (it raises TypeError before any count), and torch 2.11 has no
+    flex formula at all. Each op is looked up with hasattr: the set differs between torch versions.
     """
     from torch.utils import flop_counter
 
     aten = torch.ops.aten
     extra = {}
-    if (hasattr(flop_counter, "sdpa_flop_count")
-            and hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu")):
-        extra[aten._scaled_dot_product_flash_attention_for_cpu] = _cpu_sdpa_flop
-    if (hasattr(flop_counter, "sdpa_backward_flop_count")
-            and hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward")):
-        extra[aten._scaled_dot_product_flash_attention_for_cpu_backward] = _cpu_sdpa_backward_flop
+    for names, fallback, wrap in ((_SDPA_FORWARD_OPS, "sdpa_flop", _gqa_sdpa_flop),
+                                  (_SDPA_BACKWARD_OPS, "sdpa_backward_flop",
+                                   _gqa_sdpa_backward_flop)):
+        for name in names:
+            if not hasattr(aten, name):
+                continue
+            op = getattr(aten, name)
+            formula = _torch_shape_formula(flop_counter, op, fallback)
+            if formula is not None:
+                extra[op] = wrap(formula)
     return extra
 
 
@@ -164,7 +230,9 @@ def flop_counter_step(model: torch.nn.Module, input_ids: torch.Tensor) -> float:
       Eager attention keeps the scores and has no recompute. For the post's model at T=2048 that
       is +3.1%.
     Without a formula for the CPU SDPA kernel, torch would count its attention as zero; this
-    function supplies torch's own SDPA formulas for it, so CPU and GPU counts agree. Measured on
+    function supplies torch's own SDPA formulas for it, so CPU and GPU counts agree. Grouped-query
+    attention is counted as the convention counts it, every query head against a full key and
+    value (see `_extra_flop_formulas`), so GQA models compare the same way. Measured on
     the H200 for the post's model (1 x 2048, bf16): eager 0.9999 and sdpa 1.0312 times the
     convention.
 

@@ -7,6 +7,7 @@ LM that transformers knows; no weights are read and nothing is fetched.
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -60,16 +61,49 @@ def build_config(model: str, seq: int):
         data.pop(key, None)
     if model in PRESETS:
         data["max_position_embeddings"] = seq
+    known_types = _known_model_types()
+    if model_type not in known_types:
+        raise _unknown_model_type(model, model_type, known_types)
     try:
         cfg = AutoConfig.for_model(model_type, **data)
     except ValueError as exc:
-        raise UserError(f"{model}: transformers does not know model_type {model_type!r} ({exc}); "
-                        "check the config or upgrade transformers") from None
+        raise UserError(f"{model}: transformers rejects this {model_type} config ({exc}); "
+                        "fix the config") from None
     limit = getattr(cfg, "max_position_embeddings", None)
     if limit is not None and seq > limit:
         raise UserError(f"--seq {seq} is above the model's max_position_embeddings ({limit}); "
                         f"use --seq {limit} or less")
     return cfg
+
+
+def _known_model_types() -> list[str]:
+    """The model_type values this transformers knows (about 800 in 5.x)."""
+    from transformers import CONFIG_MAPPING
+
+    # keys(): the lazy mapping is an empty dict underneath, so len() says 0.
+    return list(CONFIG_MAPPING.keys())
+
+
+# How to see every type, for the error below: the list itself is too long for an error line.
+LIST_MODEL_TYPES = 'python -c "import transformers; print(sorted(transformers.CONFIG_MAPPING))"'
+
+
+def _unknown_model_type(model: str, model_type, known_types: list[str]) -> UserError:
+    """A one-line error for a model_type transformers does not know: the close matches, not all.
+
+    transformers' own ValueError lists every type it knows (12,000 characters in 5.x), which as a
+    one-line error buries both the typo and the fix. Types close to the bad one ("lama": "llama")
+    catch typos; for a type with none, the model may need a newer transformers.
+    """
+    close = difflib.get_close_matches(str(model_type), known_types, n=3)
+    if close:
+        quoted = [repr(name) for name in close]
+        choices = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+        fix = f"did you mean {choices}?"
+    else:
+        fix = "fix the config or upgrade transformers."
+    return UserError(f"{model}: transformers does not know model_type {model_type!r}; {fix} "
+                     f"All known types: {LIST_MODEL_TYPES}")
 
 
 def build_model(model: str, seq: int, attn: str):
