@@ -37,8 +37,3 @@ def test_failed_and_noisy_rows(h200_records):
     assert "OOM means the step did not fit in the GPU's memory." in text
     assert "\\* step times varied by more than 5% (coefficient of variation)." in text
     assert "‡ other processes were using the GPU." in text
-
-
-def test_records_of_0_1_read_and_write_back_unchanged(h200_records):
-    # The typed Record holds every field stepbench 0.1 wrote, under the same names.
-    assert [Record.from_dict(r).to_dict() for r in h200_records] == h200_records

@@ -1,5 +1,6 @@
 """Real runs of real tiny models in real child processes, including a real inductor compile."""
 
+import json
 import math
 import os
 import signal
@@ -81,7 +82,7 @@ def test_table_output(tmp_path, matrix_run):
         "eager+sdpa", "compile+sdpa", "eager+eager", "compile+eager"]
 
 
-def test_resume_runs_only_the_missing_setups(tmp_path):
+def test_resume_runs_only_the_missing_setups_and_rerun_measures_again(tmp_path):
     out = tmp_path / "r.jsonl"
     first = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--out", out)
     assert first.returncode == 0, first.stderr
@@ -92,6 +93,17 @@ def test_resume_runs_only_the_missing_setups(tmp_path):
     records = read_jsonl(out)
     assert [r["setup"]["name"] for r in records] == ["eager+sdpa", "eager+eager"]
     assert [r["setup"]["name"] for r in second.records] == ["eager+sdpa", "eager+eager"]
+    # --rerun measures again; the new record is appended and is the one that counts.
+    third = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--out", out, "--rerun",
+                    "--format", "json", check_json=True)
+    assert "[1/1] eager+sdpa batch 4 seq 64: ok" in third.stderr
+    records = read_jsonl(out)
+    assert [r["setup"]["name"] for r in records] == ["eager+sdpa", "eager+eager", "eager+sdpa"]
+    assert third.records == records[2:]
+    report = run_cli("report", out, "--format", "json")
+    rows = json.loads(report.stdout)["rows"]
+    assert [(r["setup"], r["repeats"]) for r in rows] == [("eager+sdpa", 1), ("eager+eager", 1)]
+    assert rows[0]["step_ms"] == pytest.approx(records[2]["step_ms"])
 
 
 def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
@@ -113,6 +125,18 @@ def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
     assert any(line.split()[:4] == ["eager+eager", "8", "2048", "OOM"] for line in proc.stdout.splitlines())
 
 
+def test_a_memory_limit_too_small_for_torch_says_so(tmp_path):
+    proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb", "0.5",
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+    [record] = proc.records
+    assert record["status"] == "oom" and record["phase"] == "starting"
+    assert "--memory-limit-gb 0.5 is below the" in record["error"]
+    assert "after importing torch" in record["error"] and "raise it above" in record["error"]
+    table = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb", "0.5",
+                    "--out", tmp_path / "r.jsonl", "--format", "markdown").stdout
+    assert "OOM means the step did not fit in its --memory-limit-gb cap (on the CPU: address space)." in table
+
+
 def test_flex_attention_backward_on_cpu_is_unsupported(tmp_path):
     proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "flex_attention,sdpa",
                    "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
@@ -132,31 +156,35 @@ def test_model_from_a_config_folder(tmp_path):
     assert 6.0 < proc.records[0]["loss_first"] < 8.0  # ln(1024) = 6.9
 
 
-def test_ctrl_c_stops_the_child_and_keeps_finished_results(tmp_path):
+@pytest.mark.parametrize("sig, code, said", [
+    (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM"),
+    (signal.SIGHUP, 129, "stopped by SIGHUP")])
+def test_a_signal_stops_the_child_and_keeps_finished_results(tmp_path, sig, code, said):
+    # Ctrl-C, `timeout 120 stepbench run ...` (SIGTERM) and a closed terminal (SIGHUP) alike.
     out = tmp_path / "r.jsonl"
     env = dict(os.environ, PYTHONPATH=SRC)
     # Batch 1 finishes in seconds; batch 64 x 400 steps would take minutes: interrupt it.
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
                              "--modes", "eager", "--attn", "sdpa", "--batch", "1,64",
-                             "--warmup", "0", "--steps", "400", "--out", str(out)],
+                             "--warmup", "2", "--steps", "400", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     for line in proc.stderr:
-        if "[2/2]" in line and "timed steps" in line:
+        if "[2/2]" in line and "warm-up" in line:
             break
     else:
-        pytest.fail("the second setup never reached its timed steps")
+        pytest.fail("the second setup never reached its warm-up")
     children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert children, "the running setup should have its own child process"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     rest = proc.stderr.read()
-    assert proc.wait(timeout=60) == 130
-    assert "interrupted; the running setup was stopped, finished setups are kept in" in rest
+    assert proc.wait(timeout=60) == code
+    assert f"{said}; the running setup was stopped, finished setups are kept in" in rest
     assert "run the same command again to resume" in rest
     assert "Traceback" not in rest
     records = read_jsonl(out)
     assert [(r["setup"]["batch"], r["status"]) for r in records] == [(1, "ok")]
     for pid in children:
-        assert not os.path.exists(f"/proc/{pid}"), f"child {pid} outlived the Ctrl-C"
+        assert not os.path.exists(f"/proc/{pid}"), f"child {pid} outlived the {sig.name}"
 
 
 def test_compiled_and_eager_losses_agree(matrix_run):

@@ -189,10 +189,9 @@ class ResultsFile:
 
     def latest(self, warn: Callable[[str], None] | None = None) -> list[Record]:
         """The records that count: where a setup was measured again (`run --rerun`), the later
-        record replaces the earlier one (and takes its place in file order)."""
+        record replaces the earlier one, in the earlier one's place."""
         by_key: dict[str, Record] = {}
         for record in self.read(warn):
-            by_key.pop(record.resume_key(), None)   # re-inserted: latest wins, in its order
             by_key[record.resume_key()] = record
         return list(by_key.values())
 

@@ -1,0 +1,58 @@
+"""Results files written by stepbench 0.1 keep working: they resume, and they report as before.
+
+tests/data/v0.1/cpu-results.jsonl was written by stepbench 0.1 (`run --device cpu --seq 64
+--warmup 1 --steps 3 --attn sdpa`); report-0.1.json is what 0.1's `report --format json` made of
+it. The records of tests/data/h200-matrix.jsonl and tests/data/post are 0.1's too.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+from stepbench.cli import main
+from stepbench.record import Record, ResultsFile
+
+from conftest import run_cli
+
+DATA = Path(__file__).parent / "data"
+V01 = DATA / "v0.1"
+
+
+def test_a_0_1_results_file_resumes_without_running_anything(tmp_path):
+    out = tmp_path / "results.jsonl"
+    shutil.copy(V01 / "cpu-results.jsonl", out)
+    before = out.read_bytes()
+    proc = run_cli("run", "--device", "cpu", "--seq", "64", "--warmup", "1", "--steps", "3",
+                   "--attn", "sdpa", "--out", out, "--format", "json", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("already in the results file (ok), skipped") == 2
+    assert "starting Python" not in proc.stderr
+    assert out.read_bytes() == before
+    assert [r["setup"]["name"] for r in json.loads(proc.stdout)] == ["eager+sdpa", "compile+sdpa"]
+
+
+def test_a_0_1_results_file_reports_the_same_rows_and_findings(capsys):
+    assert main(["report", str(V01 / "cpu-results.jsonl"), "--format", "json"]) == 0
+    new = json.loads(capsys.readouterr().out)
+    old = json.loads((V01 / "report-0.1.json").read_text())
+    for old_row, new_row in zip(old["rows"], new["rows"], strict=True):
+        assert {k: new_row[k] for k in old_row} == old_row
+    assert [f["text"] for f in new["findings"]] == [f["text"] for f in old["findings"]]
+
+
+def test_0_1_records_read_and_write_back_unchanged():
+    # The typed Record holds every field 0.1 wrote, under the same names, in the same order.
+    for path in [V01 / "cpu-results.jsonl", DATA / "h200-matrix.jsonl", *sorted((DATA / "post").glob("*.jsonl"))]:
+        raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        assert [r.to_dict() for r in ResultsFile(path).read()] == raw, path
+
+
+def test_a_record_without_later_fields_reads_as_their_defaults():
+    raw = json.loads((V01 / "cpu-results.jsonl").read_text().splitlines()[0])
+    del raw["setup"]["memory_limit_gb"], raw["setup"]["seed"], raw["energy"], raw["machine"]["cpu"]
+    record = Record.from_dict(raw)
+    assert record.setup.memory_limit_gb is None and record.setup.seed == 0
+    assert record.energy is None and record.machine.cpu is None
+    # ... and it is the same setup as the full record, for resume and for the report.
+    full = ResultsFile(V01 / "cpu-results.jsonl").read()[0]
+    assert record.setup.key() == full.setup.key() and record.resume_key() == full.resume_key()
