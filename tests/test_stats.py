@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from stepbench import noise
 from stepbench.report import stats
 
 # Real per-step times of one eager+sdpa and one compile+sdpa process on an H200
@@ -95,15 +96,15 @@ def test_bootstrap_ratio_ci_contains_true_ratio():
 def test_noise_flags_for_flags_noisy_sample_only():
     noisy = [100.0, 100.0, 120.0, 90.0, 100.0, 130.0, 95.0, 100.0]   # CV about 13%
     quiet = [100.0, 100.5, 99.5, 100.2, 99.8, 100.1]                 # CV about 0.4%
-    assert stats.noise_flags_for(noisy) == ["high_cv"]
-    assert stats.noise_flags_for(quiet) == []
-    assert stats.noise_flags_for(quiet, cv_threshold=0.001) == ["high_cv"]
-    assert stats.noise_flags_for([100.0]) == []
+    assert noise.noise_flags_for(noisy) == ["high_cv"]
+    assert noise.noise_flags_for(quiet) == []
+    assert noise.noise_flags_for(quiet, cv_threshold=0.001) == ["high_cv"]
+    assert noise.noise_flags_for([100.0]) == []
 
 
 def test_noise_flags_for_real_h200_eager_process():
     # The eager process's bursts (88.8 to 102.7 ms) give a CV of 4.2%; compiled about 2%.
-    assert stats.coefficient_of_variation(EAGER_H200) == pytest.approx(0.0425, abs=0.0005)
-    assert stats.noise_flags_for(EAGER_H200) == []
-    assert stats.noise_flags_for(EAGER_H200, cv_threshold=0.03) == ["high_cv"]
-    assert stats.noise_flags_for(COMPILED_H200) == []
+    assert noise.coefficient_of_variation(EAGER_H200) == pytest.approx(0.0425, abs=0.0005)
+    assert noise.noise_flags_for(EAGER_H200) == []
+    assert noise.noise_flags_for(EAGER_H200, cv_threshold=0.03) == ["high_cv"]
+    assert noise.noise_flags_for(COMPILED_H200) == []

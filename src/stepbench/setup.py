@@ -114,7 +114,7 @@ class Setup:
     def workload(self) -> "Setup":
         """This setup with its variant fields (VARIANT_FIELDS) blanked: setups with equal
         workloads train the same model on the same tokens and can be compared."""
-        return dataclasses.replace(self, mode="", compile_mode="", attn="")
+        return dataclasses.replace(self, **{name: "" for name in VARIANT_FIELDS})
 
     def to_dict(self) -> dict:
         return {"name": self.name, **dataclasses.asdict(self)}

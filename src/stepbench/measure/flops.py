@@ -36,8 +36,6 @@ CONVENTION = (
     "d = attention width, heads * head_dim; T = sequence length; non-causal attention; "
     "forward + backward = 3x forward)"
 )
-CONVENTION_CAUSAL = CONVENTION.replace("12*L*d*T", "6*L*d*T").replace(
-    "non-causal attention", "causal attention, half the score matrix")
 
 
 def count_params(model: torch.nn.Module) -> tuple[int, int]:
@@ -90,7 +88,8 @@ def attention_width(config: Any) -> int:
 
 def flops_per_token(config: Any, seq: int, causal: bool = False, *,
                     params_non_embedding: int | None = None) -> float:
-    """Training FLOPs per token, forward + backward, by `CONVENTION` (or `CONVENTION_CAUSAL`).
+    """Training FLOPs per token, forward + backward, by `CONVENTION` (causal: half the
+    attention term, 6*L*d*T).
 
     `config` is a transformers config of a decoder-only causal LM. `params_non_embedding` is N'
     from `count_params(model)` of the model you built; without it the model is built on the meta

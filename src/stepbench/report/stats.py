@@ -9,17 +9,18 @@ same thing.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+import scipy.stats
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
 N_BOOT = 4000
 SEED = 0
-CV_THRESHOLD = 0.05
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,19 @@ class Comparison:
     significant: bool | None
 
 
+# scipy 1.15 renamed bootstrap's random_state to rng; older releases know only random_state.
+_RNG = "rng" if "rng" in inspect.signature(scipy.stats.bootstrap).parameters else "random_state"
+
+
+def _bootstrap(samples: tuple, statistic: Callable, confidence: float, n_boot: int,
+               seed: int) -> tuple[float, float]:
+    """Percentile bootstrap interval of `statistic` over `samples` (each resampled on its own)."""
+    result = scipy.stats.bootstrap(samples, statistic, n_resamples=n_boot, vectorized=True,
+                                   confidence_level=confidence, method="percentile",
+                                   **{_RNG: np.random.default_rng(seed)})
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
 def bootstrap_ci(values: Sequence[float], stat: Callable = np.median, *,
                  confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
                  seed: int = SEED) -> tuple[float, float] | None:
@@ -50,20 +64,7 @@ def bootstrap_ci(values: Sequence[float], stat: Callable = np.median, *,
     x = np.asarray(values, dtype=float)
     if x.size < 2:
         return None
-    rng = np.random.default_rng(seed)
-    return _percentile_interval(_resampled(x, stat, rng, n_boot), confidence)
-
-
-def _resampled(x: np.ndarray, stat: Callable, rng: np.random.Generator,
-               n_boot: int) -> np.ndarray:
-    """`stat` of each of n_boot resamples of x drawn with replacement."""
-    return stat(x[rng.integers(0, x.size, size=(n_boot, x.size))], axis=1)
-
-
-def _percentile_interval(draws: np.ndarray, confidence: float) -> tuple[float, float]:
-    tail = (1 - confidence) / 2
-    lo, hi = np.quantile(draws, [tail, 1 - tail])
-    return float(lo), float(hi)
+    return _bootstrap((x,), stat, confidence, n_boot, seed)
 
 
 def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
@@ -88,10 +89,11 @@ def bootstrap_ratio_ci(a: Sequence[float], b: Sequence[float], *,
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size < 2 or y.size < 2:
         return None
-    rng = np.random.default_rng(seed)
-    num = _resampled(x, np.median, rng, n_boot)
-    den = _resampled(y, np.median, rng, n_boot)
-    return _percentile_interval(num / den, confidence)
+    return _bootstrap((x, y), _ratio_of_medians, confidence, n_boot, seed)
+
+
+def _ratio_of_medians(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(x, axis=axis) / np.median(y, axis=axis)
 
 
 def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA,
@@ -109,9 +111,7 @@ def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA,
     ratio = float(np.median(x) / np.median(y))
     if x.size < 2 or y.size < 2:
         return Comparison(ratio, None, None, None)
-    from scipy.stats import mannwhitneyu
-
-    p_value = float(mannwhitneyu(x, y, alternative="two-sided").pvalue)
+    p_value = float(scipy.stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
     ci = bootstrap_ratio_ci(x, y, confidence=1 - alpha, n_boot=n_boot, seed=seed)
     if min_p_value(x.size, y.size) >= alpha:
         return Comparison(ratio, ci, p_value, None)
@@ -123,22 +123,3 @@ def min_p_value(n_a: int, n_b: int) -> float:
     """Smallest two-sided Mann-Whitney U p-value that samples of these sizes can give (no ties):
     2 / C(n_a + n_b, n_a). 3 processes against 3 can never reach 0.05 (0.10); 4 against 4 can."""
     return min(1.0, 2 / math.comb(n_a + n_b, n_a))
-
-
-def coefficient_of_variation(values: Sequence[float]) -> float | None:
-    """Sample standard deviation over mean; None for fewer than 2 values or a zero mean."""
-    x = np.asarray(values, dtype=float)
-    if x.size < 2 or x.mean() == 0:
-        return None
-    return float(x.std(ddof=1) / x.mean())
-
-
-def noise_flags_for(step_times_ms: Sequence[float],
-                    cv_threshold: float = CV_THRESHOLD) -> list[str]:
-    """Noise flags that the step times alone justify: ["high_cv"] when CV > cv_threshold.
-
-    The 5% default follows the spread seen between identical eager processes on an H200
-    (docs/report.md); fewer than 2 step times give no flag, since there is no spread to judge.
-    """
-    cv = coefficient_of_variation(step_times_ms)
-    return ["high_cv"] if cv is not None and cv > cv_threshold else []
