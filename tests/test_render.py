@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from stepbench.record import Record
-from stepbench.report.document import run_document
+from stepbench.report.document import rows_document, run_document
+from stepbench.report.rows import build_rows
 from stepbench.report.render import render
 
 
@@ -37,3 +38,20 @@ def test_failed_and_noisy_rows(h200_records):
     assert "OOM means the step did not fit in the GPU's memory." in text
     assert "\\* step times varied by more than 5% (coefficient of variation)." in text
     assert "‡ other processes were using the GPU." in text
+
+
+def test_graph_breaks_and_recompiles_are_marked_and_counted(h200_records):
+    h200_records[1]["compile"].update(graph_breaks=2, recompiles=1,
+                                      break_reasons=["Unsupported: builtin print (x2)"])
+    text = render_records(h200_records, "markdown")
+    assert "| compile+sdpa | 4 | 2048 | 67.7¶ |" in text
+    assert ("¶ torch.compile split the model at graph breaks or recompiled it after the first "
+            "step (counts in the details).") in text
+    # The report's details carry the counts.
+    rows = build_rows([Record.from_dict(r) for r in h200_records], {})
+    details = rows_document(rows).tables[1]
+    assert {"Graph breaks", "Recompiles"} <= set(details.columns)
+    by_setup = {cells[1]: dict(zip(details.columns, cells)) for cells in details.cells}
+    assert by_setup["compile+sdpa"]["Graph breaks"] == "2"
+    assert by_setup["compile+sdpa"]["Recompiles"] == "1"
+    assert by_setup["compile+eager"]["Graph breaks"] == "0"

@@ -152,8 +152,15 @@ def test_model_from_a_config_folder(tmp_path):
     proc = run_cli("run", *SMALL, "--model", folder, "--modes", "eager", "--out", tmp_path / "r.jsonl",
                    "--format", "json", check_json=True)
     assert [r["status"] for r in proc.records] == ["ok", "ok"]
-    assert proc.records[0]["setup"]["model"] == folder
+    assert proc.records[0]["setup"]["model"] == folder       # the record keeps the path
     assert 6.0 < proc.records[0]["loss_first"] < 8.0  # ln(1024) = 6.9
+    # Tables name the model by its folder; without --device the CPU notice does not claim
+    # that the llama-tiny preset runs. (Resumed: nothing runs again.)
+    again = run_cli("run", "--seq", "64", "--warmup", "2", "--steps", "5", "--model", folder,
+                    "--modes", "eager", "--out", tmp_path / "r.jsonl")
+    assert again.stdout.splitlines()[0].startswith("tiny-qwen2, bf16, on CPU")
+    assert folder not in again.stdout
+    assert "no CUDA GPU found; running on the CPU (pass --device cuda" in again.stderr
 
 
 @pytest.mark.parametrize("sig, code, said", [
