@@ -31,3 +31,10 @@ for attn in sdpa eager; do
 done
 echo "seed_total_wall_s $(($(date +%s) - t1))" >>"$out/walltimes.txt"
 cat "$out/walltimes.txt" "$out/seed.jsonl"
+
+# Resume must find every setup done also when NVML is off (STEPBENCH_NVML=0): the parent then
+# names the GPU through torch in a short-lived process, as the setup's process does.
+STEPBENCH_NVML=0 PYTHONPATH=src python3 -m stepbench run --out "$out/stepbench.jsonl" --timeout 400 \
+  --format json >"$out/resume-nvml-off.json" 2>"$out/resume-nvml-off.log"
+echo "resume_without_nvml_skipped $(grep -c 'already in the results file' "$out/resume-nvml-off.log")" >>"$out/walltimes.txt"
+cat "$out/walltimes.txt"
