@@ -25,7 +25,7 @@ def software_findings(recs):
 def test_mixed_stacks_are_named():
     texts = software_findings(records("h200-matrix.jsonl", "post/4-h100.jsonl"))
     assert texts == ["The results come from different software: NVIDIA H200 on torch 2.11.0, "
-                     "transformers 5.17.0; NVIDIA H100 PCIe on torch 2.8.0+cu128, transformers "
+                     "transformers 5.17.0; NVIDIA H100 PCIe on torch 2.8.0, transformers "
                      "4.57.1. Differences between these GPUs mix hardware and software versions."]
 
 
@@ -37,3 +37,11 @@ def test_record_without_software_is_not_a_different_stack():
     recs = records("post/4-h100.jsonl")
     oom = dataclasses.replace(recs[0], status="oom", step_ms=None, software=Software())
     assert software_findings(recs + [oom]) == []
+
+
+def test_a_build_tag_is_not_another_stack():
+    # torch "2.11.0+cu130" (the version torch reports) and "2.11.0" (the package's): one release.
+    recs = records("h200-matrix.jsonl")
+    tagged = [dataclasses.replace(r, software=dataclasses.replace(r.software, torch="2.11.0+cu130"),
+                                  run_id="tagged") for r in recs]
+    assert software_findings(recs + tagged) == []

@@ -13,6 +13,7 @@ import platform
 import socket
 import subprocess
 import sys
+from importlib import metadata
 
 from stepbench import __version__
 
@@ -74,13 +75,18 @@ def machine_info(device: str, index: int = 0) -> dict:
 
 
 def software_info() -> dict:
-    """Versions of what this process runs (imports torch and transformers, which a setup's
-    process has already imported)."""
+    """Versions of what this process runs: the installed packages' versions (as pip names them),
+    and the CUDA version torch was built with."""
     import torch
-    import transformers
 
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "stepbench": __version__,
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(), "torch": version("torch"),
+            "transformers": version("transformers"), "stepbench": __version__,
             "cuda": torch.version.cuda}
 
 

@@ -79,8 +79,10 @@ def status_note(status: str, rows: list[Row]) -> str:
     if status != "oom":
         return STATUS_NOTES[status]
     places = []
-    if any(r.config.memory_limit_gb is not None for r in rows):
-        places.append("its --memory-limit-gb cap (on the CPU: address space)")
+    if any(r.config.memory_limit_gb is not None and r.config.device == "cuda" for r in rows):
+        places.append("its --memory-limit-gb cap")
+    if any(r.config.memory_limit_gb is not None and r.config.device == "cpu" for r in rows):
+        places.append("its --memory-limit-gb cap on address space")
     if any(r.config.memory_limit_gb is None and r.config.device == "cuda" for r in rows):
         places.append("the GPU's memory")
     if any(r.config.memory_limit_gb is None and r.config.device == "cpu" for r in rows):

@@ -480,7 +480,7 @@ def software(rows: list[Row]) -> list[Finding]:
             sw = record.software
             if not (sw.torch or sw.transformers):
                 continue   # unknown (e.g. a hand-written failed record): not a different stack
-            stack = f"torch {sw.torch or '?'}, transformers {sw.transformers or '?'}"
+            stack = f"torch {_release(sw.torch)}, transformers {_release(sw.transformers)}"
             gpus = stacks.setdefault(stack, [])
             if row.gpu not in gpus:
                 gpus.append(row.gpu)
@@ -489,6 +489,12 @@ def software(rows: list[Row]) -> list[Finding]:
     parts = [f"{join(gpus)} on {stack}" for stack, gpus in stacks.items()]
     return [Finding("software", "The results come from different software: " + "; ".join(parts)
                     + ". Differences between these GPUs mix hardware and software versions.")]
+
+
+def _release(version: str | None) -> str:
+    """'2.11.0' for '2.11.0+cu130': the local tag names the build (CUDA or CPU), which the record
+    keeps apart (software.cuda), not another release."""
+    return version.split("+")[0] if version else "?"
 
 
 def testing(rows: list[Row]) -> list[Finding]:
