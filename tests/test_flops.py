@@ -133,18 +133,6 @@ def test_flop_counter_agrees_with_convention(attn):
     assert abs(counted - recompute * tokens - formula) / formula < 0.005
 
 
-def test_flop_counter_counts_attention_under_cpu_sdpa():
-    # torch registers FLOP formulas only for the CUDA SDPA kernels; without ours the CPU kernel
-    # counts as zero and sdpa would come out 12*L*d*T per token BELOW eager. With them it is
-    # 2*L*d*T above eager: the score recompute of the fused backward.
-    cfg = tiny_config()
-    batch, seq = 2, 64
-    input_ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(2))
-    eager = flops.flop_counter_step(_tiny_model("eager", cfg), input_ids)
-    sdpa = flops.flop_counter_step(_tiny_model("sdpa", cfg), input_ids)
-    assert sdpa - eager == 2 * cfg.num_hidden_layers * flops.attention_width(cfg) * seq * batch * seq
-
-
 def test_flop_counter_leaves_gradients_and_rng_as_they_were():
     cfg = tiny_config()
     model = _tiny_model("eager", cfg)
@@ -236,13 +224,16 @@ def test_flop_counter_counts_gqa_models_like_the_convention(make_config, attn,
     assert counted == pytest.approx(formula, rel=0.05)
 
 
-def test_gqa_sdpa_counts_exactly_the_recompute_above_eager(torch_211_sdpa_checks):
-    # Eager attention repeats key/value to the query's heads before its matmuls (repeat_kv), so
-    # its count is the full-heads count; SDPA with enable_gqa must come out the same plus the
-    # score recompute of its fused backward.
-    cfg = tiny_gqa_llama()
-    batch, seq = 1, 64
-    input_ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(5))
+@pytest.mark.parametrize("kv_heads", [4, 2], ids=["mha", "gqa"])
+def test_sdpa_counts_exactly_the_recompute_above_eager(kv_heads, torch_211_sdpa_checks):
+    # torch registers FLOP formulas only for the CUDA SDPA kernels; without ours the CPU kernel
+    # counts as zero and sdpa would come out 12*L*d*T per token BELOW eager. Eager attention
+    # repeats key/value to the query's heads before its matmuls (repeat_kv), so its count is the
+    # full-heads count; SDPA (with enable_gqa for grouped-query attention) must come out the same
+    # plus the score recompute of its fused backward, 2*L*d*T per token.
+    cfg = tiny_config(num_attention_heads=4, num_key_value_heads=kv_heads)
+    batch, seq = 2, 64
+    input_ids = torch.randint(0, cfg.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(2))
     eager = flops.flop_counter_step(_tiny_model("eager", cfg), input_ids)
     sdpa = flops.flop_counter_step(_tiny_model("sdpa", cfg), input_ids)
     assert sdpa - eager == 2 * cfg.num_hidden_layers * flops.attention_width(cfg) * seq * batch * seq
