@@ -7,9 +7,7 @@ are exercised for real without paying for a model.
 
 import json
 import sys
-import time
 
-import pytest
 
 from stepbench import protocol
 from stepbench.execute.executor import LocalProcess

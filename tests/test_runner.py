@@ -9,7 +9,6 @@ import os
 import sys
 import time
 
-import pytest
 
 from stepbench.execute import executor
 from stepbench.execute.executor import LocalProcess, Outcome

@@ -79,6 +79,9 @@ class Display:
         else:
             print(text, file=self.stream, flush=True)
 
+    def note(self, text: str) -> None:
+        self._print(f"stepbench: {text}")
+
     def skip(self, job: Job, record: Record) -> None:
         self._print(f"stepbench: {job_name(job)}: already in the results file "
                     f"({record.status}), skipped")

@@ -24,6 +24,7 @@ from stepbench.setup import Setup
 class NullDisplay:
     """The display interface the runner calls; this one shows nothing (tests, JSON runs)."""
 
+    def note(self, text: str) -> None: ...
     def skip(self, job: Job, record: Record) -> None: ...
     def start(self, job: Job, index: int, total: int) -> None: ...
     def message(self, job: Job, message: dict) -> None: ...
@@ -61,10 +62,11 @@ class Runner:
                 self.display.skip(job, done[key])
             else:
                 todo.append((index, job))
-        peaks = self._peaks([job for _, job in todo], slot)
         try:
-            self._run_all([(i, Job(j.setup, j.repeat, peaks.get(j.setup.dtype))) for i, j in todo],
-                          len(jobs), records)
+            with stop_signals():
+                peaks = self._peaks([job for _, job in todo], slot)
+                self._run_all([(i, Job(j.setup, j.repeat, peaks.get(j.setup.dtype)))
+                               for i, j in todo], len(jobs), records)
         finally:
             self.display.close()
         return [records[i] for i in sorted(records)]
@@ -74,6 +76,8 @@ class Runner:
         if not self.measure_peak:
             return {}
         dtypes = dict.fromkeys(j.setup.dtype for j in jobs if j.setup.device == "cuda")
+        if dtypes:
+            self.display.note("measuring the GPU's matmul rate (for MFU)")
         return {dtype: self.executor.measure_peak(dtype, slot) for dtype in dtypes}
 
     def _run_all(self, todo: list[tuple[int, Job]], total: int, records: dict[int, Record]) -> None:
@@ -102,8 +106,7 @@ class Runner:
                                   thread_name_prefix="stepbench-slot")
         futures = [pool.submit(one, index, job) for index, job in todo]
         try:
-            with stop_signals():
-                wait(futures)
+            wait(futures)
         except BaseException:
             self.executor.stop()
             pool.shutdown(wait=True, cancel_futures=True)

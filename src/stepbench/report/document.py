@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stepbench import record as store
-from stepbench.errors import UserError
 from stepbench.record import Record
 from stepbench.report import table
 from stepbench.report.findings import Finding, findings_for
