@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from stepbench.errors import UserError
 from stepbench.report.rows import Row, setup_labels, status_text
 
 # (file stem, axis label, value of a row, error interval of a row or None)
@@ -33,13 +34,21 @@ def figures(rows: list[Row]) -> dict[str, bytes]:
 
 
 def write_plots(pngs: dict[str, bytes], folder: Path) -> list[Path]:
-    """Write each of `figures`' plots as folder/<stem>.png; returns the paths written."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write each of `figures`' plots as folder/<stem>.png; returns the paths written.
+
+    A folder that cannot be made or written is a UserError naming it (the --plots flag's)."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--plots {folder} is a file; pass a folder")
     paths = []
-    for stem, png in pngs.items():
-        path = folder / f"{stem}.png"
-        path.write_bytes(png)
-        paths.append(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for stem, png in pngs.items():
+            path = folder / f"{stem}.png"
+            path.write_bytes(png)
+            paths.append(path)
+    except OSError as exc:
+        raise UserError(f"cannot write the plots into {folder} ({exc.strerror}); pass a "
+                        "writable --plots folder") from None
     return paths
 
 
