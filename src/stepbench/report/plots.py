@@ -9,6 +9,7 @@ its bar would be, as the table keeps its row.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 from stepbench.errors import UserError
@@ -52,6 +53,19 @@ def write_plots(pngs: dict[str, bytes], folder: Path) -> list[Path]:
     return paths
 
 
+def error_bar(y: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
+    """matplotlib's yerr ([[below], [above]]) for value y and its interval, never negative.
+
+    The interval need not contain y: a one-process row's interval is a bootstrap of its step
+    times' mean while y is the record's step_ms, and a record written from a published table
+    may repeat one number, whose zero-width interval then lies a rounding error away. matplotlib
+    refuses negative error bars, so each side is clamped at zero; a non-finite interval (scipy's
+    bootstrap of identical values) draws no bar."""
+    if ci is None or not all(math.isfinite(v) for v in ci):
+        return None
+    return [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
+
+
 def _bar_chart(rows: list[Row], label: str, value, interval) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -72,8 +86,7 @@ def _bar_chart(rows: list[Row], label: str, value, interval) -> bytes:
                 text = status_text(row.status) if not row.ok else "n/a"
                 ax.text(x, top * 0.01, text, rotation=90, ha="center", va="bottom", fontsize=7)
                 continue
-            ci = interval(row)
-            err = [[y - ci[0]], [ci[1] - y]] if ci else None
+            err = error_bar(y, interval(row))
             ax.bar(x, y, width, color=f"C{g}", yerr=err, capsize=2,
                    label=gpu if gpu not in ax.get_legend_handles_labels()[1] else None)
     ax.set_xticks(range(len(setups)), setups, rotation=20, ha="right", fontsize=8)
