@@ -233,7 +233,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     used = sorted({r.status for r in rows if not r.ok} & set(STATUS_NOTES),
                   key=list(STATUS_NOTES).index)
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
-    notes += _combined_notes(rows)
+    names = _row_names(rows)
+    notes += _combined_notes(rows, names)
     used_marks = dict.fromkeys(NOISE_MARKS[f] for r in rows for f in r.noise_flags
                                if f in NOISE_MARKS)
     if any(r.graph_breaks or r.recompiles for r in rows):
@@ -246,7 +247,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
     for row in rows:
         if not row.ok and row.status != "oom" and row.error:
-            notes.append(f"{row.gpu} {row.setup} {status_text(row.status)}: "
+            notes.append(f"{names[id(row)]} {status_text(row.status)}: "
                          f"{_one_line(row.error)}")
     missing = sorted({r.gpu for r in rows if r.price_per_hour is None})
     if missing:
@@ -346,7 +347,14 @@ def _energy_note(rows: list[Row]) -> str | None:
     return note
 
 
-def _combined_notes(rows: list[Row]) -> list[str]:
+def _row_names(rows: list[Row]) -> dict[int, str]:
+    """"GPU setup-label" per row, for notes: the label names the model (or batch, dtype...)
+    where rows differ in it, so that a note points at one row."""
+    labels = setup_labels(rows)
+    return {id(r): f"{r.gpu} {labels[id(r)]}" for r in rows}
+
+
+def _combined_notes(rows: list[Row], names: dict[int, str]) -> list[str]:
     notes = []
     by_count: dict[int, list[Row]] = {}
     for row in rows:
@@ -354,17 +362,17 @@ def _combined_notes(rows: list[Row]) -> list[str]:
             by_count.setdefault(len(row.repeat_step_ms), []).append(row)
     for n, group in sorted(by_count.items()):
         which = "every row" if len(group) == len([r for r in rows if r.ok]) else \
-            ", ".join(f"{r.gpu} {r.setup}" for r in group)
+            ", ".join(names[id(r)] for r in group)
         notes.append(f"{n} repeats combined ({which}): median of per-process means, max of "
                      "peaks, 95% CI by bootstrap over the per-process means (details).")
     for row in rows:
         if row.runs > 1:
-            notes.append(f"{row.gpu} {row.setup}: records from {row.runs} runs were combined "
+            notes.append(f"{names[id(row)]}: records from {row.runs} runs were combined "
                          "as repeats.")
         bad = {s: n for s, n in row.statuses.items() if s != "ok"}
         if row.ok and bad:
             what = ", ".join(f"{n} {status_text(s)}" for s, n in bad.items())
-            notes.append(f"{row.gpu} {row.setup}: {what} of {row.repeats} repeats; the numbers "
+            notes.append(f"{names[id(row)]}: {what} of {row.repeats} repeats; the numbers "
                          "come from the others.")
     return notes
 

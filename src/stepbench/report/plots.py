@@ -53,6 +53,12 @@ def write_plots(pngs: dict[str, bytes], folder: Path) -> list[Path]:
     return paths
 
 
+def bar_labels(rows: list[Row]) -> dict[int, str]:
+    """The label of each row's bar, as in the tables: the setup, with the model's short label
+    (never its config path), batch x seq or dtype where rows differ in them."""
+    return setup_labels(rows)
+
+
 def error_bar(y: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
     """matplotlib's yerr ([[below], [above]]) for value y and its interval, never negative.
 
@@ -70,7 +76,7 @@ def _bar_chart(rows: list[Row], label: str, value, interval) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    names = setup_labels(rows)
+    names = bar_labels(rows)
     setups = list(dict.fromkeys(names[id(r)] for r in rows))
     gpus = list(dict.fromkeys(r.gpu for r in rows))
     width = 0.8 / len(gpus)
