@@ -115,9 +115,7 @@ def rows_document(rows: list[Row], *, plots: bool = False) -> Document:
     """The report of rows already built: results table, details, findings, plots."""
     tables = [Table(COLUMNS, table_cells(rows, COLUMNS), _align(COLUMNS), "Results",
                     footnotes(rows))]
-    extra = details(rows)
-    if extra:
-        tables.append(Table(*extra, title="Details"))
+    tables += details(rows)
     pngs = {}
     if plots:
         from stepbench.report.plots import figures
@@ -221,7 +219,8 @@ def marks(row: Row) -> str:
 
 def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     """What each mark and status means and how rows were combined; with `explain` also what the
-    numbers are, prices, failures' messages and the details' columns (the report's notes)."""
+    numbers are, prices and failures' messages (the results table's notes; each details table
+    carries its own, `details`)."""
     notes = []
     if explain:
         notes.append("Step (ms) is the mean of a process's timed steps; Tokens/s is batch x "
@@ -252,15 +251,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     missing = sorted({r.gpu for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
-    return notes + detail_notes(rows)
-
-
-def detail_notes(rows: list[Row]) -> list[str]:
-    """What the details' FLOP, MFU and energy columns are; only for columns that are shown.
-
-    They are footnotes like the others, so every format (HTML included) carries them."""
-    return [n for n in (_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows),
-                        _energy_note(rows)) if n]
+    return notes
 
 
 def _by_workload(rows: list[Row], value) -> str:
@@ -281,7 +272,7 @@ def _flops_note(rows: list[Row]) -> str | None:
     if not counted:
         return None
     conventions = list(dict.fromkeys(r.flops_convention for r in counted if r.flops_convention))
-    note = ("TFLOP/s and MFU (details) count the model's FLOPs "
+    note = ("TFLOP/s and MFU count the model's FLOPs "
             + ("as " + "; ".join(conventions) if conventions else "by a convention the records "
                "do not name") + ". Attention is counted non-causal, the full score matrix")
     causal = _by_workload(counted, lambda r: f"{r.flops_per_token_causal / r.flops_per_token:.3g}"
@@ -383,7 +374,7 @@ def _one_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-DETAIL_COLUMNS = [  # (header, alignment, has data?, cell)
+DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups them
     ("Repeats", "r", lambda r: r.repeats > 1, lambda r: str(r.repeats)),
     ("Step 95% CI (ms)", "r", lambda r: r.step_ms_ci is not None,
      lambda r: f"{table.sig(r.step_ms_ci[0])}-{table.sig(r.step_ms_ci[1])}"
@@ -442,17 +433,38 @@ def _parity_cell(row: Row) -> str:
     return text if row.parity_ok else f"{text} (over {row.parity_tolerance * 100:.2g}%)"
 
 
-def details(rows: list[Row]) -> tuple[list[str], list[list[str]], str] | None:
-    """Columns, cells and alignment of an extra table with what the records measured beyond
-    the post's columns (repeats, CI, noise flags, TFLOP/s and MFU, FLOP counter cross-check,
-    compile cache, energy and its cost, loss parity); `detail_notes` explains them."""
-    used = [c for c in DETAIL_COLUMNS if any(c[2](r) for r in rows)]
-    if not used:
-        return None
+# The details as one table per theme: all their columns side by side (up to 18 with GPU and
+# setup) are wider than a page or a terminal. (title, column headers, notes explaining them)
+DETAIL_TABLES = [
+    ("Details: repeats and noise", ["Repeats", "Step 95% CI (ms)", "Noise flags"],
+     lambda rows: []),
+    ("Details: FLOPs and MFU",
+     ["TFLOP/s", "MFU (measured)", "MFU (datasheet)", "FLOP counter diff"],
+     lambda rows: [_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows)]),
+    ("Details: torch.compile",
+     ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)", "Loss vs eager"],
+     lambda rows: []),
+    ("Details: energy and cost",
+     ["J/token", "M tokens per kWh", "$/M tokens (hourly)", "$/M tokens (energy)"],
+     lambda rows: [_energy_note(rows)]),
+]
+
+
+def details(rows: list[Row]) -> list[Table]:
+    """What the records measured beyond the post's columns (repeats, CI, noise flags, TFLOP/s
+    and MFU, the FLOP counter's cross-check, compile cache, loss parity, energy and its cost),
+    one table per theme of DETAIL_TABLES. A column appears only when some row has its number,
+    a table only when it has a column, and a row only when it has one of its table's numbers."""
+    by_header = {c[0]: c for c in DETAIL_COLUMNS}
     labels = setup_labels(rows)
-    shown = [r for r in rows if any(c[2](r) for c in used)]
-    columns = ["GPU", "Setup"] + [c[0] for c in used]
-    cells = [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown]
-    return columns, cells, "ll" + "".join(c[1] for c in used)
-
-
+    tables = []
+    for title, headers, notes in DETAIL_TABLES:
+        used = [by_header[h] for h in headers if any(by_header[h][2](r) for r in rows)]
+        if not used:
+            continue
+        shown = [r for r in rows if any(c[2](r) for c in used)]
+        tables.append(Table(["GPU", "Setup"] + [c[0] for c in used],
+                            [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown],
+                            "ll" + "".join(c[1] for c in used), title,
+                            [n for n in notes(shown) if n]))
+    return tables
