@@ -100,7 +100,7 @@ def test_json_rows_have_the_contract_keys(post_json):
     keys = {"gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s",
             "peak_memory_gb", "first_step_s", "m_tokens_per_dollar"}
     assert all(keys <= set(row) for row in post_json["rows"])
-    assert all(set(f) == {"kind", "text", "group"} for f in post_json["findings"])
+    assert all(set(f) == {"kind", "text", "group", "key"} for f in post_json["findings"])
 
 
 def test_findings_state_the_posts_directions(post_json):

@@ -17,7 +17,7 @@ from stepbench import record as store
 from stepbench.errors import UserError
 from stepbench.record import Record
 from stepbench.report import table
-from stepbench.report.findings import Finding, findings_for
+from stepbench.report.findings import Finding, findings_for, key_findings
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
@@ -61,6 +61,9 @@ class Document:
     title: str | None
     tables: list[Table]                    # the main table first
     findings: list[tuple[str | None, list[Finding]]] = field(default_factory=list)  # per heading
+    # The few findings to read first, as (workload's short name or None, finding); each is also
+    # in `findings`, in its place.
+    lead: list[tuple[str | None, Finding]] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
     pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
 
@@ -121,7 +124,9 @@ def rows_document(rows: list[Row], *, plots: bool = False) -> Document:
         from stepbench.report.plots import figures
 
         pngs = figures(rows)
-    return Document("stepbench report", tables, findings_for(rows), rows, pngs)
+    groups = findings_for(rows)
+    return Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
+                    rows=rows, pngs=pngs)
 
 
 def run_document(records: list[Record]) -> Document:
