@@ -4,6 +4,11 @@ Drawn only from stored results (the rows the report built), never from a live ru
 matplotlib's Agg canvas and no pyplot state, so that they render on a headless machine and the
 same rows give the same PNG bytes. A setup that did not run shows its status (e.g. "OOM") where
 its bar would be, as the table keeps its row.
+
+The bars are horizontal, in the tables' row order, on a figure of fixed width: a page shows it
+at its own size, so its text stays readable however many setups there are (a figure that grew
+wider with each setup was scaled down by the browser until its labels could not be read), and
+a label as long as "compile+eager (qwen2.5-0.5b)" reads across instead of slanted.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ def bar_labels(rows: list[Row]) -> dict[int, str]:
 
 
 def error_bar(y: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
-    """matplotlib's yerr ([[below], [above]]) for value y and its interval, never negative.
+    """matplotlib's xerr/yerr ([[below], [above]]) for value y and its interval, never negative.
 
     The interval need not contain y: a one-process row's interval is a bootstrap of its step
     times' mean while y is the record's step_ms, and a record written from a published table
@@ -72,6 +77,12 @@ def error_bar(y: float, ci: tuple[float, float] | None) -> list[list[float]] | N
     return [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
 
 
+# Inches at 100 dpi: 9 in is 900 px, narrower than the HTML page's column, so it is never scaled.
+FIGURE_WIDTH_IN = 9.0
+BAR_IN = 0.22        # height of one bar
+GAP_IN = 0.2         # between setups
+
+
 def _bar_chart(rows: list[Row], label: str, value, interval) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -79,27 +90,30 @@ def _bar_chart(rows: list[Row], label: str, value, interval) -> bytes:
     names = bar_labels(rows)
     setups = list(dict.fromkeys(names[id(r)] for r in rows))
     gpus = list(dict.fromkeys(r.gpu for r in rows))
-    width = 0.8 / len(gpus)
-    fig = Figure(figsize=(max(6.0, 1.6 * len(setups) + 2), 4.2), dpi=100)
+    height = 1.0 - GAP_IN / (len(gpus) * BAR_IN + GAP_IN)     # of one setup's group, in y units
+    width = height / len(gpus)
+    legend_in = 0.25 * math.ceil(len(gpus) / 3)
+    fig = Figure(figsize=(FIGURE_WIDTH_IN, 1.0 + legend_in
+                          + len(setups) * (len(gpus) * BAR_IN + GAP_IN)), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     top = max((value(r) for r in rows if value(r) is not None), default=1.0)
     for g, gpu in enumerate(gpus):
         for row in (r for r in rows if r.gpu == gpu):
-            x = setups.index(names[id(row)]) + (g - (len(gpus) - 1) / 2) * width
-            y = value(row)
-            if y is None:
+            y = setups.index(names[id(row)]) + (g - (len(gpus) - 1) / 2) * width
+            x = value(row)
+            if x is None:
                 text = status_text(row.status) if not row.ok else "n/a"
-                ax.text(x, top * 0.01, text, rotation=90, ha="center", va="bottom", fontsize=7)
+                ax.text(top * 0.01, y, text, ha="left", va="center", fontsize=8, color=f"C{g}")
                 continue
-            err = error_bar(y, interval(row))
-            ax.bar(x, y, width, color=f"C{g}", yerr=err, capsize=2,
-                   label=gpu if gpu not in ax.get_legend_handles_labels()[1] else None)
-    ax.set_xticks(range(len(setups)), setups, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(label)
-    ax.legend(fontsize=7, ncols=min(4, len(gpus)), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+            ax.barh(y, x, width, color=f"C{g}", xerr=error_bar(x, interval(row)), capsize=2,
+                    label=gpu if gpu not in ax.get_legend_handles_labels()[1] else None)
+    ax.set_yticks(range(len(setups)), setups, fontsize=9)
+    ax.set_ylim(len(setups) - 0.5, -0.5)      # first row on top, as in the tables
+    ax.set_xlabel(label)
+    ax.legend(fontsize=8, ncols=min(3, len(gpus)), loc="lower left", bbox_to_anchor=(0.0, 1.0),
               frameon=False)   # above the axes: never over a bar
-    ax.grid(axis="y", alpha=0.3)
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
