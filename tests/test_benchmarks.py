@@ -141,3 +141,15 @@ def test_untested_comparisons_are_said_to_lack_data_not_spread(example_report):
     testing = findings_of(example_report, "testing")
     assert "10 of 14 comparisons had too few step times or processes to test" in testing
     assert "too little spread" not in testing
+
+
+def test_example_report_markdown_is_what_the_code_writes_now(capsys):
+    """benchmarks/report/report.md, by benchmarks/README.md's command: regenerate both (and
+    report.html, the PNGs) after a deliberate change to the report."""
+    from stepbench.cli import main
+
+    post = sorted((ROOT / "tests" / "data" / "post").glob("*.jsonl"))
+    assert main(["report", str(REPEATS), *map(str, post), "--prices",
+                 str(ROOT / "benchmarks" / "prices.toml"), "--energy-price", "0.15",
+                 "--format", "markdown"]) == 0
+    assert capsys.readouterr().out == (ROOT / "benchmarks" / "report" / "report.md").read_text()

@@ -100,7 +100,7 @@ def test_json_rows_have_the_contract_keys(post_json):
     keys = {"gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s",
             "peak_memory_gb", "first_step_s", "m_tokens_per_dollar"}
     assert all(keys <= set(row) for row in post_json["rows"])
-    assert all(set(f) == {"kind", "text", "group"} for f in post_json["findings"])
+    assert all(set(f) == {"kind", "text", "group", "key"} for f in post_json["findings"])
 
 
 def test_findings_state_the_posts_directions(post_json):
@@ -296,3 +296,52 @@ def test_out_writes_the_file_and_nothing_to_stdout(tmp_path, capsys):
                           target)
     assert code == 0 and out == ""
     assert target.read_text() == GOLDEN.read_text()
+
+
+# ---------------------------------------------------------------- error bars
+
+def _post_with(tmp_path: Path, edit) -> Path:
+    """The post's files in tmp_path, each ok record passed through `edit(record)`."""
+    for path in POST.glob("*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        (tmp_path / path.name).write_text("".join(
+            json.dumps(edit(r) if r["status"] == "ok" else r) + "\n" for r in records))
+    return tmp_path
+
+
+def _html_report(capsys, folder: Path) -> str:
+    code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "html")
+    assert code == 0, err
+    assert out.count('src="data:image/png;base64,') == 3
+    return out
+
+
+def test_html_of_the_posts_records_with_only_their_means_as_step_times(tmp_path, capsys):
+    """A published table gives one number per setup; repeated as its step times, the interval
+    has zero width and its bootstrap mean lies a rounding error off it. Was: "'yerr' must not
+    contain negative values"."""
+    _html_report(capsys, _post_with(tmp_path, lambda r: {**r, "step_times_ms": [r["step_ms"]] * 20}))
+
+
+def test_html_when_the_interval_does_not_contain_the_step_time(tmp_path, capsys):
+    # step_ms from the published tokens/s, step times from elsewhere: all above it.
+    _html_report(capsys, _post_with(tmp_path, lambda r: {
+        **r, "step_times_ms": [r["step_ms"] * 1.05, r["step_ms"] * 1.06]}))
+
+
+def test_html_of_records_with_one_timed_step(tmp_path, capsys):
+    # One step time gives no interval (nothing to bootstrap), so no error bar is drawn.
+    _html_report(capsys, _post_with(tmp_path, lambda r: {
+        **r, "step_times_ms": [r["step_ms"] * 1.01], "setup": {**r["setup"], "steps": 1}}))
+
+
+def test_error_bars_are_never_negative():
+    from stepbench.report.plots import error_bar
+
+    below, above = error_bar(10.0, (10.000000000000002, 10.000000000000002))
+    assert below == [0.0] and 0 <= above[0] < 1e-14
+    assert error_bar(10.0, (11.0, 12.0)) == [[0.0], [2.0]]
+    assert error_bar(10.0, (8.0, 9.0)) == [[2.0], [0.0]]
+    assert error_bar(10.0, (9.0, 12.0)) == [[1.0], [2.0]]
+    assert error_bar(10.0, (float("nan"), float("nan"))) is None
+    assert error_bar(10.0, None) is None

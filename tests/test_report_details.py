@@ -36,21 +36,21 @@ def energy(joules_per_step: float) -> dict:
             "tokens_per_kwh": TOKENS / joules_per_step * 3.6e6}
 
 
-def details_line(out: str, setup: str) -> list[str]:
-    """The cells of `setup`'s row in the Markdown details table."""
-    section = out.split("## Details")[1].split("## What")[0]
-    line = next(ln for ln in section.splitlines() if f"| {setup} |" in ln)
-    return [c.strip() for c in line.strip("|").split("|")]
-
-
-def details_header(out: str) -> list[str]:
-    section = out.split("## Details")[1]
-    line = next(ln for ln in section.splitlines() if ln.startswith("| GPU"))
-    return [c.strip() for c in line.strip("|").split("|")]
+def details_tables(out: str) -> list[list[list[str]]]:
+    """The Markdown details tables (one per theme), each as rows of cells, header first."""
+    tables = []
+    for section in out.split("## Details")[1:]:
+        section = section.split("## What")[0]
+        lines = [ln for ln in section.splitlines() if ln.startswith("| ") and "---" not in ln]
+        tables.append([[c.strip() for c in ln.strip("|").split("|")] for ln in lines])
+    return tables
 
 
 def cell(out: str, setup: str, column: str) -> str:
-    return details_line(out, setup)[details_header(out).index(column)]
+    """`setup`'s cell in the details table that has `column`."""
+    table = next(t for t in details_tables(out) if column in t[0])
+    line = next(r for r in table[1:] if r[1] == setup)
+    return line[table[0].index(column)]
 
 
 def write(tmp_path, records) -> str:
@@ -255,13 +255,29 @@ def test_csv_and_html_carry_the_new_values(capsys, tmp_path, energy_records):
         assert text in page
 
 
-def test_terminal_splits_a_wide_details_table(capsys, tmp_path, energy_records):
+def test_details_are_tables_by_theme_each_inside_a_terminal(capsys, tmp_path, energy_records):
     records = [dict(r, flop_counter_per_step=COUNTED["sdpa"], **flop_fields(294.0))
                for r in energy_records]
     assert main(["report", write(tmp_path, records), "--price", "NVIDIA H200=3.50",
                  "--energy-price", "0.15"]) == 0
     out = capsys.readouterr().out
-    details = out.split("\nDetails\n")[1].split("What the numbers say")[0]
-    assert "Details (continued)" in details
-    assert max(len(line) for line in details.splitlines()) <= render.TERMINAL_WIDTH
-    assert details.count("NVIDIA H200   compile+sdpa") == 2          # GPU and setup repeated
+    titles = [ln.strip() for ln in out.splitlines() if ln.startswith("Details")]
+    assert titles == ["Details: repeats and noise", "Details: FLOPs and MFU",
+                      "Details: energy and cost"]          # no compile numbers in these records
+    # Table lines (notes are one long line each, for the terminal to wrap).
+    tables = [ln for ln in out.splitlines() if ln.lstrip().startswith(("NVIDIA H200  ", "GPU  "))]
+    assert max(len(line) for line in tables) <= render.TERMINAL_WIDTH
+    assert "(continued)" not in out
+
+
+def test_terminal_splits_a_table_wider_than_itself():
+    from stepbench.report.document import Document, Table
+
+    columns = ["GPU", "Setup"] + [f"column number {i}" for i in range(12)]
+    cells = [["NVIDIA H200", "compile+sdpa"] + [f"{i}.0" for i in range(12)]]
+    out = render.render(Document(None, [Table(columns, cells, "ll" + "r" * 12, "Wide",
+                                              ["a note"])]), "table")
+    assert "Wide (continued)" in out
+    assert max(len(line) for line in out.splitlines()) <= render.TERMINAL_WIDTH
+    assert out.count("NVIDIA H200   compile+sdpa") == 2          # GPU and setup repeated
+    assert out.count("a note") == 1 and out.rstrip().endswith("a note")

@@ -214,3 +214,34 @@ def test_module_entry_point_in_a_subprocess(tmp_path):
     assert proc.stderr.strip() == (f"stepbench report: error: results file "
                                    f"'{tmp_path / 'x.jsonl'}' not found; pass results files "
                                    "(*.jsonl) or folders of them")
+
+
+# ---------------------------------------------------------------- output paths
+
+def test_unwritable_out_path_is_one_line_naming_it(capsys):
+    code, out, err = report(capsys, POST, "--prices", PRICES, "--format", "html", "--out",
+                            "/proc/nope/r.html")
+    assert_user_error(code, err, "cannot write /proc/nope/r.html (")
+    assert "pass a writable --out path" in err
+    assert out == ""
+
+
+def test_out_path_that_is_a_folder_is_one_line_naming_it(capsys, tmp_path):
+    code, _, err = report(capsys, POST, "--prices", PRICES, "--format", "markdown", "--out",
+                          tmp_path)
+    assert_user_error(code, err, f"cannot write {tmp_path} (")
+
+
+@pytest.mark.parametrize("folder", ["/proc/nope", "/proc"])
+def test_unwritable_plots_folder_is_one_line_naming_it(capsys, folder):
+    # /proc/nope cannot be made; /proc exists but takes no files.
+    code, out, err = report(capsys, POST, "--prices", PRICES, "--plots", folder)
+    assert_user_error(code, err, f"cannot write the plots into {folder} (")
+    assert "pass a writable --plots folder" in err
+
+
+def test_plots_path_that_is_a_file_is_one_line_naming_it(capsys, tmp_path):
+    path = tmp_path / "plots"
+    path.write_text("")
+    code, _, err = report(capsys, POST, "--prices", PRICES, "--plots", path)
+    assert_user_error(code, err, f"--plots {path} is a file; pass a folder")

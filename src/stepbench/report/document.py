@@ -16,7 +16,7 @@ from pathlib import Path
 from stepbench import record as store
 from stepbench.record import Record
 from stepbench.report import table
-from stepbench.report.findings import Finding, findings_for
+from stepbench.report.findings import Finding, findings_for, key_findings
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
@@ -60,6 +60,9 @@ class Document:
     title: str | None
     tables: list[Table]                    # the main table first
     findings: list[tuple[str | None, list[Finding]]] = field(default_factory=list)  # per heading
+    # The few findings to read first, as (workload's short name or None, finding); each is also
+    # in `findings`, in its place.
+    lead: list[tuple[str | None, Finding]] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
     pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
 
@@ -116,15 +119,15 @@ def rows_document(rows: list[Row], *, plots: bool = False) -> Document:
     """The report of rows already built: results table, details, findings, plots."""
     tables = [Table(COLUMNS, table_cells(rows, COLUMNS), _align(COLUMNS), "Results",
                     footnotes(rows))]
-    extra = details(rows)
-    if extra:
-        tables.append(Table(*extra, title="Details"))
+    tables += details(rows)
     pngs = {}
     if plots:
         from stepbench.report.plots import figures
 
         pngs = figures(rows)
-    return Document("stepbench report", tables, findings_for(rows), rows, pngs)
+    groups = findings_for(rows)
+    return Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
+                    rows=rows, pngs=pngs)
 
 
 def run_document(records: list[Record]) -> Document:
@@ -222,7 +225,8 @@ def marks(row: Row) -> str:
 
 def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     """What each mark and status means and how rows were combined; with `explain` also what the
-    numbers are, prices, failures' messages and the details' columns (the report's notes)."""
+    numbers are, prices and failures' messages (the results table's notes; each details table
+    carries its own, `details`)."""
     notes = []
     if explain:
         notes.append("Step (ms) is the mean of a process's timed steps; Tokens/s is batch x "
@@ -234,7 +238,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     used = sorted({r.status for r in rows if not r.ok} & set(STATUS_NOTES),
                   key=list(STATUS_NOTES).index)
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
-    notes += _combined_notes(rows)
+    names = _row_names(rows)
+    notes += _combined_notes(rows, names)
     used_marks = dict.fromkeys(NOISE_MARKS[f] for r in rows for f in r.noise_flags
                                if f in NOISE_MARKS)
     if any(r.graph_breaks or r.recompiles for r in rows):
@@ -247,20 +252,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
     for row in rows:
         if not row.ok and row.status != "oom" and row.error:
-            notes.append(f"{row.gpu} {row.setup} {status_text(row.status)}: "
+            notes.append(f"{names[id(row)]} {status_text(row.status)}: "
                          f"{_one_line(row.error)}")
     missing = sorted({r.gpu for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
-    return notes + detail_notes(rows)
-
-
-def detail_notes(rows: list[Row]) -> list[str]:
-    """What the details' FLOP, MFU and energy columns are; only for columns that are shown.
-
-    They are footnotes like the others, so every format (HTML included) carries them."""
-    return [n for n in (_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows),
-                        _energy_note(rows)) if n]
+    return notes
 
 
 def _by_workload(rows: list[Row], value) -> str:
@@ -281,7 +278,7 @@ def _flops_note(rows: list[Row]) -> str | None:
     if not counted:
         return None
     conventions = list(dict.fromkeys(r.flops_convention for r in counted if r.flops_convention))
-    note = ("TFLOP/s and MFU (details) count the model's FLOPs "
+    note = ("TFLOP/s and MFU count the model's FLOPs "
             + ("as " + "; ".join(conventions) if conventions else "by a convention the records "
                "do not name") + ". Attention is counted non-causal, the full score matrix")
     causal = _by_workload(counted, lambda r: f"{r.flops_per_token_causal / r.flops_per_token:.3g}"
@@ -347,7 +344,14 @@ def _energy_note(rows: list[Row]) -> str | None:
     return note
 
 
-def _combined_notes(rows: list[Row]) -> list[str]:
+def _row_names(rows: list[Row]) -> dict[int, str]:
+    """"GPU setup-label" per row, for notes: the label names the model (or batch, dtype...)
+    where rows differ in it, so that a note points at one row."""
+    labels = setup_labels(rows)
+    return {id(r): f"{r.gpu} {labels[id(r)]}" for r in rows}
+
+
+def _combined_notes(rows: list[Row], names: dict[int, str]) -> list[str]:
     notes = []
     by_count: dict[int, list[Row]] = {}
     for row in rows:
@@ -355,17 +359,17 @@ def _combined_notes(rows: list[Row]) -> list[str]:
             by_count.setdefault(len(row.repeat_step_ms), []).append(row)
     for n, group in sorted(by_count.items()):
         which = "every row" if len(group) == len([r for r in rows if r.ok]) else \
-            ", ".join(f"{r.gpu} {r.setup}" for r in group)
+            ", ".join(names[id(r)] for r in group)
         notes.append(f"{n} repeats combined ({which}): median of per-process means, max of "
                      "peaks, 95% CI by bootstrap over the per-process means (details).")
     for row in rows:
         if row.runs > 1:
-            notes.append(f"{row.gpu} {row.setup}: records from {row.runs} runs were combined "
+            notes.append(f"{names[id(row)]}: records from {row.runs} runs were combined "
                          "as repeats.")
         bad = {s: n for s, n in row.statuses.items() if s != "ok"}
         if row.ok and bad:
             what = ", ".join(f"{n} {status_text(s)}" for s, n in bad.items())
-            notes.append(f"{row.gpu} {row.setup}: {what} of {row.repeats} repeats; the numbers "
+            notes.append(f"{names[id(row)]}: {what} of {row.repeats} repeats; the numbers "
                          "come from the others.")
     return notes
 
@@ -376,7 +380,7 @@ def _one_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-DETAIL_COLUMNS = [  # (header, alignment, has data?, cell)
+DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups them
     ("Repeats", "r", lambda r: r.repeats > 1, lambda r: str(r.repeats)),
     ("Step 95% CI (ms)", "r", lambda r: r.step_ms_ci is not None,
      lambda r: f"{table.sig(r.step_ms_ci[0])}-{table.sig(r.step_ms_ci[1])}"
@@ -435,17 +439,38 @@ def _parity_cell(row: Row) -> str:
     return text if row.parity_ok else f"{text} (over {row.parity_tolerance * 100:.2g}%)"
 
 
-def details(rows: list[Row]) -> tuple[list[str], list[list[str]], str] | None:
-    """Columns, cells and alignment of an extra table with what the records measured beyond
-    the post's columns (repeats, CI, noise flags, TFLOP/s and MFU, FLOP counter cross-check,
-    compile cache, energy and its cost, loss parity); `detail_notes` explains them."""
-    used = [c for c in DETAIL_COLUMNS if any(c[2](r) for r in rows)]
-    if not used:
-        return None
+# The details as one table per theme: all their columns side by side (up to 18 with GPU and
+# setup) are wider than a page or a terminal. (title, column headers, notes explaining them)
+DETAIL_TABLES = [
+    ("Details: repeats and noise", ["Repeats", "Step 95% CI (ms)", "Noise flags"],
+     lambda rows: []),
+    ("Details: FLOPs and MFU",
+     ["TFLOP/s", "MFU (measured)", "MFU (datasheet)", "FLOP counter diff"],
+     lambda rows: [_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows)]),
+    ("Details: torch.compile",
+     ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)", "Loss vs eager"],
+     lambda rows: []),
+    ("Details: energy and cost",
+     ["J/token", "M tokens per kWh", "$/M tokens (hourly)", "$/M tokens (energy)"],
+     lambda rows: [_energy_note(rows)]),
+]
+
+
+def details(rows: list[Row]) -> list[Table]:
+    """What the records measured beyond the post's columns (repeats, CI, noise flags, TFLOP/s
+    and MFU, the FLOP counter's cross-check, compile cache, loss parity, energy and its cost),
+    one table per theme of DETAIL_TABLES. A column appears only when some row has its number,
+    a table only when it has a column, and a row only when it has one of its table's numbers."""
+    by_header = {c[0]: c for c in DETAIL_COLUMNS}
     labels = setup_labels(rows)
-    shown = [r for r in rows if any(c[2](r) for c in used)]
-    columns = ["GPU", "Setup"] + [c[0] for c in used]
-    cells = [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown]
-    return columns, cells, "ll" + "".join(c[1] for c in used)
-
-
+    tables = []
+    for title, headers, notes in DETAIL_TABLES:
+        used = [by_header[h] for h in headers if any(by_header[h][2](r) for r in rows)]
+        if not used:
+            continue
+        shown = [r for r in rows if any(c[2](r) for c in used)]
+        tables.append(Table(["GPU", "Setup"] + [c[0] for c in used],
+                            [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown],
+                            "ll" + "".join(c[1] for c in used), title,
+                            [n for n in notes(shown) if n]))
+    return tables

@@ -5,12 +5,15 @@ zero or more findings; a finding with no data behind it is left out, never inven
 "faster" or "slower" between two setups is checked against the spread of their step times
 (stats.compare): when the difference cannot be told apart from noise the sentence says so, and
 when no spread was recorded it states the direction and the last finding says it was untested.
+
+A rule tags what its finding says (e.g. "noise": a comparison could not be told from noise), so
+that `key_findings` can choose the few a reader should see first without parsing sentences.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations, permutations
 
 from stepbench.report import stats
@@ -21,31 +24,67 @@ from stepbench.setup import Setup
 BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
 
 
+# Tags a rule may give its finding (what its content says, for `key_findings`).
+NOISE = "noise"                              # a comparison in it was within the noise
+FITS_ONLY_COMPILED = "fits_only_compiled"    # a setup fit in memory only with torch.compile
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str   # which rule wrote it: compile_speed, compile_memory, ... (stable, for tools)
     text: str
+    tags: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
     """The findings per workload, as (heading, findings); the heading names the workload (model,
     batch x seq, dtype and any other setting that differs), None when there is only one."""
-    workloads = list(dict.fromkeys(r.workload for r in rows))
-    headings = _workload_labels(workloads)
     out = []
-    for workload, heading in zip(workloads, headings):
+    for workload, (heading, _) in _workload_names(rows).items():
         group = [r for r in rows if r.workload == workload]
         found = [f for rule in RULES for f in rule(group)]
         if found:
-            out.append((heading if len(workloads) > 1 else None, found))
+            out.append((heading, found))
     return out
 
 
-def _workload_labels(workloads: list[Setup]) -> list[str]:
-    labels = [f"{w.model_label}, batch {w.batch} x {w.seq}, {w.dtype}" for w in workloads]
-    extra = [p for name, p in LABEL_PARTS.items() if name not in ("model", "shape", "dtype")
-             and len({p(w) for w in workloads}) > 1]
-    return [label + "".join(f", {p(w)}" for p in extra) for label, w in zip(labels, workloads)]
+# What a reader should see first, in this order: (kind, tag it must carry or None). The fastest
+# GPU and the most tokens per dollar answer "where should I run it"; a setup that fits only when
+# compiled changes what can run at all; a comparison within the noise warns against a
+# difference the table seems to show. compile_payback's "not measurably" repeats compile_speed's.
+LEAD = [("fastest_gpu", None), ("tokens_per_dollar", None), ("fit", FITS_ONLY_COMPILED),
+        ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
+LEAD_MAX = 5     # a lead longer than this is a second list of findings, not a summary
+
+
+def key_findings(rows: list[Row], groups: list[tuple[str | None, list[Finding]]],
+                 limit: int = LEAD_MAX) -> list[tuple[str | None, Finding]]:
+    """The few findings of `groups` (findings_for's) to show first, as (workload, finding): the
+    workload is its shortest name (e.g. the model's label) when there are several, else None.
+    The same Finding objects as in `groups`: each keeps its place there too."""
+    short = {heading: name for heading, name in _workload_names(rows).values()}
+    out = []
+    for kind, tag in LEAD:
+        for heading, findings in groups:
+            out += [(short.get(heading), f) for f in findings
+                    if f.kind == kind and (tag is None or tag in f.tags)]
+    return out[:limit]
+
+
+def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None]]:
+    """{workload: (heading, short name)}: the heading names model, batch x seq, dtype and any
+    other setting that differs; the short name only what differs between the workloads (e.g.
+    the model's label). Both None when there is only one workload."""
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    if len(workloads) < 2:
+        return {w: (None, None) for w in workloads}
+    parts = {"model": lambda w: w.model_label, "shape": lambda w: f"batch {w.batch} x {w.seq}",
+             "dtype": lambda w: w.dtype}
+    parts.update({name: p for name, p in LABEL_PARTS.items() if name not in parts})
+    always = ("model", "shape", "dtype")
+    varying = [name for name, p in parts.items() if len({p(w) for w in workloads}) > 1]
+    return {w: (", ".join(parts[n](w) for n in parts if n in always or n in varying),
+                ", ".join(parts[n](w) for n in varying)) for w in workloads}
 
 
 # ---------------------------------------------------------------- helpers
@@ -148,15 +187,17 @@ def compile_speed(rows: list[Row]) -> list[Finding]:
     """Per attention: compiled against eager step time on every GPU, with direction."""
     out = []
     for (attn, mode), pairs in variants(rows).items():
-        items, moved = [], []
+        items, moved, tags = [], [], set()
         for eager, comp in pairs:
             phrase, direction = verdict(comp, eager)
             items.append(f"{comp.gpu} {sig(comp.step_ms)} vs {sig(eager.step_ms)} ms ({phrase})")
             if direction in ("slower", "faster"):
                 moved.append((comp.step_ms / eager.step_ms, comp.gpu, direction))
+            elif direction == "noise":
+                tags.add(NOISE)
         lead = _speed_lead(moved, len(pairs), compiler(mode))
         out.append(Finding("compile_speed", f"With {attn} attention, {lead}compiled against "
-                           f"eager step time: {join(items)}."))
+                           f"eager step time: {join(items)}.", frozenset(tags)))
     return out
 
 
@@ -249,7 +290,7 @@ def _cost(item: tuple[float, Row]) -> float:
 
 def compile_payback(rows: list[Row]) -> list[Finding]:
     """After how many steps the compile time is earned back by faster steps, or never."""
-    parts = []
+    parts, tags = [], set()
     for (attn, mode), pairs in variants(rows).items():
         paid, never, noise = [], [], []
         for eager, comp in pairs:
@@ -273,10 +314,11 @@ def compile_payback(rows: list[Row]) -> list[Finding]:
         if noise:
             clauses.append(f"not measurably on {join(noise)}, where the difference was "
                            "within the noise")
+            tags.add(NOISE)
         if clauses:
             parts.append(f"With {attn} attention, {compiler(mode)} paid back its compile time "
                          + "; ".join(clauses) + ".")
-    return [Finding("compile_payback", " ".join(parts))] if parts else []
+    return [Finding("compile_payback", " ".join(parts), frozenset(tags))] if parts else []
 
 
 def _payback_steps(eager: Row, comp: Row) -> int:
@@ -308,7 +350,8 @@ def fit(rows: list[Row]) -> list[Finding]:
             parts.append(f"{'it' if parts else 'the step'} ran out of memory either way on "
                          f"{join(_with_memory(neither))}")
         if parts:
-            out.append(Finding("fit", f"With {attn} attention, " + "; ".join(parts) + "."))
+            out.append(Finding("fit", f"With {attn} attention, " + "; ".join(parts) + ".",
+                               frozenset({FITS_ONLY_COMPILED} if only_compiled else ())))
     return out
 
 
@@ -337,10 +380,13 @@ def attention_speed(rows: list[Row]) -> list[Finding]:
     for (mode, compile_mode, a, b), pairs in attention_pairs(rows).items():
         label = "In eager mode" if mode == "eager" else \
             f"With {compiler(compile_mode)}" if mode == "compile" else f"In {mode} mode"
-        items = [f"{ra.gpu} {sig(ra.step_ms)} vs {sig(rb.step_ms)} ms ({verdict(ra, rb)[0]})"
-                 for ra, rb in pairs]
+        verdicts = [verdict(ra, rb) for ra, rb in pairs]
+        items = [f"{ra.gpu} {sig(ra.step_ms)} vs {sig(rb.step_ms)} ms ({phrase})"
+                 for (ra, rb), (phrase, _) in zip(pairs, verdicts)]
+        tags = {NOISE} if any(d == "noise" for _, d in verdicts) else set()
         out.append(Finding("attention_speed",
-                           f"{label}, {a} attention against {b} attention: {join(items)}."))
+                           f"{label}, {a} attention against {b} attention: {join(items)}.",
+                           frozenset(tags)))
     return out
 
 
@@ -375,7 +421,8 @@ def attention_vs_compile(rows: list[Row]) -> list[Finding]:
             text += "; not on " + join([i for i, _, _ in lost])
         if noise:
             text += "; within the noise on " + join([i for i, _, _ in noise])
-        out.append(Finding("attention_vs_compile", text + "."))
+        out.append(Finding("attention_vs_compile", text + ".",
+                           frozenset({NOISE} if noise else ())))
     return out
 
 
@@ -410,6 +457,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
     if len(by_speed) >= 2:
         top, second = by_speed[:2]
         _, direction = verdict(second, top)
+        tags = frozenset({NOISE} if direction == "noise" else ())
         if direction == "noise":
             text = (f"{top.gpu} and {second.gpu} were the fastest GPUs, equally fast within "
                     f"the noise ({sig(top.step_ms)} vs {sig(second.step_ms)} ms)")
@@ -419,7 +467,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
                     f"{second.gpu} ({second.tokens_per_s:,.0f} tokens/s with {second.setup})")
             if top.price_per_hour and second.price_per_hour:
                 text += f" at {_times(top.price_per_hour / second.price_per_hour)} its price"
-        out.append(Finding("fastest_gpu", text + "."))
+        out.append(Finding("fastest_gpu", text + ".", tags))
     return out
 
 

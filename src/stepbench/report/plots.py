@@ -4,13 +4,20 @@ Drawn only from stored results (the rows the report built), never from a live ru
 matplotlib's Agg canvas and no pyplot state, so that they render on a headless machine and the
 same rows give the same PNG bytes. A setup that did not run shows its status (e.g. "OOM") where
 its bar would be, as the table keeps its row.
+
+The bars are horizontal, in the tables' row order, on a figure of fixed width: a page shows it
+at its own size, so its text stays readable however many setups there are (a figure that grew
+wider with each setup was scaled down by the browser until its labels could not be read), and
+a label as long as "compile+eager (qwen2.5-0.5b)" reads across instead of slanted.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
+from stepbench.errors import UserError
 from stepbench.report.rows import Row, setup_labels, status_text
 
 # (file stem, axis label, value of a row, error interval of a row or None)
@@ -33,45 +40,80 @@ def figures(rows: list[Row]) -> dict[str, bytes]:
 
 
 def write_plots(pngs: dict[str, bytes], folder: Path) -> list[Path]:
-    """Write each of `figures`' plots as folder/<stem>.png; returns the paths written."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write each of `figures`' plots as folder/<stem>.png; returns the paths written.
+
+    A folder that cannot be made or written is a UserError naming it (the --plots flag's)."""
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--plots {folder} is a file; pass a folder")
     paths = []
-    for stem, png in pngs.items():
-        path = folder / f"{stem}.png"
-        path.write_bytes(png)
-        paths.append(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for stem, png in pngs.items():
+            path = folder / f"{stem}.png"
+            path.write_bytes(png)
+            paths.append(path)
+    except OSError as exc:
+        raise UserError(f"cannot write the plots into {folder} ({exc.strerror}); pass a "
+                        "writable --plots folder") from None
     return paths
+
+
+def bar_labels(rows: list[Row]) -> dict[int, str]:
+    """The label of each row's bar, as in the tables: the setup, with the model's short label
+    (never its config path), batch x seq or dtype where rows differ in them."""
+    return setup_labels(rows)
+
+
+def error_bar(y: float, ci: tuple[float, float] | None) -> list[list[float]] | None:
+    """matplotlib's xerr/yerr ([[below], [above]]) for value y and its interval, never negative.
+
+    The interval need not contain y: a one-process row's interval is a bootstrap of its step
+    times' mean while y is the record's step_ms, and a record written from a published table
+    may repeat one number, whose zero-width interval then lies a rounding error away. matplotlib
+    refuses negative error bars, so each side is clamped at zero; a non-finite interval (scipy's
+    bootstrap of identical values) draws no bar."""
+    if ci is None or not all(math.isfinite(v) for v in ci):
+        return None
+    return [[max(0.0, y - ci[0])], [max(0.0, ci[1] - y)]]
+
+
+# Inches at 100 dpi: 9 in is 900 px, narrower than the HTML page's column, so it is never scaled.
+FIGURE_WIDTH_IN = 9.0
+BAR_IN = 0.22        # height of one bar
+GAP_IN = 0.2         # between setups
 
 
 def _bar_chart(rows: list[Row], label: str, value, interval) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    names = setup_labels(rows)
+    names = bar_labels(rows)
     setups = list(dict.fromkeys(names[id(r)] for r in rows))
     gpus = list(dict.fromkeys(r.gpu for r in rows))
-    width = 0.8 / len(gpus)
-    fig = Figure(figsize=(max(6.0, 1.6 * len(setups) + 2), 4.2), dpi=100)
+    height = 1.0 - GAP_IN / (len(gpus) * BAR_IN + GAP_IN)     # of one setup's group, in y units
+    width = height / len(gpus)
+    legend_in = 0.25 * math.ceil(len(gpus) / 3)
+    fig = Figure(figsize=(FIGURE_WIDTH_IN, 1.0 + legend_in
+                          + len(setups) * (len(gpus) * BAR_IN + GAP_IN)), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     top = max((value(r) for r in rows if value(r) is not None), default=1.0)
     for g, gpu in enumerate(gpus):
         for row in (r for r in rows if r.gpu == gpu):
-            x = setups.index(names[id(row)]) + (g - (len(gpus) - 1) / 2) * width
-            y = value(row)
-            if y is None:
+            y = setups.index(names[id(row)]) + (g - (len(gpus) - 1) / 2) * width
+            x = value(row)
+            if x is None:
                 text = status_text(row.status) if not row.ok else "n/a"
-                ax.text(x, top * 0.01, text, rotation=90, ha="center", va="bottom", fontsize=7)
+                ax.text(top * 0.01, y, text, ha="left", va="center", fontsize=8, color=f"C{g}")
                 continue
-            ci = interval(row)
-            err = [[y - ci[0]], [ci[1] - y]] if ci else None
-            ax.bar(x, y, width, color=f"C{g}", yerr=err, capsize=2,
-                   label=gpu if gpu not in ax.get_legend_handles_labels()[1] else None)
-    ax.set_xticks(range(len(setups)), setups, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(label)
-    ax.legend(fontsize=7, ncols=min(4, len(gpus)), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+            ax.barh(y, x, width, color=f"C{g}", xerr=error_bar(x, interval(row)), capsize=2,
+                    label=gpu if gpu not in ax.get_legend_handles_labels()[1] else None)
+    ax.set_yticks(range(len(setups)), setups, fontsize=9)
+    ax.set_ylim(len(setups) - 0.5, -0.5)      # first row on top, as in the tables
+    ax.set_xlabel(label)
+    ax.legend(fontsize=8, ncols=min(3, len(gpus)), loc="lower left", bbox_to_anchor=(0.0, 1.0),
               frameon=False)   # above the axes: never over a bar
-    ax.grid(axis="y", alpha=0.3)
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})

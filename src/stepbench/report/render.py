@@ -46,10 +46,13 @@ def write_output(text: str, path: Path) -> None:
 
 # ---------------------------------------------------------------- terminal and Markdown
 
+LEAD_TITLE = "Key findings"
+
+
 def render_text(doc: Document, fmt: str) -> str:
-    """Each table with its notes, then the findings under their headings."""
+    """The key findings, each table with its notes, then the findings under their headings."""
     markdown = fmt == "markdown"
-    out = []
+    out = [_lead_text(doc, markdown)] if doc.lead else []
     for t in doc.tables:
         if markdown:
             out.append((f"## {t.title}\n\n" if t.title else "")
@@ -72,6 +75,14 @@ def render_text(doc: Document, fmt: str) -> str:
             lines.append("")
         out.append("\n".join(lines))
     return "\n".join(part.rstrip("\n") + "\n" for part in out if part)
+
+
+def _lead_text(doc: Document, markdown: bool) -> str:
+    lines = [f"## {LEAD_TITLE}\n" if markdown else f"{LEAD_TITLE}\n"]
+    for workload, f in doc.lead:
+        prefix = "" if workload is None else f"**{workload}**: " if markdown else f"{workload}: "
+        lines.append(f"- {prefix}{f.text}")
+    return "\n".join(lines) + "\n"
 
 
 def _split_wide(columns: list[str], cells: list[list[str]], align: str,
@@ -119,9 +130,11 @@ def _csv_value(value) -> str:
 
 
 def render_json(doc: Document) -> str:
-    """{"rows": [...], "findings": [{"kind", "text", "group"}], "notes": [...]}."""
+    """{"rows": [...], "findings": [{"kind", "text", "group", "key"}], "notes": [...]}; "key"
+    marks the findings of the lead (Key findings)."""
+    lead = {id(f) for _, f in doc.lead}
     data = {"rows": [r.as_dict() for r in doc.rows],
-            "findings": [{"kind": f.kind, "text": f.text, "group": heading}
+            "findings": [{"kind": f.kind, "text": f.text, "group": heading, "key": id(f) in lead}
                          for heading, findings in doc.findings for f in findings],
             "notes": doc.notes}
     return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
@@ -140,17 +153,26 @@ def _finite(value):
 
 # ---------------------------------------------------------------- HTML
 
+# Every table must fit a 1280-1440 px window without sideways scrolling: document.py splits
+# the details by theme for that; headers may wrap, and the scroll box is only a last resort (a
+# narrow window, a very long GPU name).
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 72rem; margin: 2rem auto; padding: 0 1rem;
-       color: #222; }
+       color: #222; line-height: 1.4; }
 .scroll { overflow-x: auto; }
 table { border-collapse: collapse; margin: 1rem 0; font-size: 0.9rem; }
-th, td { padding: 0.25rem 0.6rem; border-bottom: 1px solid #ddd; white-space: nowrap; }
-th { text-align: left; border-bottom: 2px solid #888; }
+th, td { padding: 0.25rem 0.6rem; border-bottom: 1px solid #ddd; }
+td { white-space: nowrap; }
+th { text-align: left; vertical-align: bottom; border-bottom: 2px solid #888; }
 td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
-p.note { font-size: 0.85rem; color: #555; margin: 0.2rem 0; }
-figure { margin: 1rem 0; }
-img { max-width: 100%; }
+p.note { font-size: 0.85rem; color: #555; margin: 0.2rem 0; max-width: 60rem; }
+section.lead { background: #f3f6fa; border-left: 4px solid #3b6ea5; padding: 0.2rem 1.2rem;
+               margin: 1rem 0 2rem; }
+section.lead li { margin: 0.4rem 0; }
+ol li { margin: 0.2rem 0; }
+figure { margin: 1.5rem 0; }
+figcaption { font-size: 0.9rem; color: #555; }
+img { max-width: 100%; height: auto; }
 """
 
 
@@ -171,6 +193,11 @@ def render_html(doc: Document) -> str:
     parts = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
              f"<title>{title}</title>\n", f"<style>{STYLE}</style>\n</head>\n<body>\n",
              f"<h1>{title}</h1>\n"]
+    if doc.lead:
+        parts.append(f'<section class="lead">\n<h2>{LEAD_TITLE}</h2>\n<ul>\n')
+        parts += [f"<li>{'' if w is None else f'<strong>{html.escape(w)}:</strong> '}"
+                  f"{html.escape(f.text)}</li>\n" for w, f in doc.lead]
+        parts.append("</ul>\n</section>\n")
     for t in doc.tables:
         parts += [f"<h2>{html.escape(t.title)}</h2>\n" if t.title else "", _html_table(t)]
         parts += [f'<p class="note">{html.escape(n)}</p>\n' for n in t.notes]
