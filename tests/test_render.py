@@ -49,7 +49,7 @@ def test_graph_breaks_and_recompiles_are_marked_and_counted(h200_records):
             "step (counts in the details).") in text
     # The report's details carry the counts.
     rows = build_rows([Record.from_dict(r) for r in h200_records], {})
-    details = rows_document(rows).tables[1]
+    details = next(t for t in rows_document(rows).tables if t.title == "Details: torch.compile")
     assert {"Graph breaks", "Recompiles"} <= set(details.columns)
     by_setup = {cells[1]: dict(zip(details.columns, cells)) for cells in details.cells}
     assert by_setup["compile+sdpa"]["Graph breaks"] == "2"

@@ -1,7 +1,9 @@
 """The key findings: the few a reader sees first, chosen by kind and by what a finding says.
 
-The lead holds the fastest GPU, the most tokens per dollar, setups that fit only when compiled,
-and comparisons that could not be told from noise; at most findings.LEAD_MAX of them. Each stays
+The lead holds a compiled setup whose loss left eager's, the fastest setup per GPU, the fastest
+GPU (with the caveat when GPUs ran different software), the most tokens per dollar across GPUs,
+setups that fit only when compiled, and comparisons that could not be told from noise; at most
+findings.LEAD_MAX of them. Each stays
 in its workload's list too; JSON marks it with "key": true.
 """
 
@@ -29,13 +31,13 @@ def report(capsys, *args) -> str:
 def test_post_lead_is_fastest_cheapest_and_fits_only_compiled(capsys):
     findings = json.loads(report(capsys, POST, "--prices", PRICES, "--format", "json"))["findings"]
     assert all(set(f) == {"kind", "text", "group", "key"} for f in findings)
-    assert sorted(f["kind"] for f in findings if f["key"]) == ["fastest_gpu", "fit",
-                                                               "tokens_per_dollar"]
+    assert sorted(f["kind"] for f in findings if f["key"]) == ["fastest_gpu", "fastest_setup",
+                                                               "fit", "tokens_per_dollar"]
     assert sum(not f["key"] for f in findings) > 5                  # the rest keep their place
 
 
 def test_lead_comes_first_in_every_text_format(capsys):
-    fastest = "NVIDIA H100 PCIe was the fastest GPU (54,022 tokens/s"
+    fastest = "Fastest setup: eager+sdpa on NVIDIA GeForce RTX 5090 (41,870 tokens/s"
     md = report(capsys, POST, "--prices", PRICES, "--format", "markdown")
     assert md.startswith("## Key findings\n\n- " + fastest)
     assert md.index("## Key findings") < md.index("## Results") < md.index("## What the numbers say")
@@ -44,7 +46,7 @@ def test_lead_comes_first_in_every_text_format(capsys):
     assert terminal.startswith("Key findings\n\n- " + fastest)
     page = report(capsys, POST, "--prices", PRICES, "--format", "html")
     lead = page.split('<section class="lead">')[1].split("</section>")[0]
-    assert "<h2>Key findings</h2>" in lead and lead.count("<li>") == 3 and fastest in lead
+    assert "<h2>Key findings</h2>" in lead and lead.count("<li>") == 4 and fastest in lead
     assert page.index('<section class="lead">') < page.index("<h2>Results</h2>")
 
 
@@ -54,18 +56,26 @@ def test_comparison_within_the_noise_is_a_key_finding(capsys, tmp_path):
         rec("eager", steps=list(rng.normal(100.0, 6.0, 40)), first_step_s=0.5),
         rec("compile", steps=list(rng.normal(101.0, 6.0, 40)), first_step_s=30.0)])
     key = [f for f in doc["findings"] if f["key"]]
-    assert [f["kind"] for f in key] == ["compile_speed"]
-    assert "within the noise, p = " in key[0]["text"]
+    assert [f["kind"] for f in key] == ["fastest_setup", "compile_speed"]
+    assert all("within the noise" in f["text"] for f in key)
+    assert "equally fast within the noise" in key[0]["text"]
     # compile_payback says the same again ("not measurably"): not a second key finding.
     assert "not measurably" in next(f["text"] for f in doc["findings"]
                                     if f["kind"] == "compile_payback")
 
 
-def test_a_clear_difference_is_not_a_key_finding(capsys, tmp_path):
+def test_a_clear_difference_leads_only_as_the_fastest_setup(capsys, tmp_path):
     eager = [rec("eager", repeat=i, step_ms=m) for i, m in enumerate([100, 101, 99, 100.5, 99.5])]
     comp = [rec("compile", repeat=i, step_ms=m) for i, m in enumerate([80, 81, 79, 80.5, 79.5])]
     doc, _ = run_report(capsys, tmp_path, eager + comp)
-    assert not any(f["key"] for f in doc["findings"])
+    key = [f for f in doc["findings"] if f["key"]]
+    assert [f["kind"] for f in key] == ["fastest_setup"]
+    assert key[0]["text"] == ("Fastest setup: compile+sdpa on NVIDIA H200 (102,400 tokens/s, "
+                              "80.0 ms; 20% faster than the runner-up, eager+sdpa at 100 ms).")
+
+
+def test_one_setup_has_no_lead(capsys, tmp_path):
+    run_report(capsys, tmp_path, [rec("eager", step_ms=100)])
     md = report(capsys, tmp_path / "results.jsonl", "--format", "markdown")
     assert "Key findings" not in md                                 # no empty section
 
@@ -73,10 +83,9 @@ def test_a_clear_difference_is_not_a_key_finding(capsys, tmp_path):
 def test_lead_names_the_model_and_stays_short(capsys):
     md = report(capsys, *SIX_FILES, "--price", "NVIDIA H200=3.50", "--format", "markdown")
     lead = md.split("## Key findings\n\n")[1].split("\n\n")[0].splitlines()
-    assert lead == [
-        "- **llama-468m**: On NVIDIA H200, compile+sdpa trained the most tokens per dollar: 123M per $.",
-        "- **qwen2.5-0.5b**: On NVIDIA H200, compile+sdpa trained the most tokens per dollar: 101M per $.",
-        "- **smollm2-135m**: On NVIDIA H200, compile+sdpa trained the most tokens per dollar: 355M per $."]
+    assert [line.split(": Fastest setup: ")[0] for line in lead] == [
+        "- **llama-468m**", "- **qwen2.5-0.5b**", "- **smollm2-135m**"]
+    assert "compile+sdpa on NVIDIA H200 (119,199 tokens/s" in lead[0]
     assert len(lead) <= LEAD_MAX
 
 
@@ -90,4 +99,4 @@ def test_lead_is_capped(capsys, tmp_path):
                         "--price", "NVIDIA L40S=0.5")
     key = [f["kind"] for f in doc["findings"] if f["key"]]
     assert len(key) == LEAD_MAX
-    assert key.count("fastest_gpu") == 3 and key.count("tokens_per_dollar") == 2
+    assert sorted(key) == ["fastest_gpu"] * 2 + ["fastest_setup"] * 3

@@ -27,6 +27,9 @@ BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "16
 # Tags a rule may give its finding (what its content says, for `key_findings`).
 NOISE = "noise"                              # a comparison in it was within the noise
 FITS_ONLY_COMPILED = "fits_only_compiled"    # a setup fit in memory only with torch.compile
+WRONG_LOSS = "wrong_loss"                    # a compiled setup's loss left eager's tolerance
+ACROSS_GPUS = "across_gpus"                  # compares GPUs (on one GPU the fastest setup is
+                                             # also the cheapest: said once, by fastest_setup)
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,9 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
 # GPU and the most tokens per dollar answer "where should I run it"; a setup that fits only when
 # compiled changes what can run at all; a comparison within the noise warns against a
 # difference the table seems to show. compile_payback's "not measurably" repeats compile_speed's.
-LEAD = [("fastest_gpu", None), ("tokens_per_dollar", None), ("fit", FITS_ONLY_COMPILED),
+# A comparison across GPUs comes with its caveat when they ran different software.
+LEAD = [("parity", WRONG_LOSS), ("fastest_setup", None), ("fastest_gpu", None), ("software", None),
+        ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED),
         ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
 LEAD_MAX = 5     # a lead longer than this is a second list of findings, not a summary
 
@@ -435,6 +440,30 @@ def _best_per_gpu(rows: list[Row], value) -> list[Row]:
     return sorted(best.values(), key=value, reverse=True)
 
 
+def fastest_setup(rows: list[Row]) -> list[Finding]:
+    """Per GPU, the fastest setup against the runner-up on that GPU (the answer to "how should I
+    run this step here"), or the two that cannot be told apart."""
+    items, tags = [], set()
+    for gpu in dict.fromkeys(r.gpu for r in rows):
+        ranked = sorted((r for r in rows if r.gpu == gpu and r.ok), key=lambda r: r.step_ms)
+        if len(ranked) < 2:
+            continue
+        top, second = ranked[:2]
+        phrase, direction = verdict(second, top)
+        if direction == "noise":
+            tags.add(NOISE)
+            items.append(f"{top.setup} and {second.setup} on {gpu}, equally fast within the noise "
+                         f"({sig(top.step_ms)} vs {sig(second.step_ms)} ms, {phrase})")
+        else:
+            lead = change(top.step_ms, second.step_ms)[0] or "no"
+            items.append(f"{top.setup} on {gpu} ({top.tokens_per_s:,.0f} tokens/s, "
+                         f"{sig(top.step_ms)} ms; {lead} faster than the runner-up, "
+                         f"{second.setup} at {sig(second.step_ms)} ms)")
+    if not items:
+        return []
+    return [Finding("fastest_setup", "Fastest setup: " + "; ".join(items) + ".", frozenset(tags))]
+
+
 def gpus(rows: list[Row]) -> list[Finding]:
     """Tokens per dollar across GPUs, and the fastest GPU against the runner-up with prices."""
     out = []
@@ -449,7 +478,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
         if fastest.gpu != top.gpu and fastest.price_per_hour:
             text += (f"; it costs {_times(top.price_per_hour / fastest.price_per_hour)} the "
                      f"hourly price of the fastest GPU, {fastest.gpu}")
-        out.append(Finding("tokens_per_dollar", text + "."))
+        out.append(Finding("tokens_per_dollar", text + ".", frozenset({ACROSS_GPUS})))
     elif len(by_dollar) == 1:
         top = by_dollar[0]
         out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.setup} trained the most "
@@ -485,7 +514,8 @@ def parity(rows: list[Row]) -> list[Finding]:
         return [Finding("parity", f"{r.setup} on {r.gpu} ended at a loss "
                         f"{_pct(r.parity_rel_diff)} away from eager mode's, over the "
                         f"{_pct(r.parity_tolerance)} tolerance for {r.dtype}: check its "
-                        "numerics before trusting its speed.") for r in bad]
+                        "numerics before trusting its speed.", frozenset({WRONG_LOSS}))
+                for r in bad]
     worst = max(checked, key=lambda r: r.parity_rel_diff)
     where = ("in the one pair checked" if len(checked) == 1
              else f"in {every(len(checked), 'pairs')}")
@@ -569,5 +599,5 @@ def testing(rows: list[Row]) -> list[Finding]:
     return [Finding("testing", text + ".")]
 
 
-RULES = [software, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
+RULES = [software, fastest_setup, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
          attention_vs_compile, gpus, parity, mfu, energy, testing]
