@@ -1,7 +1,7 @@
-"""Shared test fixtures: one inductor cache for the whole session, and a CLI runner.
+"""The CLI runner the tests share.
 
-A cold torch.compile of the tiny model takes about 20 s on 2 cores, a warm one about 3 s, so every
-test that compiles passes the same --compile-cache folder.
+A cold torch.compile of the tiny model takes about 20 s on 2 cores, so the suite compiles for real
+in one place only: test_run.py's matrix (cold, then warm from the same setup's cache).
 """
 
 import json
@@ -10,15 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+# Two pytest workers share two cores (pyproject's addopts): one torch thread per process, so that
+# processes never wait on each other's spinning OpenMP threads (a 2-thread step on a core that
+# another process holds can run 20x slower). Children inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
-
-
-@pytest.fixture(scope="session")
-def compile_cache(tmp_path_factory) -> Path:
-    shared = os.environ.get("STEPBENCH_TEST_CACHE")
-    return Path(shared) if shared else tmp_path_factory.mktemp("inductor-cache")
+# A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps.
+SMALL = ["--device", "cpu", "--seq", "64", "--warmup", "2", "--steps", "5"]
 
 
 def run_cli(*args, timeout=900, check_json=False) -> subprocess.CompletedProcess:

@@ -5,8 +5,10 @@ setup's process sends (stepbench.protocol), so the runner's scheduling, resume a
 are exercised for real without paying for a model.
 """
 
+import dataclasses
 import json
 import sys
+from pathlib import Path
 
 
 from stepbench import protocol
@@ -128,3 +130,33 @@ def test_a_gpu_is_named_by_the_same_route_in_the_parent_and_in_the_child(monkeyp
     child = machine.gpu_name("cuda")
     assert parent == child == "NVIDIA H200" and calls == ["probe", "in process"]
     assert machine.gpu_name("cpu") == "cpu"
+
+
+def test_compiled_setups_get_their_own_cache_or_the_shared_one(tmp_path, monkeypatch):
+    from stepbench.execute.executor import Job
+    from stepbench.measure.worker import compile_cache_label
+
+    eager = plan([1])[0]
+    compiled = dataclasses.replace(eager, mode="compile")
+    # inductor sets TORCHINDUCTOR_CACHE_DIR in its own process once it compiled anything.
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "STEPBENCH_COMPILE_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    private = LocalProcess()
+    shared = LocalProcess(compile_cache=tmp_path / "shared")
+    try:
+        env = private.environment(Job(compiled))
+        assert "TORCHINDUCTOR_CACHE_DIR" not in private.environment(Job(eager))
+        assert env["TRITON_CACHE_DIR"].startswith(env["TORCHINDUCTOR_CACHE_DIR"])
+        assert env == private.environment(Job(compiled, repeat=1))   # a repeat finds it again
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        assert compile_cache_label(compiled) == "cold"
+        (Path(env["TORCHINDUCTOR_CACHE_DIR"]) / "fxgraph").mkdir()
+        assert compile_cache_label(compiled) == "warm"
+        for name, value in shared.environment(Job(compiled)).items():
+            monkeypatch.setenv(name, value)
+        assert compile_cache_label(compiled) == "shared"
+        assert compile_cache_label(eager) is None
+    finally:
+        private.close()
+        shared.close()

@@ -119,7 +119,6 @@ def test_markdown_marks_noisy_rows_and_explains_marks_and_repeats(capsys):
     assert ("4 repeats combined (NVIDIA H200 eager+sdpa): median of per-process means, max of "
             "peaks, 95% CI by bootstrap over the per-process means (details).") in out
     assert "## Details" in out
-    details = out.split("## Details")[1].split("## What")[0]
     # TFLOP/s and MFU are the medians of the 4 processes' (275.6, 274.7, 285.4, 272.4);
     # the records carry no datasheet peak.
     repeats = out.split("## Details: repeats and noise")[1].split("## ")[0]

@@ -138,9 +138,8 @@ def run_document(records: list[Record]) -> Document:
     if head is not None:
         where = head.machine.gpu if head.machine.gpu != "cpu" else f"CPU ({head.machine.cpu or 'unknown'})"
         title = f"{head.setup.model_label}, {head.setup.dtype}, on {where}"
-    notes = [n for n in footnotes(rows, explain=False)]
     return Document(title, [Table(RUN_COLUMNS, table_cells(rows, RUN_COLUMNS), _align(RUN_COLUMNS),
-                                  notes=notes)], rows=rows)
+                                  notes=footnotes(rows, explain=False))], rows=rows)
 
 
 def peak_document(result: dict) -> Document:

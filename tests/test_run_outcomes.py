@@ -1,0 +1,125 @@
+"""Real runs that end otherwise than a plain success: resume and --rerun, out of memory, a
+memory limit too small, an unsupported kernel, a config from a folder, and the signals that stop
+a run (Ctrl-C, SIGTERM, SIGHUP). Each runs real tiny models in real child processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SMALL, SRC, read_jsonl, run_cli
+
+
+def test_resume_runs_only_the_missing_setups_and_rerun_measures_again(tmp_path):
+    out = tmp_path / "r.jsonl"
+    first = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--out", out)
+    assert first.returncode == 0, first.stderr
+    second = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa,eager", "--out", out,
+                     "--format", "json", check_json=True)
+    assert "eager+sdpa batch 4 seq 64: already in the results file (ok), skipped" in second.stderr
+    assert "[2/2] eager+eager batch 4 seq 64: ok" in second.stderr
+    records = read_jsonl(out)
+    assert [r["setup"]["name"] for r in records] == ["eager+sdpa", "eager+eager"]
+    assert [r["setup"]["name"] for r in second.records] == ["eager+sdpa", "eager+eager"]
+    # --rerun measures again; the new record is appended and is the one that counts.
+    third = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--out", out, "--rerun",
+                    "--format", "json", check_json=True)
+    assert "[1/1] eager+sdpa batch 4 seq 64: ok" in third.stderr
+    records = read_jsonl(out)
+    assert [r["setup"]["name"] for r in records] == ["eager+sdpa", "eager+eager", "eager+sdpa"]
+    assert third.records == records[2:]
+    report = run_cli("report", out, "--format", "json")
+    rows = json.loads(report.stdout)["rows"]
+    assert [(r["setup"], r["repeats"]) for r in rows] == [("eager+sdpa", 1), ("eager+eager", 1)]
+    assert rows[0]["step_ms"] == pytest.approx(records[2]["step_ms"])
+
+
+def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
+    # A 3 GB address-space cap on each child: SDPA attention fits, the naive attention's
+    # 8 x 4 x 2048 x 2048 score matrices do not.
+    out = tmp_path / "r.jsonl"
+    proc = run_cli("run", "--device", "cpu", "--modes", "eager", "--attn", "eager,sdpa",
+                   "--batch", "8", "--seq", "2048", "--warmup", "0", "--steps", "1",
+                   "--memory-limit-gb", "3", "--out", out, "--format", "json", check_json=True)
+    oom, ok = proc.records
+    assert oom["setup"]["name"] == "eager+eager" and oom["status"] == "oom"
+    assert "can't allocate memory" in oom["error"]
+    assert oom["oom_memory_gb"] > 0.1
+    assert oom["step_ms"] is None and oom["phase"] == "first_step"
+    assert ok["status"] == "ok" and ok["setup"]["memory_limit_gb"] == 3
+    proc = run_cli("run", "--device", "cpu", "--modes", "eager", "--attn", "eager,sdpa",
+                   "--batch", "8", "--seq", "2048", "--warmup", "0", "--steps", "1",
+                   "--memory-limit-gb", "3", "--out", out)
+    assert any(line.split()[:4] == ["eager+eager", "8", "2048", "OOM"] for line in proc.stdout.splitlines())
+
+
+def test_a_memory_limit_too_small_for_torch_says_so(tmp_path):
+    proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb", "0.5",
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+    [record] = proc.records
+    assert record["status"] == "oom" and record["phase"] == "starting"
+    assert "--memory-limit-gb 0.5 is below the" in record["error"]
+    assert "after importing torch" in record["error"] and "raise it above" in record["error"]
+    table = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb", "0.5",
+                    "--out", tmp_path / "r.jsonl", "--format", "markdown").stdout
+    assert "OOM means the step did not fit in its --memory-limit-gb cap on address space." in table
+
+
+def test_flex_attention_backward_on_cpu_is_unsupported(tmp_path):
+    proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "flex_attention,sdpa",
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+    flex, sdpa = proc.records
+    assert flex["status"] == "unsupported"
+    assert "backward on CPU" in flex["error"]
+    assert sdpa["status"] == "ok"
+
+
+def test_model_from_a_config_folder(tmp_path):
+    # A different architecture (Qwen2, grouped-query attention, tied embeddings) from a config.json.
+    folder = os.path.join(os.path.dirname(__file__), "data", "tiny-qwen2")
+    proc = run_cli("run", *SMALL, "--model", folder, "--modes", "eager", "--out", tmp_path / "r.jsonl",
+                   "--format", "json", check_json=True)
+    assert [r["status"] for r in proc.records] == ["ok", "ok"]
+    assert proc.records[0]["setup"]["model"] == folder       # the record keeps the path
+    assert 6.0 < proc.records[0]["loss_first"] < 8.0  # ln(1024) = 6.9
+    # Tables name the model by its folder; without --device the CPU notice does not claim
+    # that the llama-tiny preset runs. (Resumed: nothing runs again.)
+    again = run_cli("run", "--seq", "64", "--warmup", "2", "--steps", "5", "--model", folder,
+                    "--modes", "eager", "--out", tmp_path / "r.jsonl")
+    assert again.stdout.splitlines()[0].startswith("tiny-qwen2, bf16, on CPU")
+    assert folder not in again.stdout
+    assert "no CUDA GPU found; running on the CPU (pass --device cuda" in again.stderr
+
+
+@pytest.mark.parametrize("sig, code, said", [
+    (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM"),
+    (signal.SIGHUP, 129, "stopped by SIGHUP")])
+def test_a_signal_stops_the_child_and_keeps_finished_results(tmp_path, sig, code, said):
+    # Ctrl-C, `timeout 120 stepbench run ...` (SIGTERM) and a closed terminal (SIGHUP) alike.
+    out = tmp_path / "r.jsonl"
+    env = dict(os.environ, PYTHONPATH=SRC)
+    # Batch 1 finishes in seconds; batch 64 x 400 steps would take minutes: interrupt it.
+    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
+                             "--modes", "eager", "--attn", "sdpa", "--batch", "1,64",
+                             "--warmup", "2", "--steps", "400", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stderr:
+        if "[2/2]" in line and "warm-up" in line:
+            break
+    else:
+        pytest.fail("the second setup never reached its warm-up")
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert children, "the running setup should have its own child process"
+    proc.send_signal(sig)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == code
+    assert f"{said}; the running setup was stopped, finished setups are kept in" in rest
+    assert "run the same command again to resume" in rest
+    assert "Traceback" not in rest
+    records = read_jsonl(out)
+    assert [(r["setup"]["batch"], r["status"]) for r in records] == [(1, "ok")]
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}"), f"child {pid} outlived the {sig.name}"
