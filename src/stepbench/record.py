@@ -237,10 +237,7 @@ def load(paths: list[str], warn: Callable[[str], None]) -> list[Record]:
     side (repeats from several runs); within one file the latest of a setup wins."""
     records = []
     for path in _files(paths, warn):
-        try:
-            found = ResultsFile(path).latest(warn)
-        except UnicodeDecodeError as exc:   # pragma: no cover - errors="replace" prevents it
-            raise UserError(f"results file '{path}' is not UTF-8 text ({exc})") from None
+        found = ResultsFile(path).latest(warn)
         if not found:
             warn(f"{path}: no usable records")
         records += found
