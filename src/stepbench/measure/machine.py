@@ -44,7 +44,7 @@ def _torch_gpu_name(index: int) -> str | None:
                               text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
 def resolve_device(requested: str) -> str:

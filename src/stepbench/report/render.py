@@ -59,9 +59,10 @@ def render_text(doc: Document, fmt: str) -> str:
                        + table.render(t.columns, t.cells, fmt, align=t.align,
                                       title=None if t.title else doc.title, footnotes=t.notes))
             continue
-        for part, (columns, cells, align) in enumerate(_split_wide(t.columns, t.cells, t.align)):
+        parts = _split_wide(t.columns, t.cells, t.align)
+        for part, (columns, cells, align) in enumerate(parts):
             title = t.title or doc.title if not part else f"{t.title} (continued)"
-            notes = t.notes if part == len(_split_wide(t.columns, t.cells, t.align)) - 1 else None
+            notes = t.notes if part == len(parts) - 1 else None
             out.append(table.render(columns, cells, fmt, align=align, title=title, footnotes=notes))
     if doc.findings:
         lines = ["## What the numbers say\n" if markdown else "What the numbers say\n"]
