@@ -8,12 +8,16 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 # Two pytest workers share two cores (pyproject's addopts): one torch thread per process, so that
 # processes never wait on each other's spinning OpenMP threads (a 2-thread step on a core that
 # another process holds can run 20x slower). Children inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# stepbench's own caches (matmul peaks, FLOP counts; measure/cache.py) go to a folder of this
+# session, never to the user's ~/.cache.
+os.environ["STEPBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="stepbench-test-cache-")
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps.

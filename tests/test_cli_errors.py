@@ -38,6 +38,26 @@ CASES = [
 ]
 
 
+ARGPARSE_CASES = [
+    (["run", "--init", "gpu"], "stepbench run: error: argument --init: invalid choice: 'gpu' "
+                               "(choose from 'device', 'cpu'); see stepbench run --help"),
+    (["run", "--steps", "many"], "argument --steps: invalid int value: 'many'"),
+    (["run", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+    (["jog"], "stepbench: error: argument COMMAND: invalid choice: 'jog'"),
+    (["report", "--format", "pdf"], "argument --format: invalid choice: 'pdf'"),
+]
+
+
+@pytest.mark.parametrize("args, message", ARGPARSE_CASES, ids=[" ".join(a) for a, _ in ARGPARSE_CASES])
+def test_argparse_errors_are_one_line_too(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert message in err and "usage:" not in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
     if "--device" not in args:

@@ -5,6 +5,7 @@ tests/data/v0.1/cpu-results.jsonl was written by stepbench 0.1 (`run --device cp
 it. The records of tests/data/h200-matrix.jsonl and tests/data/post are 0.1's too.
 """
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -43,11 +44,25 @@ def test_a_0_1_results_file_reports_the_same_rows_and_findings(capsys):
     assert {f["kind"] for f in new["findings"]} - {f["kind"] for f in old["findings"]} <= {"fastest_setup"}
 
 
+# Fields added after 0.1, with the value a record without them reads as.
+ADDED = {"peak_measured_at": None, "phases": None}
+ADDED_TO_SETUP = {"init": "cpu"}
+
+
+def without(data: dict, added: dict) -> dict:
+    assert {k: data[k] for k in added} == added
+    return {k: v for k, v in data.items() if k not in added}
+
+
 def test_0_1_records_read_and_write_back_unchanged():
-    # The typed Record holds every field 0.1 wrote, under the same names, in the same order.
+    # The typed Record holds every field 0.1 wrote, under the same names, with the same values;
+    # fields added since read as their defaults.
     for path in [V01 / "cpu-results.jsonl", DATA / "h200-matrix.jsonl", *sorted((DATA / "post").glob("*.jsonl"))]:
         raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        assert [r.to_dict() for r in ResultsFile(path).read()] == raw, path
+        written = [r.to_dict() for r in ResultsFile(path).read()]
+        for old, new in zip(raw, written, strict=True):
+            new = {**without(new, ADDED), "setup": without(new["setup"], ADDED_TO_SETUP)}
+            assert new == old, path
 
 
 def test_a_record_without_later_fields_reads_as_their_defaults():
@@ -59,3 +74,16 @@ def test_a_record_without_later_fields_reads_as_their_defaults():
     # ... and it is the same setup as the full record, for resume and for the report.
     full = ResultsFile(V01 / "cpu-results.jsonl").read()[0]
     assert record.setup.key() == full.setup.key() and record.resume_key() == full.resume_key()
+
+
+def test_weights_drawn_on_the_gpu_are_another_setup_than_0_1s():
+    # 0.1 drew every model's weights on the CPU; `run` now draws them on the device, which gives
+    # other weights for the same seed. A GPU record of 0.1 reads as init "cpu", so its losses are
+    # never taken for those of a new run (`--init cpu` measures the 0.1 setup again).
+    old = ResultsFile(DATA / "h200-matrix.jsonl").read()[0]
+    assert old.setup.device == "cuda" and old.setup.init == "cpu"
+    new = dataclasses.replace(old.setup, init="device")
+    assert new.key() != old.setup.key() and new.eager_twin().init == "device"
+    # On the CPU the device is the CPU: one setup, whichever way it is asked for.
+    cpu = ResultsFile(V01 / "cpu-results.jsonl").read()[0].setup
+    assert dataclasses.replace(cpu, init="device").key() == cpu.key()

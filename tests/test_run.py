@@ -49,6 +49,22 @@ def test_records_are_consistent(matrix_run):
         assert r["software"]["torch"] and r["software"]["transformers"]
 
 
+def test_phases_account_for_the_process_wall_time(matrix_run):
+    from stepbench.measure.phases import PHASES
+
+    for r in matrix_run[0].records:
+        phases = r["phases"]
+        assert list(phases) == [p for p in PHASES if p != "exit"] + ["exit"]
+        assert all(v >= 0 for v in phases.values()) and phases["first_step"] > 0
+        assert phases["first_step"] == pytest.approx(r["first_step_s"], abs=0.01)
+        assert phases["timed"] >= r["timed_wall_s"]
+        # One clock in the child, the parent's for "exit": together the process's whole life,
+        # short of the parent's own work around the spawn and the pipe (and give or take the
+        # process start's 10 ms clock tick and the rounding to ms).
+        assert -0.05 <= r["wall_s"] - sum(phases.values()) < 0.5, (r["wall_s"], phases)
+        assert r["setup"]["init"] == "cpu"     # on the CPU the device is the CPU
+
+
 def test_same_seed_gives_same_first_loss_in_every_setup(matrix_run):
     # Weights and tokens come from the seed, so the setups train the same model on the same data.
     firsts = [r["loss_first"] for r in matrix_run[0].records]

@@ -22,8 +22,16 @@ EXIT_INTERRUPTED = 130
 DEFAULT_OUT = "stepbench-results.jsonl"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line: the problem and where the choices are, without the
+    usage block (eight lines for `run`) that buries them."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="stepbench",
         description="Benchmark a model's training step in several setups (eager or torch.compile, "
                     "attention kernels, batch sizes), each in its own process.")
@@ -77,6 +85,9 @@ def add_run(sub) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     p.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32 (pure, no autocast)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", default="device", choices=("device", "cpu"),
+                   help="where the random weights are drawn: device (fast; default) or cpu (as "
+                        "stepbench 0.1 and the post's script: same weights as their records)")
     p.add_argument("--memory-limit-gb", type=float,
                    help="cap each child's memory (GPU: a fraction of the card) to see what fits a "
                         "smaller one")
@@ -155,7 +166,7 @@ def build_plan(args: argparse.Namespace, device: str):
                   attns=parse_list("--attn", args.attn), batches=parse_list("--batch", args.batch, int),
                   seqs=seqs, compile_modes=tuple(parse_list("--compile-mode", args.compile_mode)),
                   dtype=args.dtype, device=device, warmup=args.warmup, steps=args.steps,
-                  seed=args.seed, memory_limit_gb=args.memory_limit_gb)
+                  seed=args.seed, memory_limit_gb=args.memory_limit_gb, init=args.init)
     for seq in seqs:
         build_config(model, seq)
     return plan

@@ -11,7 +11,8 @@ only has to carry lines. The child sends, in order:
 The parent decides the status from what arrived, the exit code and the clock: a child that dies
 before its result leaves its last phase behind (execute/runner.py).
 
-Input is one JSON job on the command line: {"setup": {...}, "peak_tflops_measured": float|null}.
+Input is one JSON job on the command line: {"setup": {...}, "measure_peak": true|false} (whether
+the child looks up or measures the GPU's matmul rate for mfu_measured; measure/peaks.py).
 """
 
 from __future__ import annotations

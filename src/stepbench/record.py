@@ -90,12 +90,14 @@ class Record:
     achieved_tflops: float | None = None
     peak_tflops_datasheet: float | None = None
     peak_tflops_measured: float | None = None
+    peak_measured_at: str | None = None   # when that rate was measured (earlier: from the cache)
     mfu_datasheet: float | None = None
     mfu_measured: float | None = None
     compile: dict | None = None
     telemetry: dict | None = None
     energy: dict | None = None
     noise_flags: list[str] = field(default_factory=list)
+    phases: dict | None = None   # wall seconds per phase of the process (measure/phases.py)
     # Seen by the parent.
     started_at: str | None = None
     finished_at: str | None = None

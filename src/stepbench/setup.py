@@ -24,6 +24,11 @@ ATTENTIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_att
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DTYPES = ("bf16", "fp16", "fp32")
 DEVICES = ("cuda", "cpu")
+# Where the random weights are drawn. "device": on the setup's own device (a GPU draws the post's
+# model in milliseconds; the default of a run). "cpu": on the CPU, as stepbench 0.1 and the post's
+# script did (seconds of single-threaded random numbers), the weights older records started from.
+# The two give other numbers for one seed, so losses compare only within one value.
+INITS = ("device", "cpu")
 
 # How the step runs, as opposed to what it trains: the fields a report compares side by side
 # within one workload (compiled against eager, one attention kernel against another).
@@ -60,14 +65,17 @@ class Setup:
     steps: int = 20                # timed steps
     seed: int = 0                  # weights and tokens; equal seeds make losses comparable
     memory_limit_gb: float | None = None  # cap the child's memory to see what fits a smaller card
+    init: str = "cpu"              # where the weights are drawn (INITS); records before it: cpu
 
     def __post_init__(self):
-        # Normalised so that equal settings give equal keys: 3 and 3.0 GB are one limit, and the
-        # compile mode means nothing without compilation.
+        # Normalised so that equal settings give equal keys: 3 and 3.0 GB are one limit, the
+        # compile mode means nothing without compilation, and on the CPU the device is the CPU.
         if self.memory_limit_gb is not None:
             object.__setattr__(self, "memory_limit_gb", float(self.memory_limit_gb))
         if self.mode == "eager":
             object.__setattr__(self, "compile_mode", "default")
+        if self.device == "cpu":
+            object.__setattr__(self, "init", "cpu")
 
     def check(self) -> "Setup":
         """Raise a UserError naming the fix when a field is not one stepbench can run."""
@@ -76,6 +84,7 @@ class Setup:
         choose("compile mode", self.compile_mode, COMPILE_MODES)
         choose("dtype", self.dtype, DTYPES)
         choose("device", self.device, DEVICES)
+        choose("init", self.init, INITS)
         for flag, value, least in (("--batch", self.batch, 1), ("--seq", self.seq, 1),
                                    ("--steps", self.steps, 1), ("--warmup", self.warmup, 0),
                                    ("--seed", self.seed, 0)):

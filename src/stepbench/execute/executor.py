@@ -41,11 +41,10 @@ class Job:
 
     setup: Setup
     repeat: int = 0
-    peak_tflops_measured: float | None = None   # the device's matmul rate, for mfu_measured
+    measure_peak: bool = True       # the child measures (or finds cached) the GPU's matmul rate
 
     def payload(self) -> str:
-        return json.dumps({"setup": self.setup.to_dict(),
-                           "peak_tflops_measured": self.peak_tflops_measured})
+        return json.dumps({"setup": self.setup.to_dict(), "measure_peak": self.measure_peak})
 
 
 @dataclass
@@ -62,6 +61,8 @@ class Outcome:
     started_at: str = ""
     finished_at: str = ""
     wall_s: float = 0.0
+    exit_s: float | None = None        # from the result message to the child's end
+    result_at: float | None = None     # time.monotonic() when the result message arrived
 
 
 OnMessage = Callable[[dict], None]
@@ -72,9 +73,6 @@ class Executor(Protocol):
 
     def gpu_name(self, setup: Setup, slot: str) -> str | None:
         """The GPU `setup` would run on in `slot` ("cpu" on the CPU): part of the resume key."""
-
-    def measure_peak(self, dtype: str, slot: str) -> float | None:
-        """The matmul rate in TFLOP/s of the GPU in `slot`, measured in a child, or None."""
 
     def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
         """Run `job` in `slot`; call `on_message` with each protocol message as it arrives."""
@@ -134,16 +132,6 @@ class LocalProcess:
         folder.mkdir(parents=True, exist_ok=True)
         return folder, "private"
 
-    def measure_peak(self, dtype: str, slot: str) -> float | None:
-        command = [self.python, "-m", "stepbench", "peak", "--device", "cuda", "--dtype", dtype,
-                   "--format", "json"]
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                                  env=self.environment(None), start_new_session=True)
-            return float(json.loads(proc.stdout)["measured_tflops"])
-        except (subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
-            return None
-
     def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
         outcome = Outcome(started_at=now_iso())
         stderr_path = self.workdir / f"stderr-{threading.get_ident()}-{time.monotonic_ns()}.log"
@@ -163,6 +151,8 @@ class LocalProcess:
                 outcome.timed_out = read_messages(proc, start + timeout_s, outcome, on_message)
             finally:
                 kill_group(proc)
+                if outcome.result_at is not None:
+                    outcome.exit_s = time.monotonic() - outcome.result_at
                 with self._lock:
                     self._running.discard(proc)
                     outcome.stopped = self._stopping
@@ -220,6 +210,7 @@ def _take(message: dict | None, outcome: Outcome, on_message: OnMessage) -> None
         outcome.progress = message
     else:
         outcome.result = message
+        outcome.result_at = time.monotonic()
     on_message(message)
 
 

@@ -64,21 +64,11 @@ class Runner:
                 todo.append((index, job))
         try:
             with stop_signals():
-                peaks = self._peaks([job for _, job in todo], slot)
-                self._run_all([(i, Job(j.setup, j.repeat, peaks.get(j.setup.dtype)))
-                               for i, j in todo], len(jobs), records)
+                self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak)) for i, j in todo],
+                              len(jobs), records)
         finally:
             self.display.close()
         return [records[i] for i in sorted(records)]
-
-    def _peaks(self, jobs: list[Job], slot: str) -> dict[str, float | None]:
-        """The GPU's matmul rate per dtype the jobs use, measured once (for mfu_measured)."""
-        if not self.measure_peak:
-            return {}
-        dtypes = dict.fromkeys(j.setup.dtype for j in jobs if j.setup.device == "cuda")
-        if dtypes:
-            self.display.note("measuring the GPU's matmul rate (for MFU)")
-        return {dtype: self.executor.measure_peak(dtype, slot) for dtype in dtypes}
 
     def _run_all(self, todo: list[tuple[int, Job]], total: int, records: dict[int, Record]) -> None:
         free: queue.Queue[str] = queue.Queue()
@@ -157,6 +147,8 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     result = outcome.result or {}
     measured = {k: v for k, v in (result.get("measured") or {}).items() if k in MEASURED_FIELDS}
     measured.setdefault("phase", outcome.progress.get("phase", "starting"))
+    if measured.get("phases") is not None and outcome.exit_s is not None:
+        measured["phases"] = {**measured["phases"], "exit": round(outcome.exit_s, 3)}
     status, error = classify(outcome, measured["phase"], timeout_s)
     start = outcome.start or {}
     machine = Machine.from_dict(start.get("machine") or {"gpu": gpu or "unknown GPU"})

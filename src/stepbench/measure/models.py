@@ -106,16 +106,31 @@ def _unknown_model_type(model: str, model_type, known_types: list[str]) -> UserE
                      f"All known types: {LIST_MODEL_TYPES}")
 
 
-def build_model(model: str, seq: int, attn: str):
-    """A causal LM with random weights, in fp32 on the CPU; the caller moves and casts it.
+def import_modeling(model: str, seq: int) -> None:
+    """Import what build_model needs (transformers, the model's own modeling module), so that a
+    setup's "imports" phase holds the imports and its "build" phase the building alone."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        AutoModelForCausalLM._model_mapping[type(build_config(model, seq))]  # imports the module
+    except (AttributeError, KeyError):
+        pass    # build_model says what is wrong with a model transformers cannot build
+
+
+def build_model(model: str, seq: int, attn: str, device="cpu"):
+    """A causal LM with random weights drawn on `device`, in fp32; the caller casts it.
 
     Building in fp32 then calling .to(dtype) avoids the torch_dtype/dtype rename between
-    transformers 4.x and 5.x.
+    transformers 4.x and 5.x, and draws the same random numbers whatever the dtype. Drawn on a GPU
+    (Setup.init "device") the weights take milliseconds, against seconds of single-threaded CPU
+    random numbers for the post's model; they are other numbers than the CPU's for the same seed.
     """
+    import torch
     from transformers import AutoModelForCausalLM
 
     cfg = build_config(model, seq)
-    return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
 
 
 def synthetic_batch(vocab_size: int, batch: int, seq: int, seed: int, device: str):

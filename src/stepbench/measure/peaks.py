@@ -13,10 +13,12 @@ import math
 import re
 import statistics
 import time
+from datetime import timedelta
 
 import torch
 
 from stepbench.errors import UserError
+from stepbench.measure.cache import JsonCache, positive_number
 from stepbench.measure.machine import cpu_name, gpu_name, resolve_device
 
 # ----------------------------------------------------------------------------------------------
@@ -261,6 +263,34 @@ def _median_cpu_seconds(a, b, out, repeats: int) -> float:
         torch.mm(a, b, out=out)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+# A measured rate is kept for a week per GPU model, driver, torch and CUDA version, and dtype: a
+# driver or torch upgrade, another GPU or an old entry is measured again (measure/cache.py).
+PEAK_CACHE = JsonCache("peaks", max_age=timedelta(days=7))
+
+
+def peak_cache_key(dtype: str, index: int = 0) -> dict | None:
+    """What a cached matmul rate must match: None when the driver cannot be named (NVML off or
+    missing), since then a driver upgrade would go unseen."""
+    from stepbench.measure import telemetry
+
+    driver = telemetry.gpu_facts(index).get("driver")
+    if not driver:
+        return None
+    return {"gpu": gpu_name("cuda", index), "driver": driver, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "dtype": normalize_dtype(dtype), "n": 8192, "repeats": 20}
+
+
+def cached_matmul_tflops(dtype: str, index: int = 0) -> tuple[float, str]:
+    """(TFLOP/s, when it was measured) for CUDA device `index`: the cached burst rate when one
+    matches this GPU, driver, torch and dtype and is under a week old, else measured now (about
+    half a second on an H200) and cached. Runs in the setup's own process, before its model is
+    built: never beside a timed step."""
+    tflops, measured_at = PEAK_CACHE.fetch(peak_cache_key(dtype, index),
+                                           lambda: measure_matmul_tflops(f"cuda:{index}", dtype),
+                                           valid=positive_number)
+    return float(tflops), measured_at
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ from typing import Callable
 import torch
 
 from stepbench.measure import compile_info, flops, machine, telemetry
-from stepbench.measure.models import build_model, synthetic_batch
+from stepbench.measure.cache import JsonCache, positive_number
+from stepbench.measure.models import build_model, config_dict, synthetic_batch
+from stepbench.measure.phases import Phases
 from stepbench.noise import noise_flags_for
 from stepbench.setup import Setup
 
@@ -32,13 +34,15 @@ GB = 1e9
 Progress = Callable[..., None]
 
 
-def measure(setup: Setup, result: dict, progress: Progress, *,
+def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | None = None, *,
             peak_tflops_measured: float | None = None, cache_label: str | None = None) -> None:
     """Build, compile if asked, and time `setup`; write every measured value into `result`.
 
-    `peak_tflops_measured` is the device's matmul rate (for mfu_measured); `cache_label` says how
-    the inductor cache started (worker.compile_cache_label).
+    `phases` times each stage of the process (measure/phases.py); `peak_tflops_measured` is the
+    device's matmul rate (for mfu_measured); `cache_label` says how the inductor cache started
+    (worker.compile_cache_label).
     """
+    phases = phases or Phases(result)
     device = torch.device(setup.device)
     cuda = device.type == "cuda"
     gpu_index = device.index or 0
@@ -47,20 +51,23 @@ def measure(setup: Setup, result: dict, progress: Progress, *,
     model, step, tokens = build(setup, device)
     result["params"] = sum(p.numel() for p in model.parameters())
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    phases.lap("build")
 
     progress("first_step", compiling=setup.mode == "compile")
-    sync()
     start = time.perf_counter()
     losses = [step()]
     sync()
     result["first_step_s"] = time.perf_counter() - start
     result["loss_first"] = losses[0].item()
     frames_after_first = compile_info.frames_compiled()
+    phases.lap("first_step")
 
     for i in range(setup.warmup):
         progress("warmup", i + 1, setup.warmup)
         losses.append(step())
     sync()
+    phases.lap("warmup")
 
     progress("timed", setup.steps)
     frames_before_timed = compile_info.frames_compiled()
@@ -77,6 +84,7 @@ def measure(setup: Setup, result: dict, progress: Progress, *,
     result["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
     result["loss_last"] = result["losses"][-1]
     result.update(step_time_summary(step_times_ms, setup.tokens_per_step))
+    phases.lap("timed")
     progress("done")
 
     # Everything below reads what the window left behind; nothing here is timed.
@@ -92,13 +100,17 @@ def measure(setup: Setup, result: dict, progress: Progress, *,
         if result["compile"]["recompiles_in_timed"]:
             flags.append("recompiled")
     result["noise_flags"] = flags
+    phases.lap("after")
     result.update(flop_fields(setup, model, tokens, result["tokens_per_s"], peak_tflops_measured))
+    phases.lap("flops")
 
 
 def build(setup: Setup, device: torch.device):
-    """The model (random weights from the seed), its training step, and the token batch."""
+    """The model (random weights from the seed, drawn where Setup.init says), its training step,
+    and the token batch."""
     torch.manual_seed(setup.seed)
-    model = build_model(setup.model, setup.seq, setup.attn)
+    model = build_model(setup.model, setup.seq, setup.attn,
+                        device=device if setup.init == "device" else "cpu")
     model.to(device=device, dtype=TORCH_DTYPES[setup.dtype])
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -148,12 +160,26 @@ def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
                               params_non_embedding=flops.non_embedding_params(model),
                               peak_tflops_measured=peak_tflops_measured)
     try:
-        # One sequence counted, times the batch: exact (FLOPs are linear in the batch) and it
-        # needs no more memory than a batch-1 step.
-        fields["flop_counter_per_step"] = setup.batch * flops.flop_counter_step(model, tokens[:1])
+        fields["flop_counter_per_step"] = setup.batch * flop_counter_per_sequence(setup, model, tokens)
     except Exception as exc:  # noqa: BLE001 - a cross-check must not cost the measurement
         print(f"stepbench: FlopCounterMode cross-check failed: {exc}", file=sys.stderr)
     return fields
+
+
+# What FlopCounterMode counts depends on the model's shape, the sequence length, the attention
+# kernel and the library versions, not on the batch, mode, dtype or device: counted once per key.
+FLOP_CACHE = JsonCache("flops")
+
+
+def flop_counter_per_sequence(setup: Setup, model, tokens) -> float:
+    """FlopCounterMode's FLOPs for one sequence's forward + backward: cached, else one counted
+    pass at batch 1 (exact: FLOPs are linear in the batch, and it needs no more memory than a
+    batch-1 step)."""
+    key = {"model": config_dict(setup.model), "seq": setup.seq, "attn": setup.attn,
+           "torch": torch.__version__, "transformers": machine.software_info()["transformers"]}
+    counted, _ = FLOP_CACHE.fetch(key, lambda: flops.flop_counter_step(model, tokens[:1]),
+                                  valid=positive_number)
+    return float(counted)
 
 
 def step_time_summary(step_times_ms: list[float], tokens_per_step: int) -> dict:

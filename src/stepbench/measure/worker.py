@@ -1,6 +1,6 @@
 """A setup's process: one job in (a JSON argument), JSON lines out (stepbench.protocol).
 
-`python -m stepbench.measure.worker '{"setup": {...}, "peak_tflops_measured": null}'`
+`python -m stepbench.measure.worker '{"setup": {...}, "measure_peak": true}'`
 
 The child always tries to end with a result message, also when the setup fails in Python: it
 classifies the exception (oom, unsupported, error) itself, because only it can read the memory
@@ -50,21 +50,27 @@ class Channel:
 def main(argv: list[str]) -> int:
     job = json.loads(argv[0])
     channel = Channel()
+    from stepbench.measure.phases import Phases
     from stepbench.setup import Setup
 
     setup = Setup.from_dict(job["setup"])
+    phases = Phases(channel.measured)
     status, error = "ok", None
     try:
-        from stepbench.measure import machine, step
+        from stepbench.measure import machine, models, step
 
+        models.import_modeling(setup.model, setup.seq)
+        phases.lap("imports")
         if setup.device == "cuda":
             step.torch.cuda.init()   # so that machine_info names the GPU through this context
         channel.send("start", machine=machine.machine_info(setup.device),
                      software=machine.software_info())
+        phases.lap("device_init")
+        peak = matmul_peak(setup, channel) if job.get("measure_peak") else None
+        phases.lap("peak")
         limit_memory(setup)
-        step.measure(setup, channel.measured, channel.progress,
-                     peak_tflops_measured=job.get("peak_tflops_measured"),
-                     cache_label=compile_cache_label(setup))
+        step.measure(setup, channel.measured, channel.progress, phases,
+                     peak_tflops_measured=peak, cache_label=compile_cache_label(setup))
     except BaseException as exc:  # noqa: BLE001 - every failure is a result, never a lost setup
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -75,6 +81,25 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()  # the parent keeps the stderr tail
     channel.send("result", status=status, error=error, measured=channel.measured)
     return 0
+
+
+def matmul_peak(setup, channel: Channel) -> float | None:
+    """The GPU's matmul rate for mfu_measured: cached, or measured here before the model exists
+    (and before --memory-limit-gb applies, which is about the setup, not this). A failure costs
+    only mfu_measured."""
+    if setup.device != "cuda":
+        return None
+    from stepbench.measure import peaks
+
+    channel.progress("peak")
+    try:
+        tflops, channel.measured["peak_measured_at"] = peaks.cached_matmul_tflops(setup.dtype)
+    except Exception as exc:  # noqa: BLE001 - the setup runs on without mfu_measured
+        print(f"stepbench: measuring the matmul rate failed: {exc}", file=sys.stderr)
+        return None
+    finally:
+        peaks.torch.cuda.empty_cache()   # the setup starts with nothing of it held
+    return tflops
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:
@@ -163,4 +188,10 @@ def memory_in_use_gb(device: str) -> float | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # The result is sent: end now, without the interpreter's teardown (module clean-up, inductor's
+    # compile-worker pool shutdown, CUDA context destructors), which took seconds of every setup's
+    # wall time and measures nothing. The parent ends whatever the process group still holds.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

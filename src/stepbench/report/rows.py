@@ -334,6 +334,7 @@ LABEL_PARTS = {
     "seed": lambda s: f"seed {s.seed}",
     "memory": lambda s: "no limit" if s.memory_limit_gb is None else f"{s.memory_limit_gb:g} GB limit",
     "device": lambda s: s.device,
+    "init": lambda s: f"weights drawn on {s.init}",
 }
 
 

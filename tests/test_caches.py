@@ -1,0 +1,162 @@
+"""stepbench's own caches (measure/cache.py): the GPU's matmul rate and FLOP counts per shape.
+
+An entry is used only for its exact key and within its age; anything stale, foreign, damaged or
+invalid is measured again, and a cache that cannot be written never fails a measurement.
+"""
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from stepbench.measure import cache
+from stepbench.measure.cache import JsonCache, positive_number
+
+KEY = {"gpu": "NVIDIA H200", "driver": "580.95", "torch": "2.11.0+cu130", "cuda": "13.0",
+       "dtype": "bf16", "n": 8192, "repeats": 20}
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
+    return tmp_path
+
+
+class Measure:
+    """A measurement that counts its calls and returns a new value each time."""
+
+    def __init__(self, value=790.0):
+        self.calls, self.value = 0, value
+
+    def __call__(self):
+        self.calls += 1
+        return self.value + self.calls
+
+
+def fetch(peaks, key=KEY, measure=None):
+    return peaks.fetch(key, measure, valid=positive_number)
+
+
+def test_a_fresh_matching_entry_is_used_and_not_measured_again(folder):
+    peaks, measure = JsonCache("peaks", max_age=timedelta(days=7)), Measure()
+    first, at = fetch(peaks, measure=measure)
+    assert (first, measure.calls) == (791.0, 1)
+    assert fetch(peaks, dict(KEY), measure) == (791.0, at)
+    assert measure.calls == 1
+    stored = json.loads((folder / "peaks.json").read_text())
+    assert stored["entries"] == [{"key": KEY, "value": 791.0, "measured_at": at}]
+
+
+def test_a_stale_entry_is_measured_again_and_replaced(folder):
+    peaks, measure = JsonCache("peaks", max_age=timedelta(days=7)), Measure()
+    eight_days_ago = datetime.now(timezone.utc) - timedelta(days=8)
+    peaks.put(KEY, 700.0, measured_at=eight_days_ago)
+    value, at = fetch(peaks, measure=measure)
+    assert (value, measure.calls) == (791.0, 1)
+    assert datetime.fromisoformat(at) > eight_days_ago + timedelta(days=7)
+    entries = json.loads((folder / "peaks.json").read_text())["entries"]
+    assert [e["value"] for e in entries] == [791.0]      # the stale one is replaced, not kept
+    # Six days old is within the week.
+    peaks.put(KEY, 700.0, measured_at=datetime.now(timezone.utc) - timedelta(days=6))
+    assert fetch(peaks, measure=measure)[0] == 700.0 and measure.calls == 1
+
+
+@pytest.mark.parametrize("field,other", [("gpu", "NVIDIA H100 80GB HBM3"), ("driver", "590.1"),
+                                         ("torch", "2.13.0+cu130"), ("dtype", "fp32")])
+def test_a_foreign_entry_is_ignored(folder, field, other):
+    # Another GPU, driver, torch or dtype: that machine's rate says nothing about this one.
+    peaks, measure = JsonCache("peaks", max_age=timedelta(days=7)), Measure()
+    peaks.put({**KEY, field: other}, 500.0)
+    assert fetch(peaks, measure=measure)[0] == 791.0 and measure.calls == 1
+    # Both entries are kept: each machine finds its own.
+    assert fetch(peaks, {**KEY, field: other}, measure)[0] == 500.0
+    assert len(json.loads((folder / "peaks.json").read_text())["entries"]) == 2
+
+
+def test_an_entry_from_the_future_or_without_a_zone_is_ignored(folder):
+    peaks, measure = JsonCache("peaks", max_age=timedelta(days=7)), Measure()
+    peaks.put(KEY, 600.0, measured_at=datetime.now(timezone.utc) + timedelta(days=1))
+    assert fetch(peaks, measure=measure)[0] == 791.0
+    data = json.loads((folder / "peaks.json").read_text())
+    data["entries"][0]["measured_at"] = datetime.now().isoformat()      # naive: no zone
+    data["entries"][0]["value"] = 600.0
+    (folder / "peaks.json").write_text(json.dumps(data))
+    assert fetch(peaks, measure=measure)[0] == 792.0 and measure.calls == 2
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"version": 99, "entries": []}',
+                                     '{"version": 1, "entries": "x"}', "\udcff"])
+def test_a_damaged_file_is_ignored_and_rewritten(folder, capsys, content):
+    path = folder / "peaks.json"
+    path.write_text(content, errors="surrogateescape")
+    peaks, measure = JsonCache("peaks", max_age=timedelta(days=7)), Measure()
+    assert fetch(peaks, measure=measure)[0] == 791.0
+    assert json.loads(path.read_text())["entries"][0]["value"] == 791.0
+    assert fetch(peaks, measure=measure)[0] == 791.0 and measure.calls == 1
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0, "790", None, True])
+def test_an_invalid_value_is_measured_again(folder, bad):
+    peaks, measure = JsonCache("peaks", max_age=timedelta(days=7)), Measure()
+    peaks.put(KEY, bad)
+    assert fetch(peaks, measure=measure)[0] == 791.0 and measure.calls == 1
+
+
+def test_without_a_key_it_measures_and_stores_nothing(folder):
+    # The driver cannot be named (NVML off): a driver upgrade would go unseen, so no caching.
+    peaks, measure = JsonCache("peaks", max_age=timedelta(days=7)), Measure()
+    assert fetch(peaks, None, measure)[0] == 791.0
+    assert fetch(peaks, None, measure)[0] == 792.0
+    assert not (folder / "peaks.json").exists()
+
+
+def test_the_peak_key_needs_the_driver(folder, monkeypatch):
+    from stepbench.measure import peaks
+
+    monkeypatch.setenv("STEPBENCH_NVML", "0")
+    assert peaks.peak_cache_key("bf16") is None
+
+
+def test_an_unwritable_cache_never_fails_the_measurement(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(cache.CACHE_ENV, str(blocker / "sub"))   # a folder under a file
+    value, at = fetch(JsonCache("peaks"), measure=Measure())
+    assert value == 791.0 and at
+    assert "could not write the peaks cache" in capsys.readouterr().err
+
+
+def test_the_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv(cache.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == tmp_path / "stepbench"
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "mine"))
+    assert cache.cache_dir() == tmp_path / "mine"
+
+
+def test_flops_are_counted_once_per_model_shape(folder):
+    # A real tiny model: the first call counts, the second reads the cache (proven by a value
+    # no count gives), and another sequence length is another key.
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=2, seq=32, device="cpu")
+    model, _, tokens = step.build(setup, torch.device("cpu"))
+    counted = step.flop_counter_per_sequence(setup, model, tokens)
+    assert counted > 1e6
+    path = folder / "flops.json"
+    data = json.loads(path.read_text())
+    assert [e["value"] for e in data["entries"]] == [counted]
+    assert data["entries"][0]["key"]["seq"] == 32 and data["entries"][0]["key"]["attn"] == "sdpa"
+    data["entries"][0]["value"] = 12345.0
+    path.write_text(json.dumps(data))
+    assert step.flop_counter_per_sequence(setup, model, tokens) == 12345.0
+    # Batch, mode and dtype do not change the key; the sequence length does.
+    other_batch = Setup(**{**setup.__dict__, "batch": 4, "mode": "compile"})
+    assert step.flop_counter_per_sequence(other_batch, model, tokens) == 12345.0
+    longer = Setup(**{**setup.__dict__, "seq": 64})
+    tokens64 = torch.randint(0, 4096, (1, 64))
+    assert step.flop_counter_per_sequence(longer, model, tokens64) > counted
+    assert len(json.loads(path.read_text())["entries"]) == 2
