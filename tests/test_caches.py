@@ -160,3 +160,41 @@ def test_flops_are_counted_once_per_model_shape(folder):
     tokens64 = torch.randint(0, 4096, (1, 64))
     assert step.flop_counter_per_sequence(longer, model, tokens64) > counted
     assert len(json.loads(path.read_text())["entries"]) == 2
+
+
+def run_python(code: str) -> list[str]:
+    import os
+    import subprocess
+    import sys
+
+    from conftest import SRC
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": SRC}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_a_resumed_run_imports_neither_torch_nor_transformers(tmp_path):
+    # The parent needs neither (about 5 s of every command on a GPU host): the device is told from
+    # torch/version.py and NVML, a preset needs no config check, and here every setup is done.
+    import shutil
+
+    from test_compat import V01
+
+    out = tmp_path / "r.jsonl"
+    shutil.copy(V01 / "cpu-results.jsonl", out)
+    code = ("import sys; from stepbench.cli import main; "
+            f"code = main(['run', '--device', 'auto', '--seq', '64', '--warmup', '1', '--steps', '3', "
+            f"'--attn', 'sdpa', '--out', {str(out)!r}, '--format', 'markdown']); "
+            "print('RESULT', code, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    words = run_python(code)
+    assert words[words.index("RESULT"):] == ["RESULT", "0", "False", "False"]
+
+
+def test_the_device_is_told_without_importing_torch():
+    code = ("import sys; from stepbench.measure.machine import resolve_device, _torch_cuda_version; "
+            "device, imported, told = resolve_device('auto'), 'torch' in sys.modules, "
+            "_torch_cuda_version(); import torch; "
+            "print(device, imported, repr(told) == repr(torch.version.cuda), torch.cuda.is_available())")
+    assert run_python(code) == ["cpu", "False", "True", "False"]

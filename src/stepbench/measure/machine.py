@@ -48,18 +48,63 @@ def _torch_gpu_name(index: int) -> str | None:
 
 
 def resolve_device(requested: str) -> str:
-    """'auto' picks CUDA when torch sees a GPU; asking for CUDA without one is a user error."""
-    import torch
+    """'auto' picks CUDA when torch sees a GPU; asking for CUDA without one is a user error.
 
+    Answered without importing torch where it can be (the parent's start-up: about 3 s on a GPU
+    host, paid by every command): see cuda_available.
+    """
     from stepbench.errors import UserError
 
-    available = torch.cuda.is_available()
+    if requested == "cpu":
+        return "cpu"
+    available = cuda_available()
     if requested == "cuda" and not available:
         raise UserError("--device cuda was asked for, but torch sees no CUDA GPU here; use "
                         "--device cpu (or install a CUDA build of torch)")
     if requested == "auto":
         return "cuda" if available else "cpu"
     return requested
+
+
+def cuda_available() -> bool:
+    """torch.cuda.is_available(), known without importing torch when it can be: a torch built
+    without CUDA (its version.py says cuda = None) has none; a CUDA build with NVML working and
+    CUDA_VISIBLE_DEVICES unset sees the GPUs NVML counts. Anything else (no NVML, a device list in
+    CUDA_VISIBLE_DEVICES, a version.py it cannot read) asks torch itself."""
+    if "torch" not in sys.modules:
+        built_with = _torch_cuda_version()
+        if built_with is None:
+            return False
+        if built_with and "CUDA_VISIBLE_DEVICES" not in os.environ:
+            from stepbench.measure import telemetry
+
+            count = telemetry.gpu_count()
+            if count is not None:
+                return count > 0
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _torch_cuda_version() -> str | None | bool:
+    """The CUDA version torch was built with, read from torch/version.py without importing torch:
+    None for a CPU build, False when it cannot be told (a ROCm build's GPUs are torch.cuda too)."""
+    import importlib.util
+    import re
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = open(os.path.join(os.path.dirname(spec.origin), "version.py")).read()
+    except (ImportError, AttributeError, TypeError, OSError):
+        return False
+    def field(name: str) -> str | None | bool:
+        match = re.search(rf"^{name}\s*(?::[^=]*)?=\s*(None|'([^']*)'|\"([^\"]*)\")\s*$", text, re.M)
+        if match is None:
+            return False
+        return None if match.group(1) == "None" else (match.group(2) or match.group(3) or False)
+
+    cuda, hip = field("cuda"), field("hip")
+    return cuda if hip is None else False
 
 
 def machine_info(device: str, index: int = 0) -> dict:

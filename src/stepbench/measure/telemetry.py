@@ -135,6 +135,12 @@ def _visible_nvml_indices(nvml) -> list[int] | None:
     return visible
 
 
+def gpu_count() -> int | None:
+    """GPUs NVML counts on this host (no CUDA context), or None without NVML."""
+    nvml = _nvml()
+    return _call("nvmlDeviceGetCount", nvml=nvml) if nvml is not None else None
+
+
 def _uuid(nvml_index_: int, nvml) -> str | None:
     handle = _call("nvmlDeviceGetHandleByIndex", nvml_index_, nvml=nvml)
     return _text(_call("nvmlDeviceGetUUID", handle, nvml=nvml)) if handle is not None else None
