@@ -17,6 +17,7 @@ from stepbench.record import Record
 
 PHASE_TEXT = {
     "starting": "starting Python",
+    "peak": "the GPU's matmul rate (for MFU)",
     "building": "building the model",
     "first_step": "first step",
     "warmup": "warm-up",
