@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from stepbench.measure import compile_info, flops, machine, telemetry
+from stepbench.measure import compile_info, distributed, flops, machine, telemetry
 from stepbench.measure.models import build_model, synthetic_batch
 from stepbench.noise import noise_flags_for
 from stepbench.setup import Setup
@@ -41,7 +41,8 @@ def measure(setup: Setup, result: dict, progress: Progress, *,
     """
     device = torch.device(setup.device)
     cuda = device.type == "cuda"
-    gpu_index = device.index or 0
+    # A torchrun rank has set its own device (measure/distributed.py): read that one's telemetry.
+    gpu_index = device.index if device.index is not None else (torch.cuda.current_device() if cuda else 0)
     memory = CudaMemory() if cuda else CpuMemory()  # the CPU baseline is read before the build
     progress("building")
     model, step, tokens = build(setup, device)
@@ -76,7 +77,7 @@ def measure(setup: Setup, result: dict, progress: Progress, *,
 
     result["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
     result["loss_last"] = result["losses"][-1]
-    result.update(step_time_summary(step_times_ms, setup.tokens_per_step))
+    result.update(step_time_summary(step_times_ms, setup.rank_tokens_per_step))
     progress("done")
 
     # Everything below reads what the window left behind; nothing here is timed.
@@ -84,7 +85,7 @@ def measure(setup: Setup, result: dict, progress: Progress, *,
     if cuda:
         result["telemetry"] = telemetry.telemetry_record(gpu_start, gpu_end, other_procs)
         result["energy"] = telemetry.energy_over_window(gpu_start, gpu_end, setup.steps,
-                                                        setup.tokens_per_step, result["timed_wall_s"])
+                                                        setup.rank_tokens_per_step, result["timed_wall_s"])
         flags += telemetry.noise_flags(gpu_start, gpu_end, other_procs)
     if setup.mode == "compile":
         result["compile"] = compile_info.diagnostics(frames_after_first, frames_before_timed,
@@ -101,11 +102,17 @@ def build(setup: Setup, device: torch.device):
     model = build_model(setup.model, setup.seq, setup.attn)
     model.to(device=device, dtype=TORCH_DTYPES[setup.dtype])
     model.train()
+    if setup.distributed:
+        # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
+        forward = distributed.wrap(setup, model)
+    else:
+        forward = model
+        if setup.mode == "compile":
+            forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    forward = model
-    if setup.mode == "compile":
-        forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
-    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq, setup.seed, setup.device)
+    # Data parallel: every rank trains its own tokens; rank 0 the same as a single process.
+    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq,
+                             setup.seed + distributed.rank(), setup.device)
 
     def step() -> torch.Tensor:
         loss = forward(input_ids=tokens, labels=tokens).loss
@@ -147,6 +154,8 @@ def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
                               gpu_name=machine.gpu_name(setup.device), dtype=setup.dtype,
                               params_non_embedding=flops.non_embedding_params(model),
                               peak_tflops_measured=peak_tflops_measured)
+    if setup.distributed:
+        return fields   # the cross-check needs the unwrapped model; its 1-process record has it
     try:
         # One sequence counted, times the batch: exact (FLOPs are linear in the batch) and it
         # needs no more memory than a batch-1 step.
