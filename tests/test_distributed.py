@@ -13,13 +13,15 @@ import os
 import psutil
 import pytest
 
+from stepbench.cli import main
+
 from conftest import read_jsonl, run_cli
 
 TINY = ["--device", "cpu", "--model", "llama-tiny", "--seq", "64", "--warmup", "1", "--steps", "2",
         "--modes", "eager", "--attn", "sdpa"]
 
 
-def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path):
+def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     proc = run_cli("run", *TINY, "--nproc", "2", "--parallel", "none,ddp,fsdp2", "--out", out,
                    "--format", "json", check_json=True)
@@ -52,10 +54,11 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path)
     assert ddp["ranks"][0]["loss_last"] == pytest.approx(fsdp2["ranks"][0]["loss_last"], rel=2e-2)
     assert ddp["params"] == fsdp2["params"] == single["params"]
 
-    report = run_cli("report", out, "--format", "markdown")
-    assert report.returncode == 0, report.stderr
-    assert "Details: scaling" in report.stdout and "ddp x2" in report.stdout
-    rows = json.loads(run_cli("report", out, "--format", "json").stdout)["rows"]
+    assert main(["report", str(out), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "Details: scaling" in text and "compile+sdpa" not in text and "eager+sdpa (ddp x2)" in text
+    assert main(["report", str(out), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
     by_parallel = {r["parallel"]: r for r in rows}
     assert by_parallel["ddp"]["scaling_efficiency"] == pytest.approx(
         by_parallel["ddp"]["tokens_per_s_per_gpu"] / by_parallel["none"]["tokens_per_s"])

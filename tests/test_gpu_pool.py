@@ -11,12 +11,13 @@ import sys
 
 import pytest
 
+from stepbench.cli import main
 from stepbench.execute.executor import LocalProcess
 from stepbench.execute.runner import Runner, expected_cost
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
-from conftest import SMALL, run_cli
+from conftest import SMALL
 
 # Reports its devices and times through the protocol; its step time encodes its own batch, so a
 # record that got another job's result would show it.
@@ -133,7 +134,7 @@ def test_without_a_pool_one_setup_runs_at_a_time_in_plan_order_unpinned(tmp_path
 def test_real_cpu_setups_run_side_by_side_and_keep_their_own_results(tmp_path):
     out = tmp_path / "r.jsonl"
     plan = [Setup(model="llama-tiny", mode="eager", attn=attn, batch=batch, seq=64, device="cpu",
-                  warmup=1, steps=3) for attn, batch in (("sdpa", 2), ("eager", 3))]
+                  warmup=0, steps=2) for attn, batch in (("sdpa", 2), ("eager", 3))]
     executor = LocalProcess(gpus=[0, 1])
     try:
         records = Runner(executor, ResultsFile(out), timeout_s=300).run(plan)
@@ -152,7 +153,8 @@ def test_real_cpu_setups_run_side_by_side_and_keep_their_own_results(tmp_path):
     (["--nproc", "2", "--parallel", "zero3"], "unknown parallel style (--parallel) 'zero3'; choose one of: none, ddp, fsdp2"),
     (["--nnodes", "2", "--parallel", "ddp"], "--nnodes 2 needs --node-rank"),
 ])
-def test_bad_distributed_flags_name_the_fix(tmp_path, args, message):
-    proc = run_cli("run", *SMALL, *args, "--out", tmp_path / "r.jsonl", timeout=120)
-    assert proc.returncode == 2
-    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+def test_bad_distributed_flags_name_the_fix(tmp_path, capsys, args, message):
+    # In this process: the checks come before anything runs or any config is read.
+    assert main(["run", *SMALL, *args, "--out", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
