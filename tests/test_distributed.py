@@ -9,6 +9,7 @@ benchmarks/README.md covers it).
 
 import json
 import os
+from pathlib import Path
 
 import psutil
 import pytest
@@ -100,3 +101,28 @@ def test_a_rank_that_raises_ends_its_job_names_the_rank_and_the_matrix_goes_on(t
     assert failed["error"].rstrip().endswith("in phase warmup")
     assert single["status"] == "ok"          # the rest of the matrix went on
     assert _leftovers(f'"seed": {seed}') == []
+
+
+def test_the_report_of_real_two_gpu_jobs_pays_for_every_gpu_and_shows_scaling(tmp_path, capsys):
+    # The H200 x2 run committed under benchmarks/results (section e of benchmarks/README.md).
+    path = Path(__file__).parent.parent / "benchmarks/results/h200x2-2026-12-01-one-gpu-ddp-fsdp2.jsonl"
+    assert main(["report", str(path), "--price", "NVIDIA H200=3.5", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    single = {r["setup"]: r for r in rows if r["parallel"] == "none"}
+    for row in (r for r in rows if r["parallel"] != "none"):
+        assert row["gpus"] == 2
+        # Two GPUs at 3.50 $/h each: the job's tokens per dollar of both.
+        assert row["m_tokens_per_dollar"] == pytest.approx(row["tokens_per_s"] * 3600 / 7.0 / 1e6)
+        base = single[row["setup"]]
+        assert row["scaling_efficiency"] == pytest.approx(row["tokens_per_s"] / 2 / base["tokens_per_s"])
+    assert all(r["scaling_efficiency"] > 0.9 for r in rows if r["parallel"] == "ddp")
+    # Without the baseline in the report, the efficiency recorded at run time is shown, named.
+    ddp = [json.loads(line) for line in path.read_text().splitlines()
+           if json.loads(line)["setup"].get("parallel") == "ddp"]
+    only = tmp_path / "ddp.jsonl"
+    only.write_text("".join(json.dumps(r) + "\n" for r in ddp))
+    assert main(["report", str(only), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert ({r["setup"]: r["scaling_efficiency"] for r in rows}
+            == {r["setup"]["name"]: r["scaling"]["efficiency"] for r in ddp})
+    assert all("as recorded at run time" in r["scaling_baseline"] for r in rows)
