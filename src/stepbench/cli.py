@@ -99,6 +99,23 @@ def add_run(sub) -> None:
                         "folder per setup, so the first compile is cold)")
     p.add_argument("--no-peak", action="store_true",
                    help="on a GPU, skip measuring the matmul rate (used for mfu_measured)")
+    p.add_argument("--gpus", metavar="all|N|I,J,...",
+                   help="run setups concurrently, one per GPU of this pool (all, the first N, or "
+                        "these CUDA indices); each setup's process sees only its GPU(s)")
+    p.add_argument("--nproc", type=int, default=1,
+                   help="processes (GPUs) per node of each distributed job, with --parallel "
+                        "(default 1); --batch is per process")
+    p.add_argument("--parallel", default="none",
+                   help="comma list of none, ddp, fsdp2: run each setup as a torchrun job of "
+                        "--nproc processes with DistributedDataParallel or FSDP2 (none: one "
+                        "process, the baseline of scaling efficiency)")
+    p.add_argument("--nnodes", type=int, default=1,
+                   help="hosts one distributed job spans (torchrun --nnodes; default 1)")
+    p.add_argument("--node-rank", type=int,
+                   help="this host's rank among --nnodes hosts (torchrun --node-rank)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="node 0's address and a free port there, where the hosts of a job meet "
+                        "(torchrun --rdzv-endpoint; default: a free port on this host)")
     p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT),
                    help=f"results file, JSON Lines, appended; rerun to resume (default {DEFAULT_OUT})")
     p.add_argument("--rerun", action="store_true",
@@ -117,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stepbench.record import ResultsFile
 
     device = resolve_device(args.device)
+    check_distributed_flags(args, device)
     plan = build_plan(args, device)
     timeout = args.timeout if args.timeout is not None else DEVICE_DEFAULTS[device]["timeout_s"]
     if timeout <= 0:
@@ -127,8 +145,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         model = "" if args.model else " with the llama-tiny preset"
         print(f"stepbench run: no CUDA GPU found; running on the CPU{model} (pass --device cuda "
               "on a GPU machine)", file=sys.stderr)
+    gpus = gpu_pool(args, device, plan)
+    rendezvous = rendezvous_from(args, gpus, plan)
     store = ResultsFile(args.out).check_writable()
-    executor = LocalProcess(compile_cache=args.compile_cache)
+    executor = LocalProcess(compile_cache=args.compile_cache, gpus=gpus, rendezvous=rendezvous)
     runner = Runner(executor, store, timeout_s=timeout, display=Display(), rerun=args.rerun,
                     measure_peak=not args.no_peak)
     try:
@@ -165,12 +185,87 @@ def build_plan(args: argparse.Namespace, device: str):
     plan = matrix(models=[model], modes=parse_list("--modes", args.modes),
                   attns=parse_list("--attn", args.attn), batches=parse_list("--batch", args.batch, int),
                   seqs=seqs, compile_modes=tuple(parse_list("--compile-mode", args.compile_mode)),
+                  parallels=tuple(parse_list("--parallel", args.parallel)), nproc=args.nproc, nnodes=args.nnodes,
                   dtype=args.dtype, device=device, warmup=args.warmup, steps=args.steps,
                   seed=args.seed, memory_limit_gb=args.memory_limit_gb, init=args.init)
     if model not in PRESETS:    # a preset is known good, and checking it would import transformers
         for seq in seqs:
             build_config(model, seq)
     return plan
+
+
+def check_distributed_flags(args: argparse.Namespace, device: str) -> None:
+    """The distributed flags that can be judged before the model's config is read."""
+    from stepbench.setup import PARALLELS, choose, parse_list
+
+    parallels = parse_list("--parallel", args.parallel)
+    for parallel in parallels:
+        choose("parallel style (--parallel)", parallel, PARALLELS)
+    for flag, value in (("--nproc", args.nproc), ("--nnodes", args.nnodes)):
+        if value < 1:
+            raise UserError(f"{flag} must be an integer >= 1, got {value}")
+    if parallels == ["none"] and (args.nproc != 1 or args.nnodes != 1):
+        raise UserError(f"--nproc {args.nproc} --nnodes {args.nnodes} needs a way to spread the "
+                        "step: add --parallel ddp or --parallel fsdp2")
+    if args.gpus is not None and device != "cuda":
+        raise UserError("--gpus needs CUDA GPUs, and this run is on the CPU; drop --gpus (or "
+                        "pass --device cuda on a GPU machine)")
+    if args.nnodes > 1 and (args.node_rank is None or not args.rdzv_endpoint):
+        raise UserError(f"--nnodes {args.nnodes} needs --node-rank (0 on the host given as the "
+                        "endpoint) and --rdzv-endpoint HOST:PORT of node 0, on every host")
+    if args.nnodes > 1 and not 0 <= args.node_rank < args.nnodes:
+        raise UserError(f"--node-rank must be from 0 to {args.nnodes - 1}, got {args.node_rank}")
+    if args.nnodes == 1 and args.node_rank not in (None, 0):
+        raise UserError("--node-rank needs --nnodes 2 or more")
+
+
+def gpu_pool(args: argparse.Namespace, device: str, plan) -> list[int] | None:
+    """The GPUs a run may use, as CUDA indices: --gpus all|N|I,J,...; without it, none (one
+    setup at a time on what the processes see) unless a job needs several GPUs: then the first
+    --nproc. A job of --nproc processes takes --nproc GPUs of the pool."""
+    needed = max(s.nproc for s in plan) if device == "cuda" else 1
+    if args.gpus is None:
+        if needed == 1:
+            return None
+        spec = str(needed)
+    else:
+        spec = args.gpus.strip()
+    import torch
+
+    from stepbench.setup import parse_list
+
+    count = torch.cuda.device_count()
+    if spec == "all":
+        gpus = list(range(count))
+    elif "," not in spec:
+        n = parse_list("--gpus", spec, int)[0]
+        if not 1 <= n <= count:
+            raise UserError(f"--gpus {n} asks for {n} GPUs and torch sees {count}; pass a number "
+                            f"from 1 to {count}, 'all', or a list of indices like 0,1")
+        gpus = list(range(n))
+    else:
+        gpus = [int(i) for i in parse_list("--gpus", spec, int)]
+        if len(gpus) != len(spec.split(",")):
+            raise UserError(f"--gpus {spec} names a GPU twice; name each GPU once")
+        bad = [i for i in gpus if not 0 <= i < count]
+        if bad:
+            raise UserError(f"--gpus {spec}: no GPU {bad[0]} here (torch sees {count}: indices "
+                            f"0 to {count - 1})")
+    if needed > len(gpus):
+        raise UserError(f"--nproc {needed} needs {needed} GPUs per job and the pool has "
+                        f"{len(gpus)}; lower --nproc or pass more GPUs to --gpus")
+    return gpus
+
+
+def rendezvous_from(args: argparse.Namespace, gpus: list[int] | None, plan):
+    """torchrun's rendezvous for the run's distributed jobs (one node: a free local port)."""
+    from stepbench.execute.executor import Rendezvous
+
+    if args.nnodes > 1 and gpus is not None and len(gpus) > max(s.nproc for s in plan):
+        raise UserError("a job over several hosts runs one at a time, on --nproc GPUs of each "
+                        "host; pass --gpus with exactly --nproc GPUs, or leave it out")
+    return Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank or 0,
+                      endpoint=args.rdzv_endpoint or None)
 
 
 # ---------------------------------------------------------------- report

@@ -22,6 +22,9 @@ from stepbench.errors import UserError
 from stepbench.setup import Setup
 
 SCHEMA = 1
+# Fields left out of a record's JSON while empty (null, []): those only distributed jobs and pools
+# of GPUs fill. Reading, a missing one takes its default.
+SPARSE = ("ranks", "scaling", "placement")
 
 
 class _FromDict:
@@ -98,12 +101,18 @@ class Record:
     energy: dict | None = None
     noise_flags: list[str] = field(default_factory=list)
     phases: dict | None = None   # wall seconds per phase of the process (measure/phases.py)
+    # A distributed job (setup.parallel ddp or fsdp2): every rank's own numbers, and the job's
+    # scaling figures (measure/distributed.combine; efficiency from the runner).
+    ranks: list[dict] = field(default_factory=list)
+    scaling: dict | None = None
     # Seen by the parent.
     started_at: str | None = None
     finished_at: str | None = None
     wall_s: float | None = None
     machine: Machine = field(default_factory=Machine)
     software: Software = field(default_factory=Software)
+    # Where the executor placed the job: GPUs, inductor's compile threads, jobs run alongside.
+    placement: dict | None = None
     schema: int = SCHEMA
 
     @property
@@ -119,6 +128,8 @@ class Record:
         data = {"schema": self.schema}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name in SPARSE and not value:
+                continue    # a single-process record is written as before these fields existed
             if f.name == "setup":
                 value = value.to_dict()
             elif dataclasses.is_dataclass(value):
@@ -141,7 +152,7 @@ class Record:
 MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
                         if f.name not in ("run_id", "repeat", "setup", "status", "error",
                                           "started_at", "finished_at", "wall_s", "machine",
-                                          "software", "schema"))
+                                          "software", "placement", "schema"))
 
 
 def resume_key(setup: Setup, repeat: int, gpu: str | None) -> str:

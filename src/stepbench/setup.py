@@ -29,6 +29,12 @@ DEVICES = ("cuda", "cpu")
 # script did (seconds of single-threaded random numbers), the weights older records started from.
 # The two give other numbers for one seed, so losses compare only within one value.
 INITS = ("device", "cpu")
+# How one setup's step is spread over several processes: "none" is one process on one device;
+# "ddp" (DistributedDataParallel) and "fsdp2" (fully_shard) run a torchrun job of `nproc`
+# processes per node, one device each (execute/executor.py, measure/distributed.py).
+PARALLELS = ("none", "ddp", "fsdp2")
+# Fields written only when they differ from their defaults (Setup.to_dict).
+SPARSE_FIELDS = {"nproc": 1, "parallel": "none", "nnodes": 1}
 
 # How the step runs, as opposed to what it trains: the fields a report compares side by side
 # within one workload (compiled against eager, one attention kernel against another).
@@ -66,6 +72,9 @@ class Setup:
     seed: int = 0                  # weights and tokens; equal seeds make losses comparable
     memory_limit_gb: float | None = None  # cap the child's memory to see what fits a smaller card
     init: str = "cpu"              # where the weights are drawn (INITS); records before it: cpu
+    nproc: int = 1                 # processes (GPUs) per node of a distributed job
+    parallel: str = "none"         # none, ddp or fsdp2: how the step is spread over processes
+    nnodes: int = 1                # hosts the job spans (torchrun --nnodes)
 
     def __post_init__(self):
         # Normalised so that equal settings give equal keys: 3 and 3.0 GB are one limit, the
@@ -92,6 +101,13 @@ class Setup:
                 raise UserError(f"{flag} must be an integer >= {least}, got {value!r}")
         if self.memory_limit_gb is not None and not self.memory_limit_gb > 0:
             raise UserError(f"--memory-limit-gb must be > 0, got {self.memory_limit_gb:g}")
+        choose("parallel style (--parallel)", self.parallel, PARALLELS)
+        for flag, value in (("--nproc", self.nproc), ("--nnodes", self.nnodes)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"{flag} must be an integer >= 1, got {value!r}")
+        if self.parallel == "none" and self.world_size > 1:
+            raise UserError(f"--nproc {self.nproc} --nnodes {self.nnodes} runs {self.world_size} "
+                            "processes: add --parallel ddp or --parallel fsdp2")
         return self
 
     def key(self) -> str:
@@ -112,8 +128,36 @@ class Setup:
         return model_label(self.model)
 
     @property
-    def tokens_per_step(self) -> int:
+    def world_size(self) -> int:
+        """Processes of the job (one device each): nproc per node x nodes."""
+        return self.nproc * self.nnodes
+
+    @property
+    def distributed(self) -> bool:
+        """Runs as a torchrun job (also a one-process DDP or FSDP2 job)."""
+        return self.parallel != "none"
+
+    @property
+    def rank_tokens_per_step(self) -> int:
+        """Tokens one process trains per step: `batch` is per process (per GPU)."""
         return self.batch * self.seq
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens the whole job trains per step (global batch = batch x world size)."""
+        return self.batch * self.seq * self.world_size
+
+    @property
+    def parallel_label(self) -> str:
+        """"1 process" (no wrapper), "ddp x2", "fsdp2 x16 (2 nodes)"."""
+        if not self.distributed:
+            return "1 process"
+        nodes = f" ({self.nnodes} nodes)" if self.nnodes > 1 else ""
+        return f"{self.parallel} x{self.world_size}{nodes}"
+
+    def single_process_twin(self) -> "Setup":
+        """The same setup on one device without a wrapper: the baseline of scaling efficiency."""
+        return dataclasses.replace(self, nproc=1, nnodes=1, parallel="none")
 
     def eager_twin(self) -> "Setup":
         """The same workload and attention without torch.compile: what a compiled setup is
@@ -126,7 +170,13 @@ class Setup:
         return dataclasses.replace(self, **{name: "" for name in VARIANT_FIELDS})
 
     def to_dict(self) -> dict:
-        return {"name": self.name, **dataclasses.asdict(self)}
+        """The record's `setup` object; the distributed fields are left out at their defaults,
+        so that a single-process setup is written exactly as before they existed."""
+        data = dataclasses.asdict(self)
+        for name, default in SPARSE_FIELDS.items():
+            if data[name] == default:
+                del data[name]
+        return {"name": self.name, **data}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Setup":
@@ -147,11 +197,19 @@ def model_label(model: str) -> str:
 
 
 def matrix(*, models: list[str], modes: list[str], attns: list[str], batches: list[int],
-           seqs: list[int], compile_modes: tuple[str, ...] = ("default",), **common) -> list[Setup]:
+           seqs: list[int], compile_modes: tuple[str, ...] = ("default",),
+           parallels: tuple[str, ...] = ("none",), nproc: int = 1, nnodes: int = 1,
+           **common) -> list[Setup]:
     """Every combination, checked, in the post's order: per attention, eager then compiled (once
-    per compile mode; the compile mode does not apply to eager)."""
+    per compile mode; the compile mode does not apply to eager). Per parallel style in the order
+    given, outermost: "none" runs one process (the baseline of scaling efficiency), ddp and fsdp2
+    `nproc` processes on each of `nnodes` nodes."""
+    for parallel in parallels:
+        choose("parallel style (--parallel)", parallel, PARALLELS)
     return [Setup(model=model, mode=mode, attn=attn, batch=batch, seq=seq, compile_mode=cm,
-                  **common).check()
+                  parallel=parallel, nproc=1 if parallel == "none" else nproc,
+                  nnodes=1 if parallel == "none" else nnodes, **common).check()
+            for parallel in parallels
             for model, batch, seq, attn, mode in itertools.product(models, batches, seqs, attns, modes)
             for cm in (compile_modes if mode == "compile" else ("default",))]
 

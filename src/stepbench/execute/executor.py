@@ -5,8 +5,10 @@ Outcome built from the child's JSON lines (stepbench.protocol), its exit code an
 `stop()` ends everything in flight. LocalProcess runs children on this host; a torchrun or SSH
 executor carries the same lines from elsewhere and plugs in without touching the runner.
 
-A slot is a place where one setup runs at a time (this host's one GPU or CPU here; one GPU of
-several, or one remote host, later): the runner keeps one job in flight per slot.
+A slot is a place where one process runs at a time: this host's one GPU or CPU, or one GPU of a
+pool (`--gpus`). A job takes `slots_needed(setup)` slots at once (a torchrun job of N processes
+takes N GPUs), and the runner never gives one slot to two jobs. A child sees only its slots' GPUs
+(CUDA_VISIBLE_DEVICES); every other variable, NCCL's included, passes through untouched.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from stepbench import protocol
+from stepbench.measure.distributed import RANK_DIR_ENV
 from stepbench.setup import Setup
 
 STDERR_TAIL_CHARS = 2000
@@ -63,6 +67,22 @@ class Outcome:
     wall_s: float = 0.0
     exit_s: float | None = None        # from the result message to the child's end
     result_at: float | None = None     # time.monotonic() when the result message arrived
+    placement: dict = field(default_factory=dict)   # the record's `placement`: GPUs, threads
+    detail: str | None = None          # what the executor adds to a timeout's or crash's error
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where a torchrun job's ranks meet (torchrun's --nnodes, --node-rank, --rdzv-endpoint).
+
+    One node and no endpoint: `--standalone`, a rendezvous on a free port of this host, so jobs
+    on one host never collide. Several nodes: node 0's host:port (torchrun's static rendezvous;
+    every node runs the same command with its own --node-rank).
+    """
+
+    nnodes: int = 1
+    node_rank: int = 0
+    endpoint: str | None = None
 
 
 OnMessage = Callable[[dict], None]
@@ -70,6 +90,9 @@ OnMessage = Callable[[dict], None]
 
 class Executor(Protocol):
     slots: list[str]
+
+    def slots_needed(self, setup: Setup) -> int:
+        """How many slots a job of `setup` takes at once."""
 
     def gpu_name(self, setup: Setup, slot: str) -> str | None:
         """The GPU `setup` would run on in `slot` ("cpu" on the CPU): part of the resume key."""
@@ -92,30 +115,76 @@ class LocalProcess:
     Its stderr goes to a file whose tail the parent keeps. Compiled setups get an inductor cache
     each (cold on the first process, warm on later repeats) unless `compile_cache` names a folder
     that every setup shares.
+
+    `gpus` (CUDA indices as this process sees them) makes a pool: one slot per GPU, and each
+    child sees only its slots' GPUs through CUDA_VISIBLE_DEVICES. None (the default) is one slot
+    whose child sees what this process sees. A distributed setup runs as a torchrun job (its
+    `command`), whose ranks report through the same protocol (measure/distributed.py).
     """
 
-    def __init__(self, compile_cache: Path | None = None, python: str = sys.executable):
-        self.slots = ["0"]
+    def __init__(self, compile_cache: Path | None = None, python: str = sys.executable,
+                 gpus: list[int] | None = None, rendezvous: Rendezvous | None = None):
+        self.gpus = list(gpus) if gpus is not None else None
+        self.slots = [str(g) for g in self.gpus] if self.gpus else ["0"]
         self.compile_cache = compile_cache
         self.python = python
+        self.rendezvous = rendezvous or Rendezvous()
         self.workdir = Path(tempfile.mkdtemp(prefix="stepbench-"))
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._stopping = False
 
+    def slots_needed(self, setup: Setup) -> int:
+        # A torchrun job needs one GPU per local process; on the CPU its ranks share the host.
+        return setup.nproc if self.gpus is not None and setup.device == "cuda" else 1
+
     def gpu_name(self, setup: Setup, slot: str) -> str | None:
         from stepbench.measure.machine import gpu_name
 
-        return gpu_name(setup.device)
+        return gpu_name(setup.device, int(slot.split(",")[0]) if self.gpus is not None else 0)
 
     def command(self, job: Job) -> list[str]:
+        if job.setup.distributed:
+            return self.torchrun_command(job)
         return [self.python, "-m", "stepbench.measure.worker", job.payload()]
 
-    def environment(self, job: Job | None) -> dict[str, str]:
+    def torchrun_command(self, job: Job) -> list[str]:
+        """torchrun (torch.distributed.run) with one rank worker per process of the job."""
+        s, rdzv = job.setup, self.rendezvous
+        command = [self.python, "-m", "torch.distributed.run", f"--nproc-per-node={s.nproc}",
+                   f"--nnodes={s.nnodes}", "--max-restarts=0"]
+        if s.nnodes == 1 and rdzv.endpoint is None:
+            command.append("--standalone")
+        else:
+            command += [f"--node-rank={rdzv.node_rank}", f"--rdzv-endpoint={rdzv.endpoint}"]
+        return command + ["-m", "stepbench.measure.distributed", job.payload()]
+
+    def visible_devices(self, slot: str) -> str:
+        """CUDA_VISIBLE_DEVICES for a child in `slot`, through this process's own list when set
+        (--gpus 0,1 under CUDA_VISIBLE_DEVICES=2,3 gives the child "2,3")."""
+        outer = os.environ.get("CUDA_VISIBLE_DEVICES")
+        entries = [e.strip() for e in outer.split(",")] if outer else None
+        return ",".join(entries[int(i)] if entries else i for i in slot.split(","))
+
+    def compile_threads(self, setup: Setup) -> int | None:
+        """inductor's compile threads per process when several processes compile at once: the
+        host's CPUs split evenly, so that concurrent compiles do not fight over them; None (its
+        own default) when one process runs alone or the user set TORCHINDUCTOR_COMPILE_THREADS."""
+        at_once = max(len(self.slots) if self.gpus is not None else 1, setup.nproc)
+        if at_once <= 1 or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+            return None
+        return max(1, len(os.sched_getaffinity(0)) // at_once)
+
+    def environment(self, job: Job | None, slot: str | None = None) -> dict[str, str]:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # The child imports this very stepbench, also when it runs from a checkout.
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        if slot is not None and self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.visible_devices(slot)
+        threads = self.compile_threads(job.setup) if job is not None else None
+        if threads:
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
         if job is not None and job.setup.mode == "compile":
             cache, kind = self._cache_for(job.setup)
             env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
@@ -134,14 +203,22 @@ class LocalProcess:
 
     def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
         outcome = Outcome(started_at=now_iso())
-        stderr_path = self.workdir / f"stderr-{threading.get_ident()}-{time.monotonic_ns()}.log"
+        name = f"{threading.get_ident()}-{time.monotonic_ns()}"
+        stderr_path = self.workdir / f"stderr-{name}.log"
+        env = self.environment(job, slot)
+        outcome.placement = self.placement(job, slot, env)
+        rank_dir = None
+        if job.setup.distributed:
+            rank_dir = self.workdir / f"ranks-{name}"
+            rank_dir.mkdir()
+            env[RANK_DIR_ENV] = str(rank_dir)
         start = time.monotonic()
         with open(stderr_path, "wb") as stderr:
             # A new session: one process group to kill whole; it also keeps Ctrl-C away from
             # the child, so that only the parent decides what happens to it.
             proc = subprocess.Popen(self.command(job), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=stderr,
-                                    env=self.environment(job), start_new_session=True)
+                                    env=env, start_new_session=True)
             with self._lock:
                 self._running.add(proc)
                 stopping = self._stopping
@@ -159,9 +236,22 @@ class LocalProcess:
         outcome.returncode = proc.returncode
         outcome.stderr_tail = tail(stderr_path)
         stderr_path.unlink(missing_ok=True)
+        if rank_dir is not None:
+            rank_verdict(outcome, read_rank_states(rank_dir))
+            shutil.rmtree(rank_dir, ignore_errors=True)
         outcome.wall_s = time.monotonic() - start
         outcome.finished_at = now_iso()
         return outcome
+
+    def placement(self, job: Job, slot: str, env: dict[str, str]) -> dict:
+        """Where the job ran, for its record: its GPUs (CUDA indices as stepbench was given them,
+        and the CUDA_VISIBLE_DEVICES its processes got), and inductor's compile threads."""
+        pinned = self.gpus is not None and job.setup.device == "cuda"
+        return {"gpus": [int(i) for i in slot.split(",")] if pinned else None,
+                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES") if pinned else None,
+                "compile_threads": int(env["TORCHINDUCTOR_COMPILE_THREADS"])
+                if "TORCHINDUCTOR_COMPILE_THREADS" in env else None,
+                "concurrent": 1}
 
     def stop(self) -> None:
         with self._lock:
@@ -215,20 +305,119 @@ def _take(message: dict | None, outcome: Outcome, on_message: OnMessage) -> None
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """End the child's whole process group: SIGTERM, then SIGKILL after a grace period.
+    """End the child's whole process group and every process below it: SIGTERM, then SIGKILL
+    after a grace period.
 
-    Also called after a normal exit, to end compile workers the child may have left behind.
+    torchrun starts each rank in a session of its own, outside the child's group, so the
+    descendants are listed (while the child still holds them) and signalled one by one, each with
+    its own group (a rank's compile workers). Also called after a normal exit, to end compile
+    workers the child may have left behind.
     """
+    family = _descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        group_gone = False
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
+            group_gone = True
+        alive = _signal_all(family, sig)
+        if group_gone and not alive:
             break
         try:
             proc.wait(timeout=KILL_GRACE_S)  # returns at once when the leader is already gone
         except subprocess.TimeoutExpired:
             pass
+        if alive:
+            import psutil
+
+            _, alive = psutil.wait_procs(alive, timeout=KILL_GRACE_S)
+            family = alive
     proc.wait()
+
+
+def _descendants(pid: int) -> list:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _signal_all(processes: list, sig: int) -> list:
+    """Send `sig` to each process (and to its group, where it leads one); return those alive."""
+    import psutil
+
+    alive = []
+    for p in processes:
+        try:
+            if not p.is_running():
+                continue
+            if os.getpgid(p.pid) == p.pid:
+                os.killpg(p.pid, sig)
+            else:
+                p.send_signal(sig)
+            alive.append(p)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            pass
+    return alive
+
+
+def read_rank_states(folder: Path) -> list[dict]:
+    """The state files of a torchrun job's ranks (measure/distributed.RankState), by rank."""
+    states = []
+    for path in folder.glob("rank-*.json"):
+        try:
+            states.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+    return sorted(states, key=lambda s: s.get("rank", 0))
+
+
+# torchrun's summary of a failed job names the first rank that failed ("Root Cause").
+_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def rank_verdict(outcome: Outcome, states: list[dict]) -> None:
+    """Say which rank failed and why: the first rank (by the time it wrote) that reported a
+    failure; else, for a job that timed out, the phase each rank was in; else torchrun's root
+    cause for a rank that died without a word."""
+    failed = sorted((s for s in states if s.get("status") not in (None, "ok")),
+                    key=lambda s: s.get("at", 0))
+    if failed and not outcome.timed_out:
+        first = failed[0]
+        later = [str(s["rank"]) for s in failed[1:]]
+        error = (f"rank {first['rank']} ({first.get('host')}) failed first: {first.get('error')}"
+                 + (f"; rank(s) {', '.join(later)} failed after it" if later else "")
+                 + "; torchrun stopped the other ranks")
+        measured = dict((outcome.result or {}).get("measured") or {})
+        measured["phase"] = first.get("phase", measured.get("phase", "starting"))
+        if first.get("oom_memory_gb") is not None:
+            measured["oom_memory_gb"] = first["oom_memory_gb"]
+        outcome.result = {"event": "result", "status": first["status"], "error": error,
+                          "measured": measured}
+        # The failing rank's traceback, not torchrun's summary of the failure, ends the error.
+        outcome.stderr_tail = (first.get("traceback") or "").strip()
+        return
+    if outcome.result is not None and outcome.result.get("status") == "ok":
+        return
+    phases = ", ".join(f"rank {s['rank']} in {_phase(s)}" for s in states)
+    if outcome.timed_out:
+        outcome.detail = f"ranks at the timeout: {phases}" if phases else None
+        return
+    match = _ROOT_CAUSE.search(outcome.stderr_tail or "")
+    if match:
+        rank = int(match.group(1))
+        where = next((_phase(s) for s in states if s.get("rank") == rank), "an unknown phase")
+        outcome.detail = (f"rank {rank} exited with code {match.group(2)} in {where} (torchrun's "
+                          "root cause); torchrun stopped the other ranks")
+    elif phases:
+        outcome.detail = f"ranks: {phases}"
+
+
+def _phase(state: dict) -> str:
+    args = state.get("args") or []
+    return f"{state.get('phase')}" + (f" {'/'.join(map(str, args))}" if args else "")
 
 
 def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str:

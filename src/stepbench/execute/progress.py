@@ -44,6 +44,7 @@ def describe(progress: dict) -> str:
 def job_name(job: Job) -> str:
     s = job.setup
     return (f"{s.name} batch {s.batch} seq {s.seq}"
+            + (f" {s.parallel_label}" if s.distributed else "")
             + (f" (repeat {job.repeat + 1})" if job.repeat else ""))
 
 
@@ -87,9 +88,10 @@ class Display:
         self._print(f"stepbench: {job_name(job)}: already in the results file "
                     f"({record.status}), skipped")
 
-    def start(self, job: Job, index: int, total: int) -> None:
+    def start(self, job: Job, index: int, total: int, where: str | None = None) -> None:
+        label = f"[{index}/{total}] {job_name(job)}" + (f" on {where}" if where else "")
         with self.lock:
-            self.running[job] = [f"[{index}/{total}] {job_name(job)}", None, time.monotonic()]
+            self.running[job] = [label, None, time.monotonic()]
         self.message(job, {"event": "progress", "phase": "starting"})
 
     def message(self, job: Job, message: dict) -> None:

@@ -5,11 +5,14 @@ same setup, repeat and GPU), else hands a job to the executor, one job in flight
 the outcome into a Record (the one place a Record is made from a run) and appends it before the
 slot takes its next job. Ctrl-C, SIGTERM and SIGHUP stop every job in flight; the setups that
 finished are already in the file.
+
+With several slots (a pool of GPUs), jobs start in order of expected length, longest first
+(`expected_cost`), each as soon as the slots it needs are free; a job that needs more slots than
+are free waits, and the jobs after it wait behind it, so a big job is never starved.
 """
 
 from __future__ import annotations
 
-import queue
 import secrets
 import signal
 import threading
@@ -26,7 +29,7 @@ class NullDisplay:
 
     def note(self, text: str) -> None: ...
     def skip(self, job: Job, record: Record) -> None: ...
-    def start(self, job: Job, index: int, total: int) -> None: ...
+    def start(self, job: Job, index: int, total: int, where: str | None = None) -> None: ...
     def message(self, job: Job, message: dict) -> None: ...
     def finish(self, job: Job, record: Record) -> None: ...
     def close(self) -> None: ...
@@ -51,17 +54,22 @@ class Runner:
         """Every setup `repeats` times, interleaved (A B C A B C); returns this plan's records,
         old and new, in plan order."""
         jobs = [Job(setup, repeat) for repeat in range(repeats) for setup in plan]
-        slot = self.executor.slots[0]
         done = {} if self.rerun else {r.resume_key(): r for r in self.store.latest()}
         records: dict[int, Record] = {}
         todo = []
         for index, job in enumerate(jobs):
-            key = resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, slot))
-            if key in done:
+            # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
+            keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s))
+                    for s in self.executor.slots}
+            key = next((k for k in keys if k in done), None)
+            if key is not None:
                 records[index] = done[key]
                 self.display.skip(job, done[key])
             else:
                 todo.append((index, job))
+        if len(self.executor.slots) > 1:
+            # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
+            todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
         try:
             with stop_signals():
                 self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak)) for i, j in todo],
@@ -71,31 +79,43 @@ class Runner:
         return [records[i] for i in sorted(records)]
 
     def _run_all(self, todo: list[tuple[int, Job]], total: int, records: dict[int, Record]) -> None:
-        free: queue.Queue[str] = queue.Queue()
-        for slot in self.executor.slots:
-            free.put(slot)
+        slots = SlotPool(self.executor.slots)
+        running: dict[int, dict] = {}     # index -> placement of each job in flight
 
-        def one(index: int, job: Job) -> None:
-            slot = free.get()
+        def one(index: int, job: Job, slot: str) -> None:
             try:
-                self.display.start(job, index + 1, total)
+                self.display.start(job, index + 1, total, where=self._where(job, slot))
+                with self._lock:
+                    running[index] = {"concurrent": 1}
+                    for placement in running.values():   # jobs in flight alongside each other
+                        placement["concurrent"] = max(placement["concurrent"], len(running))
                 outcome = self.executor.run(job, slot, self.timeout_s,
                                             lambda message: self.display.message(job, message))
+                with self._lock:
+                    outcome.placement["concurrent"] = running.pop(index)["concurrent"]
                 if outcome.stopped:
                     return          # interrupted: not a measurement, nothing is stored
-                record = make_record(job, outcome, run_id=self.run_id, timeout_s=self.timeout_s,
-                                     gpu=self.executor.gpu_name(job.setup, slot))
                 with self._lock:
+                    baseline = baseline_record(self.store, job.setup,
+                                               self.executor.gpu_name(job.setup, slot))
+                    record = make_record(job, outcome, run_id=self.run_id,
+                                         timeout_s=self.timeout_s,
+                                         gpu=self.executor.gpu_name(job.setup, slot),
+                                         baseline=baseline)
                     self.store.append(record)
                     records[index] = record
                 self.display.finish(job, record)
             finally:
-                free.put(slot)
+                slots.release(slot)
 
         pool = ThreadPoolExecutor(max_workers=len(self.executor.slots),
                                   thread_name_prefix="stepbench-slot")
-        futures = [pool.submit(one, index, job) for index, job in todo]
+        futures = []
         try:
+            for index, job in todo:
+                slot = slots.acquire(min(self.executor.slots_needed(job.setup),
+                                         len(self.executor.slots)))
+                futures.append(pool.submit(one, index, job, slot))
             wait(futures)
         except BaseException:
             self.executor.stop()
@@ -104,6 +124,48 @@ class Runner:
         pool.shutdown(wait=True)
         for future in futures:
             future.result()     # a bug in a slot's thread surfaces here, with its traceback
+
+    def _where(self, job: Job, slot: str) -> str | None:
+        """'GPU 1', 'GPUs 0,1' where a pool was given; None otherwise."""
+        if getattr(self.executor, "gpus", None) is None or job.setup.device != "cuda":
+            return None
+        return f"GPU{'s' if ',' in slot else ''} {slot}"
+
+
+class SlotPool:
+    """The free slots; `acquire(n)` blocks until n are free and takes them (as "0,1")."""
+
+    def __init__(self, slots: list[str]):
+        self.order = list(slots)
+        self.free = set(slots)
+        self.cond = threading.Condition()
+
+    def acquire(self, n: int) -> str:
+        with self.cond:
+            while len(self.free) < n:
+                self.cond.wait(timeout=1.0)   # wakes for Ctrl-C and signals in the main thread
+            taken = [s for s in self.order if s in self.free][:n]
+            self.free.difference_update(taken)
+            return ",".join(taken)
+
+    def release(self, slot: str) -> None:
+        with self.cond:
+            self.free.update(slot.split(","))
+            self.cond.notify_all()
+
+
+# Expected-length heuristic for ordering a pool's jobs, longest first. Only the order matters. A
+# cold torch.compile costs 30-60 s of a GPU setup's 20-70 s life, more than any step count; eager
+# attention materialises the seq x seq scores (the slowest step in the default matrix: about 2.7x
+# SDPA's on an H200); then step count x tokens; a job of several GPUs goes first so that smaller
+# ones fill the GPUs around it.
+ATTENTION_WEIGHT = {"eager": 3.0}
+
+
+def expected_cost(setup: Setup) -> float:
+    steps = 1 + setup.warmup + setup.steps
+    work = steps * setup.rank_tokens_per_step * ATTENTION_WEIGHT.get(setup.attn, 1.0)
+    return (setup.world_size * 1e15 + (1e13 if setup.mode == "compile" else 0.0) + work)
 
 
 class Stopped(KeyboardInterrupt):
@@ -138,11 +200,12 @@ class stop_signals:
 
 
 def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
-                gpu: str | None) -> Record:
+                gpu: str | None, baseline: Record | None = None) -> Record:
     """The record of one finished child: what it measured, with the status the parent decides.
 
     Machine and software come from the child's start message; a child that died before sending
-    it is placed on `gpu`, the name the resume key used.
+    it is placed on `gpu`, the name the resume key used. A distributed job's scaling efficiency
+    is taken against `baseline`, the same setup's single-process record, when there is one.
     """
     result = outcome.result or {}
     measured = {k: v for k, v in (result.get("measured") or {}).items() if k in MEASURED_FIELDS}
@@ -153,16 +216,40 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     start = outcome.start or {}
     machine = Machine.from_dict(start.get("machine") or {"gpu": gpu or "unknown GPU"})
     software = Software.from_dict(start.get("software"))
+    if isinstance(measured.get("scaling"), dict) and baseline is not None:
+        measured["scaling"] = {**measured["scaling"], **scaling_against(measured["scaling"], baseline)}
     return Record(run_id=run_id, repeat=job.repeat, setup=job.setup, status=status, error=error,
                   **measured, started_at=outcome.started_at, finished_at=outcome.finished_at,
-                  wall_s=round(outcome.wall_s, 3), machine=machine, software=software)
+                  wall_s=round(outcome.wall_s, 3), machine=machine, software=software,
+                  placement=outcome.placement or None)
+
+
+def baseline_record(store: ResultsFile, setup: Setup, gpu: str | None) -> Record | None:
+    """The latest ok record of `setup` on one process without a wrapper, on the same GPU."""
+    if not setup.distributed:
+        return None
+    key = setup.single_process_twin().key()
+    found = [r for r in store.latest() if r.ok and r.setup.key() == key and r.machine.gpu == gpu]
+    return found[-1] if found else None
+
+
+def scaling_against(scaling: dict, baseline: Record) -> dict:
+    """Scaling efficiency: the job's tokens/s per GPU over one GPU's without a wrapper."""
+    per_gpu = scaling.get("tokens_per_s_per_gpu")
+    if not per_gpu or not baseline.tokens_per_s:
+        return {}
+    return {"efficiency": per_gpu / baseline.tokens_per_s,
+            "baseline": {"run_id": baseline.run_id, "repeat": baseline.repeat,
+                         "step_ms": baseline.step_ms, "tokens_per_s": baseline.tokens_per_s,
+                         "started_at": baseline.started_at}}
 
 
 def classify(outcome: Outcome, phase: str, timeout_s: float) -> tuple[str, str | None]:
     """Status from the clock, the child's own verdict, or its exit."""
+    detail = f"; {outcome.detail}" if outcome.detail else ""
     if outcome.timed_out:
         return "timeout", (f"no result after {timeout_s:g} s (last phase: {phase}); the process "
-                           "group was killed; raise --timeout if it needs longer")
+                           f"group was killed; raise --timeout if it needs longer{detail}")
     if outcome.result is not None:
         status, error = outcome.result.get("status", "error"), outcome.result.get("error")
         if status == "error" and outcome.stderr_tail:
@@ -175,7 +262,7 @@ def classify(outcome: Outcome, phase: str, timeout_s: float) -> tuple[str, str |
         how = f"exited with code {rc} and no result"
     said = (f"stderr ends with:\n{outcome.stderr_tail}" if outcome.stderr_tail
             else "it wrote nothing to stderr")
-    return "crashed", f"{how} (last phase: {phase}); {said}"
+    return "crashed", f"{how} (last phase: {phase}){detail}; {said}"
 
 
 def new_run_id() -> str:

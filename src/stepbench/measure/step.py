@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from stepbench.measure import compile_info, flops, machine, telemetry
+from stepbench.measure import compile_info, distributed, flops, machine, telemetry
 from stepbench.measure.cache import JsonCache, positive_number
 from stepbench.measure.models import build_model, config_dict, synthetic_batch
 from stepbench.measure.phases import Phases
@@ -45,7 +45,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     phases = phases or Phases(result)
     device = torch.device(setup.device)
     cuda = device.type == "cuda"
-    gpu_index = device.index or 0
+    # A torchrun rank has set its own device (measure/distributed.py): read that one's telemetry.
+    gpu_index = device.index if device.index is not None else (torch.cuda.current_device() if cuda else 0)
     memory = CudaMemory() if cuda else CpuMemory()  # the CPU baseline is read before the build
     progress("building")
     model, step, tokens = build(setup, device)
@@ -83,7 +84,7 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
 
     result["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
     result["loss_last"] = result["losses"][-1]
-    result.update(step_time_summary(step_times_ms, setup.tokens_per_step))
+    result.update(step_time_summary(step_times_ms, setup.rank_tokens_per_step))
     phases.lap("timed")
     progress("done")
 
@@ -92,7 +93,7 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     if cuda:
         result["telemetry"] = telemetry.telemetry_record(gpu_start, gpu_end, other_procs)
         result["energy"] = telemetry.energy_over_window(gpu_start, gpu_end, setup.steps,
-                                                        setup.tokens_per_step, result["timed_wall_s"])
+                                                        setup.rank_tokens_per_step, result["timed_wall_s"])
         flags += telemetry.noise_flags(gpu_start, gpu_end, other_procs)
     if setup.mode == "compile":
         result["compile"] = compile_info.diagnostics(frames_after_first, frames_before_timed,
@@ -113,11 +114,17 @@ def build(setup: Setup, device: torch.device):
                         device=device if setup.init == "device" else "cpu")
     model.to(device=device, dtype=TORCH_DTYPES[setup.dtype])
     model.train()
+    if setup.distributed:
+        # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
+        forward = distributed.wrap(setup, model)
+    else:
+        forward = model
+        if setup.mode == "compile":
+            forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    forward = model
-    if setup.mode == "compile":
-        forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
-    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq, setup.seed, setup.device)
+    # Data parallel: every rank trains its own tokens; rank 0 the same as a single process.
+    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq,
+                             setup.seed + distributed.rank(), setup.device)
 
     def step() -> torch.Tensor:
         loss = forward(input_ids=tokens, labels=tokens).loss
@@ -159,6 +166,8 @@ def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
                               gpu_name=machine.gpu_name(setup.device), dtype=setup.dtype,
                               params_non_embedding=flops.non_embedding_params(model),
                               peak_tflops_measured=peak_tflops_measured)
+    if setup.distributed:
+        return fields   # the cross-check needs the unwrapped model; its 1-process record has it
     try:
         fields["flop_counter_per_step"] = setup.batch * flop_counter_per_sequence(setup, model, tokens)
     except Exception as exc:  # noqa: BLE001 - a cross-check must not cost the measurement

@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def matmul_peak(setup, channel: Channel) -> float | None:
+def matmul_peak(setup, channel: Channel, index: int = 0) -> float | None:
     """The GPU's matmul rate for mfu_measured: cached, or measured here before the model exists
     (and before --memory-limit-gb applies, which is about the setup, not this). A failure costs
     only mfu_measured."""
@@ -93,7 +93,7 @@ def matmul_peak(setup, channel: Channel) -> float | None:
 
     channel.progress("peak")
     try:
-        tflops, channel.measured["peak_measured_at"] = peaks.cached_matmul_tflops(setup.dtype)
+        tflops, channel.measured["peak_measured_at"] = peaks.cached_matmul_tflops(setup.dtype, index)
     except Exception as exc:  # noqa: BLE001 - the setup runs on without mfu_measured
         print(f"stepbench: measuring the matmul rate failed: {exc}", file=sys.stderr)
         return None

@@ -234,6 +234,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
         notes.append('"M tokens per $" is training tokens per dollar of GPU time, in millions, '
                      "at each machine's hourly price.")
+    if any(r.config.distributed for r in rows):
+        notes.append(DISTRIBUTED_NOTE)
     used = sorted({r.status for r in rows if not r.ok} & set(STATUS_NOTES),
                   key=list(STATUS_NOTES).index)
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
@@ -373,6 +375,20 @@ def _combined_notes(rows: list[Row], names: dict[int, str]) -> list[str]:
     return notes
 
 
+DISTRIBUTED_NOTE = (
+    "A ddp or fsdp2 row is one torchrun job of several processes, one GPU each: Step (ms) is its "
+    "slowest rank's mean, Tokens/s counts the global batch (batch x sequence x processes), Peak "
+    "memory is the largest of any rank (per GPU), and its cost per token pays for every GPU of "
+    "the job.")
+
+
+def _scaling_note(rows: list[Row]) -> str | None:
+    return ("Tokens/s per GPU: the job's tokens/s over its GPUs (processes). Scaling efficiency: "
+            "that over the tokens/s of the same setup on one GPU without a wrapper (the "
+            "baseline named); 100% is perfect data-parallel scaling. Rank spread: how far the "
+            "ranks' mean step times differ, (slowest - fastest) / fastest.")
+
+
 def _one_line(text: str, limit: int = 160) -> str:
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     line = lines[-1] if lines else ""
@@ -413,6 +429,15 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
     ("$/M tokens (energy)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
      lambda r: _dollars(r.energy_cost_per_m_tokens)),
     ("Loss vs eager", "l", lambda r: r.parity_rel_diff is not None, lambda r: _parity_cell(r)),
+    ("Processes", "r", lambda r: r.config.distributed, lambda r: r.config.parallel_label),
+    ("Tokens/s per GPU", "r", lambda r: r.tokens_per_s_per_gpu is not None,
+     lambda r: table.num(r.tokens_per_s_per_gpu, 0, thousands=True)),
+    ("Rank spread", "r", lambda r: r.rank_spread is not None,
+     lambda r: "-" if r.rank_spread is None else f"{r.rank_spread * 100:.1f}%"),
+    ("Scaling efficiency", "r", lambda r: r.scaling_efficiency is not None,
+     lambda r: _percent(r.scaling_efficiency)),
+    ("Baseline", "l", lambda r: r.scaling_baseline is not None,
+     lambda r: r.scaling_baseline or "-"),
 ]
 
 
@@ -449,6 +474,9 @@ DETAIL_TABLES = [
     ("Details: torch.compile",
      ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)", "Loss vs eager"],
      lambda rows: []),
+    ("Details: scaling",
+     ["Processes", "Tokens/s per GPU", "Rank spread", "Scaling efficiency", "Baseline"],
+     lambda rows: [_scaling_note(rows)]),
     ("Details: energy and cost",
      ["J/token", "M tokens per kWh", "$/M tokens (hourly)", "$/M tokens (energy)"],
      lambda rows: [_energy_note(rows)]),

@@ -56,7 +56,8 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
 # compiled changes what can run at all; a comparison within the noise warns against a
 # difference the table seems to show. compile_payback's "not measurably" repeats compile_speed's.
 # A comparison across GPUs comes with its caveat when they ran different software.
-LEAD = [("parity", WRONG_LOSS), ("fastest_setup", None), ("fastest_gpu", None), ("software", None),
+LEAD = [("parity", WRONG_LOSS), ("fastest_setup", None), ("scaling", None), ("fastest_gpu", None),
+        ("software", None),
         ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED),
         ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
 LEAD_MAX = 5     # a lead longer than this is a second list of findings, not a summary
@@ -599,5 +600,22 @@ def testing(rows: list[Row]) -> list[Finding]:
     return [Finding("testing", text + ".")]
 
 
-RULES = [software, fastest_setup, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
+def scaling(rows: list[Row]) -> list[Finding]:
+    """A distributed job against one GPU without a wrapper: tokens/s, efficiency, memory per GPU."""
+    items = []
+    for row in rows:
+        if row.scaling_efficiency is None:
+            continue
+        speedup = row.scaling_efficiency * row.config.world_size
+        items.append(f"{row.setup} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "
+                     f"({_pct(row.scaling_efficiency)} scaling efficiency, "
+                     f"{row.tokens_per_s_per_gpu:,.0f} tokens/s per GPU), peak memory "
+                     f"{row.peak_memory_gb:.1f} GB per GPU")
+    if not items:
+        return []
+    label = rows[0].config.parallel_label
+    return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
+
+
+RULES = [software, fastest_setup, scaling, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
          attention_vs_compile, gpus, parity, mfu, energy, testing]

@@ -76,6 +76,12 @@ class Row:
     energy_price_per_kwh: float | None = None
     energy_cost_per_m_tokens: float | None = None
     loss_last: float | None = None
+    # A distributed job (ddp, fsdp2): tokens/s per GPU (of its slowest rank), the relative spread
+    # of its ranks' mean step times, and scaling efficiency against one GPU without a wrapper.
+    tokens_per_s_per_gpu: float | None = None
+    rank_spread: float | None = None
+    scaling_efficiency: float | None = None
+    scaling_baseline: str | None = None
     parity_rel_diff: float | None = None
     parity_tolerance: float | None = None
     # Samples for significance tests (not shown): per-process step_ms and all step times.
@@ -105,6 +111,12 @@ class Row:
     seq = property(lambda self: self.config.seq)
     dtype = property(lambda self: self.config.dtype)
     model = property(lambda self: self.config.model_label)
+    parallel = property(lambda self: self.config.parallel)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one job of the row holds (what its cost per token pays for)."""
+        return self.config.world_size if self.config.device == "cuda" else 1
 
     @property
     def parity_ok(self) -> bool | None:
@@ -145,6 +157,10 @@ class Row:
             "energy_price_per_kwh": self.energy_price_per_kwh,
             "energy_cost_per_m_tokens": self.energy_cost_per_m_tokens,
             "loss_last": self.loss_last,
+            "parallel": self.parallel, "nproc": self.config.nproc, "nnodes": self.config.nnodes,
+            "gpus": self.gpus, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "rank_spread": self.rank_spread, "scaling_efficiency": self.scaling_efficiency,
+            "scaling_baseline": self.scaling_baseline,
             "parity_rel_diff": self.parity_rel_diff, "parity_tolerance": self.parity_tolerance,
             "parity_ok": self.parity_ok,
         }
@@ -162,6 +178,7 @@ def build_rows(records: list[Record], prices: dict[str, float],
             for group in groups.values()]
     rows.sort(key=_order(records))
     add_parity(rows)
+    add_scaling(rows)
     return rows
 
 
@@ -218,8 +235,10 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
         row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
     row.tokens_per_s = row.config.tokens_per_step * 1000.0 / row.step_ms
     if row.tokens_per_s and price:
-        row.m_tokens_per_dollar = row.tokens_per_s * 3600 / price / 1e6
-        row.dollars_per_m_tokens = price / (row.tokens_per_s * 3600 / 1e6)
+        # A job pays for every GPU it holds: the price is per GPU, the tokens the job's.
+        job_price = price * row.gpus
+        row.m_tokens_per_dollar = row.tokens_per_s * 3600 / job_price / 1e6
+        row.dollars_per_m_tokens = job_price / (row.tokens_per_s * 3600 / 1e6)
     peaks = [r.peak_memory_gb for r in ok if r.peak_memory_gb is not None]
     row.peak_memory_gb = max(peaks) if peaks else None
     _combine_first_step(row, ok)
@@ -285,6 +304,33 @@ def _combine_energy(row: Row, ok: list[Record], energy_price: float | None) -> N
         row.energy_cost_per_m_tokens = 1e6 / row.tokens_per_kwh * energy_price
 
 
+def add_scaling(rows: list[Row]) -> None:
+    """Tokens/s per GPU and scaling efficiency of each distributed row: its tokens/s per GPU over
+    the tokens/s of the same setup on one GPU without a wrapper (the row of
+    `Setup.single_process_twin()` on the same GPU, in this report), else the efficiency its
+    records were given at run time against a baseline in their own results file."""
+    by_key = {row.key: row for row in rows}
+    for row in rows:
+        if not row.ok or not row.config.distributed:
+            continue
+        row.tokens_per_s_per_gpu = row.tokens_per_s / row.config.world_size
+        spreads = [(r.scaling or {}).get("rank_step_ms_spread") for r in row.records if r.ok]
+        row.rank_spread = _median(spreads)
+        twin = by_key.get((row.config.single_process_twin().key(), row.gpu))
+        if twin is not None and twin.ok:
+            row.scaling_efficiency = row.tokens_per_s_per_gpu / twin.tokens_per_s
+            row.scaling_baseline = (f"{twin.setup}, 1 process ({twin.repeats} run"
+                                    f"{'s' if twin.repeats > 1 else ''} in this report)")
+            continue
+        recorded = [r.scaling for r in row.records if r.ok and isinstance(r.scaling, dict)
+                    and r.scaling.get("efficiency") is not None]
+        if recorded:
+            row.scaling_efficiency = _median(s["efficiency"] for s in recorded)
+            base = recorded[-1].get("baseline") or {}
+            row.scaling_baseline = (f"{row.setup}, 1 process, as recorded at run time (run "
+                                    f"{base.get('run_id', '?')})")
+
+
 def _last_loss(record: Record) -> float | None:
     return record.losses[-1] if record.losses else record.loss_last
 
@@ -335,6 +381,7 @@ LABEL_PARTS = {
     "memory": lambda s: "no limit" if s.memory_limit_gb is None else f"{s.memory_limit_gb:g} GB limit",
     "device": lambda s: s.device,
     "init": lambda s: f"weights drawn on {s.init}",
+    "parallel": lambda s: s.parallel_label,
 }
 
 

@@ -1,0 +1,128 @@
+"""Distributed jobs through torchrun on the CPU (gloo): DDP and FSDP2 of the tiny model give one
+record each with every rank's numbers, and a rank that fails takes its job down whole, says which
+rank it was, and leaves the rest of the matrix running and no process behind.
+
+Each job starts torchrun and two rank processes that import torch and transformers: about 20 s
+on two cores, so the tests are few and eager (the compiled path is the same code; the GPU run in
+benchmarks/README.md covers it).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from stepbench.cli import main
+
+from conftest import read_jsonl, run_cli
+
+TINY = ["--device", "cpu", "--model", "llama-tiny", "--seq", "64", "--warmup", "1", "--steps", "2",
+        "--modes", "eager", "--attn", "sdpa"]
+
+
+def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    proc = run_cli("run", *TINY, "--nproc", "2", "--parallel", "none,ddp,fsdp2", "--out", out,
+                   "--format", "json", check_json=True)
+    single, ddp, fsdp2 = proc.records
+    assert [r["setup"].get("parallel", "none") for r in proc.records] == ["none", "ddp", "fsdp2"]
+    assert "nproc" not in single["setup"] and ddp["setup"]["nproc"] == 2
+    assert "[2/3] eager+sdpa batch 4 seq 64 ddp x2: ok" in proc.stderr
+    for job in (ddp, fsdp2):
+        assert job["status"] == "ok", job["error"]
+        ranks = job["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert all(len(r["step_times_ms"]) == 2 and r["peak_memory_gb"] > 0 for r in ranks)
+        # The job's step ends with its slowest rank; tokens count the global batch.
+        slowest = max(ranks, key=lambda r: r["step_ms"])
+        assert job["step_ms"] == slowest["step_ms"] and job["step_times_ms"] == slowest["step_times_ms"]
+        assert job["tokens_per_s"] == pytest.approx(4 * 64 * 2 / (job["step_ms"] / 1000))
+        assert job["peak_memory_gb"] == max(r["peak_memory_gb"] for r in ranks)
+        scaling = job["scaling"]
+        assert scaling["world_size"] == 2 and scaling["backend"] == "gloo"
+        assert scaling["slowest_rank"] == slowest["rank"]
+        assert scaling["tokens_per_s_per_gpu"] == pytest.approx(job["tokens_per_s"] / 2)
+        # The baseline ran first into the same file: efficiency is in the record, and says which.
+        assert scaling["baseline"]["run_id"] == single["run_id"]
+        assert scaling["efficiency"] == pytest.approx(scaling["tokens_per_s_per_gpu"] / single["tokens_per_s"])
+        # Same seed: rank 0 starts from the single process's weights and tokens; rank 1 trains
+        # tokens of its own (data parallel).
+        assert ranks[0]["loss_first"] == pytest.approx(single["loss_first"], rel=1e-6)
+        assert ranks[1]["loss_first"] != pytest.approx(ranks[0]["loss_first"], rel=1e-4)
+    # DDP and FSDP2 average the same gradients: the same model after the same steps.
+    assert ddp["ranks"][0]["loss_last"] == pytest.approx(fsdp2["ranks"][0]["loss_last"], rel=2e-2)
+    assert ddp["params"] == fsdp2["params"] == single["params"]
+
+    assert main(["report", str(out), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "Details: scaling" in text and "compile+sdpa" not in text and "eager+sdpa (ddp x2)" in text
+    assert main(["report", str(out), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    by_parallel = {r["parallel"]: r for r in rows}
+    assert by_parallel["ddp"]["scaling_efficiency"] == pytest.approx(
+        by_parallel["ddp"]["tokens_per_s_per_gpu"] / by_parallel["none"]["tokens_per_s"])
+    assert "1 process" in by_parallel["fsdp2"]["scaling_baseline"]
+
+
+def _leftovers(marker: str) -> list:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_a_rank_that_raises_ends_its_job_names_the_rank_and_the_matrix_goes_on(tmp_path):
+    out = tmp_path / "r.jsonl"
+    # A seed no other test uses marks this run's processes (it is in every rank's command line).
+    seed = "7345"
+    env_before = os.environ.get("STEPBENCH_FAULT")
+    os.environ["STEPBENCH_FAULT"] = "1:raise:warmup"
+    try:
+        proc = run_cli("run", *TINY, "--seed", seed, "--nproc", "2", "--parallel", "ddp,none",
+                       "--out", out, timeout=300)
+    finally:
+        if env_before is None:
+            del os.environ["STEPBENCH_FAULT"]
+        else:
+            os.environ["STEPBENCH_FAULT"] = env_before
+    assert proc.returncode == 0, proc.stderr
+    failed, single = read_jsonl(out)
+    assert failed["status"] == "error" and failed["phase"] == "warmup"
+    assert failed["error"].startswith("rank 1 (")
+    assert "fault injected by STEPBENCH_FAULT on rank 1 in phase warmup" in failed["error"]
+    assert "torchrun stopped the other ranks" in failed["error"]
+    # The error ends with the failing rank's own traceback, not torchrun's summary.
+    assert failed["error"].rstrip().endswith("in phase warmup")
+    assert single["status"] == "ok"          # the rest of the matrix went on
+    assert _leftovers(f'"seed": {seed}') == []
+
+
+def test_the_report_of_real_two_gpu_jobs_pays_for_every_gpu_and_shows_scaling(tmp_path, capsys):
+    # The H200 x2 run committed under benchmarks/results (section e of benchmarks/README.md).
+    path = Path(__file__).parent.parent / "benchmarks/results/h200x2-2026-12-01-one-gpu-ddp-fsdp2.jsonl"
+    assert main(["report", str(path), "--price", "NVIDIA H200=3.5", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    single = {r["setup"]: r for r in rows if r["parallel"] == "none"}
+    for row in (r for r in rows if r["parallel"] != "none"):
+        assert row["gpus"] == 2
+        # Two GPUs at 3.50 $/h each: the job's tokens per dollar of both.
+        assert row["m_tokens_per_dollar"] == pytest.approx(row["tokens_per_s"] * 3600 / 7.0 / 1e6)
+        base = single[row["setup"]]
+        assert row["scaling_efficiency"] == pytest.approx(row["tokens_per_s"] / 2 / base["tokens_per_s"])
+    assert all(r["scaling_efficiency"] > 0.9 for r in rows if r["parallel"] == "ddp")
+    # Without the baseline in the report, the efficiency recorded at run time is shown, named.
+    ddp = [json.loads(line) for line in path.read_text().splitlines()
+           if json.loads(line)["setup"].get("parallel") == "ddp"]
+    only = tmp_path / "ddp.jsonl"
+    only.write_text("".join(json.dumps(r) + "\n" for r in ddp))
+    assert main(["report", str(only), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert ({r["setup"]: r["scaling_efficiency"] for r in rows}
+            == {r["setup"]["name"]: r["scaling"]["efficiency"] for r in ddp})
+    assert all("as recorded at run time" in r["scaling_baseline"] for r in rows)
