@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 
 from stepbench.execute.executor import Executor, Job, Outcome
+from stepbench.guard import loss_tolerance
 from stepbench.record import MEASURED_FIELDS, Machine, Record, ResultsFile, Software, resume_key
 from stepbench.setup import Setup
 
@@ -65,7 +66,7 @@ class Runner:
         try:
             with stop_signals():
                 peaks = self._peaks([job for _, job in todo], slot)
-                self._run_all([(i, Job(j.setup, j.repeat, peaks.get(j.setup.dtype)))
+                self._run_all([(i, Job(j.setup, j.repeat, peaks.get(j.setup.compute_dtype)))
                                for i, j in todo], len(jobs), records)
         finally:
             self.display.close()
@@ -75,7 +76,7 @@ class Runner:
         """The GPU's matmul rate per dtype the jobs use, measured once (for mfu_measured)."""
         if not self.measure_peak:
             return {}
-        dtypes = dict.fromkeys(j.setup.dtype for j in jobs if j.setup.device == "cuda")
+        dtypes = dict.fromkeys(j.setup.compute_dtype for j in jobs if j.setup.device == "cuda")
         if dtypes:
             self.display.note("measuring the GPU's matmul rate (for MFU)")
         return {dtype: self.executor.measure_peak(dtype, slot) for dtype in dtypes}
@@ -161,6 +162,7 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     start = outcome.start or {}
     machine = Machine.from_dict(start.get("machine") or {"gpu": gpu or "unknown GPU"})
     software = Software.from_dict(start.get("software"))
+    measured.setdefault("loss_tolerance", loss_tolerance(job.setup))
     return Record(run_id=run_id, repeat=job.repeat, setup=job.setup, status=status, error=error,
                   **measured, started_at=outcome.started_at, finished_at=outcome.finished_at,
                   wall_s=round(outcome.wall_s, 3), machine=machine, software=software)
