@@ -90,19 +90,22 @@ def apply_options(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
 
 def apply_liger(model: torch.nn.Module, kernels: str) -> None:
     """liger-kernel's RMSNorm, RoPE, SwiGLU and (for "liger") fused linear cross-entropy, patched
-    into this model instance (llama through apply_liger_kernel_to_llama, other model types
-    through liger's own dispatch by model_type)."""
-    flce = kernels == "liger"
+    into this model instance by liger's own function for its model type (for llama,
+    apply_liger_kernel_to_llama). liger skips a model type it has no kernels for without a word;
+    here that is Unsupported, so that a "liger" row never measures the model's own kernels."""
+    import inspect
+
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    model_type = model.config.model_type
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+    if apply is None:
+        raise Unsupported(f"--kernels {kernels}: liger-kernel has no kernels for model type "
+                          f"{model_type!r}; use --kernels none")
     options = dict(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                   fused_linear_cross_entropy=flce)
-    if model.config.model_type == "llama":
-        from liger_kernel.transformers import apply_liger_kernel_to_llama
-
-        apply_liger_kernel_to_llama(model=model, **options)
-        return
-    from liger_kernel.transformers import _apply_liger_kernel_to_instance
-
-    _apply_liger_kernel_to_instance(model=model, **options)
+                   fused_linear_cross_entropy=kernels == "liger")
+    accepted = inspect.signature(apply).parameters
+    apply(model=model, **{k: v for k, v in options.items() if k in accepted})
 
 
 def apply_float8(model: torch.nn.Module) -> None:

@@ -137,7 +137,8 @@ def run_document(records: list[Record]) -> Document:
     title = None
     if head is not None:
         where = head.machine.gpu if head.machine.gpu != "cpu" else f"CPU ({head.machine.cpu or 'unknown'})"
-        title = f"{head.setup.model_label}, {head.setup.dtype}, on {where}"
+        precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
+        title = f"{head.setup.model_label}, {precisions}, on {where}"
     return Document(title, [Table(RUN_COLUMNS, table_cells(rows, RUN_COLUMNS), _align(RUN_COLUMNS),
                                   notes=footnotes(rows, explain=False))], rows=rows)
 
