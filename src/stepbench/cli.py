@@ -66,26 +66,42 @@ def main(argv: list[str] | None = None) -> int:
 def add_run(sub) -> None:
     p = sub.add_parser(
         "run", help="run the matrix of setups, each in its own process",
-        description="Run each setup (mode x attention x batch x seq) in its own process and "
-                    "record step time, tokens/s, peak memory and first-step (compile) time.")
+        description="Run each setup (mode x attention x precision x ... x batch x seq) in its own "
+                    "process and record step time, tokens/s, peak memory and first-step (compile) "
+                    "time. Axis flags take comma lists; every combination runs.")
+    d = RUN_DEFAULTS
+    p.add_argument("--plan", type=Path, metavar="FILE",
+                   help="a TOML plan of the matrix (docs in README, 'Plan files'); flags given "
+                        "beside it override its values")
     p.add_argument("--model", help="preset (llama-468m, llama-small, llama-tiny) or path to an HF "
                    "config.json / folder; default llama-468m on a GPU, llama-tiny on the CPU")
-    p.add_argument("--modes", default="eager,compile", help="comma list of eager, compile")
-    p.add_argument("--attn", default="sdpa,eager",
-                   help="comma list of attention implementations (eager, sdpa, flex_attention, ...)")
-    p.add_argument("--compile-mode", default="default",
-                   help="torch.compile mode(s), comma list: default, reduce-overhead, max-autotune, "
-                        "max-autotune-no-cudagraphs")
-    p.add_argument("--batch", default="4", help="batch size(s), comma list")
+    p.add_argument("--modes", help=f"comma list of eager, compile (default {d['modes']})")
+    p.add_argument("--attn", help="comma list of attention implementations: eager, sdpa, "
+                   f"flex_attention, flash_attention_2, flash_attention_3 (default {d['attn']})")
+    p.add_argument("--compile-mode", help="torch.compile mode(s): default, reduce-overhead, "
+                   "max-autotune, max-autotune-no-cudagraphs (default default)")
+    p.add_argument("--compile-scope", help="what torch.compile wraps: model (whole) or layer "
+                   "(each decoder layer on its own); comma list (default model)")
+    p.add_argument("--precision", "--dtype", dest="precision",
+                   help="bf16, fp16, fp32 (pure: weights, grads and optimizer state), autocast-bf16 "
+                        "(fp32 master weights, bf16 autocast), float8 (torchao float8 linear "
+                        "layers on bf16 weights); comma list (default bf16); --dtype is an alias")
+    p.add_argument("--kernels", help="fused kernels: none, liger (liger-kernel RMSNorm, RoPE, "
+                   "SwiGLU, fused linear cross-entropy), liger-no-flce (the same without the "
+                   "fused cross-entropy); comma list (default none)")
+    p.add_argument("--checkpointing", help="activation checkpointing: off, on, or off,on "
+                   "(default off)")
+    p.add_argument("--optimizer", help="AdamW implementation: fused, foreach; comma list "
+                   "(default fused)")
+    p.add_argument("--batch", help=f"batch size(s), comma list (default {d['batch']})")
     p.add_argument("--seq", help="sequence length(s), comma list; default 2048 on a GPU, 256 on the CPU")
-    p.add_argument("--warmup", type=int, default=4, help="untimed steps after the first (default 4)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="processes per setup, interleaved across setups (default 1)")
-    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
-    p.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp32 (pure, no autocast)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--init", default="device", choices=("device", "cpu"),
+    p.add_argument("--warmup", type=int, help=f"untimed steps after the first (default {d['warmup']})")
+    p.add_argument("--steps", type=int, help=f"timed steps (default {d['steps']})")
+    p.add_argument("--repeats", type=int,
+                   help=f"processes per setup, interleaved across setups (default {d['repeats']})")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), help="default auto")
+    p.add_argument("--seed", type=int, help="weights and tokens (default 0)")
+    p.add_argument("--init", choices=("device", "cpu"),
                    help="where the random weights are drawn: device (fast; default) or cpu (as "
                         "stepbench 0.1 and the post's script: same weights as their records)")
     p.add_argument("--memory-limit-gb", type=float,
@@ -116,14 +132,36 @@ def add_run(sub) -> None:
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
                    help="node 0's address and a free port there, where the hosts of a job meet "
                         "(torchrun --rdzv-endpoint; default: a free port on this host)")
-    p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT),
+    p.add_argument("--out", type=Path,
                    help=f"results file, JSON Lines, appended; rerun to resume (default {DEFAULT_OUT})")
     p.add_argument("--rerun", action="store_true",
                    help="measure every setup again even if the results file has it; the new "
                         "record is appended and replaces the old one in resume and report")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the setups the flags (and plan) expand to, run nothing")
     p.add_argument("--format", default="table", choices=("table", "markdown", "json"),
                    help="table (default), markdown, or json (the records, alone on stdout)")
     p.set_defaults(handler=cmd_run)
+
+
+# What `run` uses where neither a flag nor a plan says otherwise (the device's own defaults,
+# model, seq and timeout, are in setup.DEVICE_DEFAULTS).
+RUN_DEFAULTS = {"modes": "eager,compile", "attn": "sdpa,eager", "compile_mode": "default",
+                "compile_scope": "model", "precision": "bf16", "kernels": "none",
+                "checkpointing": "off", "optimizer": "fused", "batch": "4", "warmup": 4,
+                "steps": 20, "repeats": 1, "seed": 0, "device": "auto", "init": "device",
+                "out": Path(DEFAULT_OUT)}
+
+
+def run_settings(args: argparse.Namespace) -> argparse.Namespace:
+    """The run's settings: defaults, then the plan file's values, then the flags given."""
+    from stepbench.plan import read_plan
+
+    settings = dict(RUN_DEFAULTS)
+    if args.plan is not None:
+        settings.update(read_plan(args.plan))
+    settings.update({k: v for k, v in vars(args).items() if v is not None and k != "plan"})
+    return argparse.Namespace(**{**{k: None for k in vars(args)}, **settings})
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -133,6 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stepbench.measure.machine import resolve_device
     from stepbench.record import ResultsFile
 
+    args = run_settings(args)
     device = resolve_device(args.device)
     check_distributed_flags(args, device)
     plan = build_plan(args, device)
@@ -141,14 +180,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--timeout must be > 0 seconds, got {timeout:g}")
     if args.repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.dry_run:
+        print_plan(plan, args.format)
+        return 0
     if args.device == "auto" and device == "cpu":
         model = "" if args.model else " with the llama-tiny preset"
         print(f"stepbench run: no CUDA GPU found; running on the CPU{model} (pass --device cuda "
               "on a GPU machine)", file=sys.stderr)
     gpus = gpu_pool(args, device, plan)
     rendezvous = rendezvous_from(args, gpus, plan)
-    store = ResultsFile(args.out).check_writable()
-    executor = LocalProcess(compile_cache=args.compile_cache, gpus=gpus, rendezvous=rendezvous)
+    out = Path(args.out)
+    store = ResultsFile(out).check_writable()
+    executor = LocalProcess(compile_cache=args.compile_cache and Path(args.compile_cache),
+                            gpus=gpus, rendezvous=rendezvous)
     runner = Runner(executor, store, timeout_s=timeout, display=Display(), rerun=args.rerun,
                     measure_peak=not args.no_peak)
     try:
@@ -156,7 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
         print(f"stepbench run: {how}; the running setup was stopped, finished setups are kept in "
-              f"{args.out}; run the same command again to resume", file=sys.stderr)
+              f"{out}; run the same command again to resume", file=sys.stderr)
         return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
     finally:
         executor.close()
@@ -167,17 +211,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stepbench.report.render import render
 
     print(render(run_document(records), args.format), end="")
-    print(f"results: {args.out}", file=sys.stderr)
+    print(f"results: {out}", file=sys.stderr)
     if args.repeats > 1:
         print(f"repeats combined, with confidence intervals and findings: stepbench report "
-              f"{args.out}", file=sys.stderr)
+              f"{out}", file=sys.stderr)
     return 0
 
 
 def build_plan(args: argparse.Namespace, device: str):
-    """The setups the flags ask for; every model/seq pair is checked before anything runs."""
+    """The setups the settings ask for, checked before anything runs: every model/seq pair, and
+    combinations that can never run (setup.matrix)."""
     from stepbench.measure.models import PRESETS, build_config
-    from stepbench.setup import matrix, parse_list
+    from stepbench.setup import matrix, parse_list, parse_switches
 
     base = DEVICE_DEFAULTS[device]
     model = args.model or base["model"]
@@ -185,13 +230,29 @@ def build_plan(args: argparse.Namespace, device: str):
     plan = matrix(models=[model], modes=parse_list("--modes", args.modes),
                   attns=parse_list("--attn", args.attn), batches=parse_list("--batch", args.batch, int),
                   seqs=seqs, compile_modes=tuple(parse_list("--compile-mode", args.compile_mode)),
-                  parallels=tuple(parse_list("--parallel", args.parallel)), nproc=args.nproc, nnodes=args.nnodes,
-                  dtype=args.dtype, device=device, warmup=args.warmup, steps=args.steps,
+                  compile_scopes=tuple(parse_list("--compile-scope", args.compile_scope)),
+                  dtypes=tuple(parse_list("--precision", args.precision)),
+                  kernels=tuple(parse_list("--kernels", args.kernels)),
+                  checkpointing=tuple(parse_switches("--checkpointing", args.checkpointing)),
+                  optimizers=tuple(parse_list("--optimizer", args.optimizer)),
+                  parallels=tuple(parse_list("--parallel", args.parallel)), nproc=args.nproc,
+                  nnodes=args.nnodes, device=device, warmup=args.warmup, steps=args.steps,
                   seed=args.seed, memory_limit_gb=args.memory_limit_gb, init=args.init)
     if model not in PRESETS:    # a preset is known good, and checking it would import transformers
         for seq in seqs:
             build_config(model, seq)
     return plan
+
+
+def print_plan(plan, fmt: str) -> None:
+    """--dry-run: the setups, one a line (or their `setup` objects as JSON), nothing run."""
+    if fmt == "json":
+        print(json.dumps([s.to_dict() for s in plan], indent=1))
+        return
+    for setup in plan:
+        print(f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  {setup.model_label}"
+              f"  {setup.device}")
+    print(f"{len(plan)} setups", file=sys.stderr)
 
 
 def check_distributed_flags(args: argparse.Namespace, device: str) -> None:

@@ -22,9 +22,11 @@ from stepbench.errors import UserError
 from stepbench.setup import Setup
 
 SCHEMA = 1
-# Fields left out of a record's JSON while empty (null, []): those only distributed jobs and pools
-# of GPUs fill. Reading, a missing one takes its default.
-SPARSE = ("ranks", "scaling", "placement")
+# Record fields added after stepbench 0.1, left out of the JSON while empty (null, [], {}):
+# a record that does not use them is written as 0.1 wrote it, so old files read back unchanged.
+# Reading, a missing one takes its default.
+LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
+                "phases", "ranks", "scaling", "placement")
 
 
 class _FromDict:
@@ -82,10 +84,17 @@ class Record:
     tokens_per_s: float | None = None
     peak_memory_gb: float | None = None
     peak_reserved_gb: float | None = None
+    # Under CUDA graphs peak_memory_gb is the peak reserved memory (measure/step.CudaMemory):
+    # peak_memory_source says so, and peak_allocated_gb keeps what max_memory_allocated read.
+    peak_allocated_gb: float | None = None
+    peak_memory_source: str | None = None
     oom_memory_gb: float | None = None
     loss_first: float | None = None
     loss_last: float | None = None
     losses: list[float] = field(default_factory=list)
+    # Relative tolerance within which this setup's losses must agree with its peers' (the loss
+    # guard, stepbench.guard); set by the parent from the precision.
+    loss_tolerance: float | None = None
     flops_per_token: float | None = None
     flops_per_token_causal: float | None = None
     flops_convention: str | None = None
@@ -128,8 +137,8 @@ class Record:
         data = {"schema": self.schema}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in SPARSE and not value:
-                continue    # a single-process record is written as before these fields existed
+            if f.name in LATER_FIELDS and value in (None, [], {}):
+                continue        # as stepbench 0.1 wrote it: old files read back unchanged
             if f.name == "setup":
                 value = value.to_dict()
             elif dataclasses.is_dataclass(value):

@@ -22,7 +22,22 @@ MODES = ("eager", "compile")
 # is reported as "unsupported" by the child, not rejected here).
 ATTENTIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-DTYPES = ("bf16", "fp16", "fp32")
+# torch.compile's modes that capture CUDA graphs (cudagraph trees) on a GPU.
+CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+# What torch.compile wraps: the whole model, or each decoder layer on its own (as FSDP2 wraps).
+COMPILE_SCOPES = ("model", "layer")
+# The precision of the step (the `dtype` field, for old results files): pure bf16/fp16/fp32 hold
+# weights, gradients and optimizer state in that dtype; autocast-bf16 keeps fp32 master weights
+# and runs the forward under torch.autocast(bf16); float8 trains the linear layers in float8
+# (torchao's convert_to_float8_training, tensorwise scaling) on bf16 weights.
+DTYPES = ("bf16", "fp16", "fp32", "autocast-bf16", "float8")
+# The dtype the matrix products run in, for the matmul peak and MFU (float8: against bf16's).
+COMPUTE_DTYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "autocast-bf16": "bf16",
+                  "float8": "bf16"}
+# Fused kernels: liger-kernel's RMSNorm, RoPE, SwiGLU and fused linear cross-entropy, or the same
+# without the fused cross-entropy (the one that departs most from the model's own loss code).
+KERNELS = ("none", "liger", "liger-no-flce")
+OPTIMIZERS = ("fused", "foreach")   # torch.optim.AdamW's implementation
 DEVICES = ("cuda", "cpu")
 # Where the random weights are drawn. "device": on the setup's own device (a GPU draws the post's
 # model in milliseconds; the default of a run). "cpu": on the CPU, as stepbench 0.1 and the post's
@@ -33,12 +48,17 @@ INITS = ("device", "cpu")
 # "ddp" (DistributedDataParallel) and "fsdp2" (fully_shard) run a torchrun job of `nproc`
 # processes per node, one device each (execute/executor.py, measure/distributed.py).
 PARALLELS = ("none", "ddp", "fsdp2")
-# Fields written only when they differ from their defaults (Setup.to_dict).
-SPARSE_FIELDS = {"nproc": 1, "parallel": "none", "nnodes": 1}
 
 # How the step runs, as opposed to what it trains: the fields a report compares side by side
 # within one workload (compiled against eager, one attention kernel against another).
-VARIANT_FIELDS = ("mode", "compile_mode", "attn")
+VARIANT_FIELDS = ("mode", "compile_mode", "attn", "compile_scope", "kernels", "checkpointing",
+                  "optimizer")
+
+# Fields added after stepbench 0.1, written into a record and the identity only when they differ
+# from their default: a setup that leaves them alone keeps the key and the `setup` object it had
+# before they existed, so old results files resume and read back byte for byte.
+LATER_FIELDS = {"compile_scope": "model", "kernels": "none", "checkpointing": False,
+                "optimizer": "fused", "init": "cpu", "nproc": 1, "parallel": "none", "nnodes": 1}
 
 # Defaults that depend on where the setups run: the post's model and sequence on a GPU, a model
 # small enough for a couple of minutes on a laptop CPU otherwise.
@@ -71,6 +91,10 @@ class Setup:
     steps: int = 20                # timed steps
     seed: int = 0                  # weights and tokens; equal seeds make losses comparable
     memory_limit_gb: float | None = None  # cap the child's memory to see what fits a smaller card
+    compile_scope: str = "model"   # torch.compile the whole model, or each decoder layer
+    kernels: str = "none"          # fused kernels: none, liger, liger-no-flce
+    checkpointing: bool = False    # activation checkpointing (recompute in the backward)
+    optimizer: str = "fused"       # AdamW implementation: fused or foreach
     init: str = "cpu"              # where the weights are drawn (INITS); records before it: cpu
     nproc: int = 1                 # processes (GPUs) per node of a distributed job
     parallel: str = "none"         # none, ddp or fsdp2: how the step is spread over processes
@@ -91,9 +115,17 @@ class Setup:
         choose("mode", self.mode, MODES)
         choose("attention", self.attn, ATTENTIONS)
         choose("compile mode", self.compile_mode, COMPILE_MODES)
-        choose("dtype", self.dtype, DTYPES)
+        choose("precision", self.dtype, DTYPES)
         choose("device", self.device, DEVICES)
         choose("init", self.init, INITS)
+        choose("compile scope", self.compile_scope, COMPILE_SCOPES)
+        choose("fused kernels", self.kernels, KERNELS)
+        choose("optimizer", self.optimizer, OPTIMIZERS)
+        if not isinstance(self.checkpointing, bool):
+            raise UserError(f"--checkpointing takes off or on, got {self.checkpointing!r}")
+        if self.mode == "eager" and self.compile_scope != "model":
+            raise UserError(f"compile scope {self.compile_scope!r} needs torch.compile; eager mode "
+                            "compiles nothing: add compile to --modes or drop --compile-scope")
         for flag, value, least in (("--batch", self.batch, 1), ("--seq", self.seq, 1),
                                    ("--steps", self.steps, 1), ("--warmup", self.warmup, 0),
                                    ("--seed", self.seed, 0)):
@@ -110,17 +142,44 @@ class Setup:
                             "processes: add --parallel ddp or --parallel fsdp2")
         return self
 
+    def fields(self) -> dict:
+        """Every field, less the later ones (LATER_FIELDS) that hold their default."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
+
     def key(self) -> str:
         """THE identity of what was measured: every field, canonical JSON."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps(self.fields(), sort_keys=True)
+
+    @property
+    def precision(self) -> str:
+        """The precision axis (stored as `dtype`, its name before it had more than dtypes)."""
+        return self.dtype
+
+    @property
+    def compute_dtype(self) -> str:
+        """bf16, fp16 or fp32: what the matrix products run in (the matmul peak's dtype)."""
+        return COMPUTE_DTYPES.get(self.dtype, self.dtype)
+
+    @property
+    def uses_cudagraphs(self) -> bool:
+        return (self.device == "cuda" and self.mode == "compile"
+                and self.compile_mode in CUDAGRAPH_COMPILE_MODES)
 
     @property
     def name(self) -> str:
-        """"compile+sdpa"; a non-default compile mode shows as "compile:max-autotune+sdpa"."""
+        """"compile+sdpa"; a non-default compile mode shows as "compile:max-autotune+sdpa",
+        per-layer compilation as "compile/layer+sdpa", and the other options after the
+        attention: "eager+sdpa+liger+ckpt+foreach"."""
         mode = self.mode
         if self.mode == "compile" and self.compile_mode != "default":
             mode = f"compile:{self.compile_mode}"
-        return f"{mode}+{self.attn}"
+        if self.compile_scope != "model":
+            mode = f"{mode}/{self.compile_scope}"
+        extras = [self.kernels if self.kernels != "none" else "",
+                  "ckpt" if self.checkpointing else "",
+                  self.optimizer if self.optimizer != "fused" else ""]
+        return "+".join([mode, self.attn, *filter(None, extras)])
 
     @property
     def model_label(self) -> str:
@@ -162,7 +221,7 @@ class Setup:
     def eager_twin(self) -> "Setup":
         """The same workload and attention without torch.compile: what a compiled setup is
         compared with (speed, memory, loss parity)."""
-        return dataclasses.replace(self, mode="eager", compile_mode="default")
+        return dataclasses.replace(self, mode="eager", compile_mode="default", compile_scope="model")
 
     def workload(self) -> "Setup":
         """This setup with its variant fields (VARIANT_FIELDS) blanked: setups with equal
@@ -170,13 +229,7 @@ class Setup:
         return dataclasses.replace(self, **{name: "" for name in VARIANT_FIELDS})
 
     def to_dict(self) -> dict:
-        """The record's `setup` object; the distributed fields are left out at their defaults,
-        so that a single-process setup is written exactly as before they existed."""
-        data = dataclasses.asdict(self)
-        for name, default in SPARSE_FIELDS.items():
-            if data[name] == default:
-                del data[name]
-        return {"name": self.name, **data}
+        return {"name": self.name, **self.fields()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Setup":
@@ -198,20 +251,36 @@ def model_label(model: str) -> str:
 
 def matrix(*, models: list[str], modes: list[str], attns: list[str], batches: list[int],
            seqs: list[int], compile_modes: tuple[str, ...] = ("default",),
-           parallels: tuple[str, ...] = ("none",), nproc: int = 1, nnodes: int = 1,
-           **common) -> list[Setup]:
+           compile_scopes: tuple[str, ...] = ("model",), dtypes: tuple[str, ...] = ("bf16",),
+           kernels: tuple[str, ...] = ("none",), checkpointing: tuple[bool, ...] = (False,),
+           optimizers: tuple[str, ...] = ("fused",), parallels: tuple[str, ...] = ("none",),
+           nproc: int = 1, nnodes: int = 1, **common) -> list[Setup]:
     """Every combination, checked, in the post's order: per attention, eager then compiled (once
-    per compile mode; the compile mode does not apply to eager). Per parallel style in the order
-    given, outermost: "none" runs one process (the baseline of scaling efficiency), ddp and fsdp2
-    `nproc` processes on each of `nnodes` nodes."""
+    per compile mode and scope; neither applies to eager). Per parallel style in the order given,
+    outermost: "none" runs one process (the baseline of scaling efficiency), ddp and fsdp2
+    `nproc` processes on each of `nnodes` nodes.
+
+    A combination that can never run is refused here, before any process starts: compile
+    scopes other than "model" without a compiled mode to apply them to, say.
+    """
     for parallel in parallels:
         choose("parallel style (--parallel)", parallel, PARALLELS)
-    return [Setup(model=model, mode=mode, attn=attn, batch=batch, seq=seq, compile_mode=cm,
-                  parallel=parallel, nproc=1 if parallel == "none" else nproc,
-                  nnodes=1 if parallel == "none" else nnodes, **common).check()
-            for parallel in parallels
-            for model, batch, seq, attn, mode in itertools.product(models, batches, seqs, attns, modes)
-            for cm in (compile_modes if mode == "compile" else ("default",))]
+    if "compile" not in modes and set(compile_scopes) != {"model"}:
+        raise UserError(f"--compile-scope {','.join(compile_scopes)} needs torch.compile; eager "
+                        "mode compiles nothing: add compile to --modes or drop --compile-scope")
+    plan = []
+    for parallel, model, batch, seq, dtype, kern, ckpt, opt, attn, mode in itertools.product(
+            parallels, models, batches, seqs, dtypes, kernels, checkpointing, optimizers, attns,
+            modes):
+        variants = (itertools.product(compile_modes, compile_scopes) if mode == "compile"
+                    else [("default", "model")])
+        for cm, scope in variants:
+            plan.append(Setup(model=model, mode=mode, attn=attn, batch=batch, seq=seq, dtype=dtype,
+                              compile_mode=cm, compile_scope=scope, kernels=kern,
+                              checkpointing=ckpt, optimizer=opt, parallel=parallel,
+                              nproc=1 if parallel == "none" else nproc,
+                              nnodes=1 if parallel == "none" else nnodes, **common).check())
+    return list(dict.fromkeys(plan))
 
 
 def parse_list(flag: str, text: str, cast=str) -> list:
@@ -223,3 +292,19 @@ def parse_list(flag: str, text: str, cast=str) -> list:
         return list(dict.fromkeys(cast(item) for item in items))
     except ValueError:
         raise UserError(f"{flag} needs comma-separated integers, got {text!r}") from None
+
+
+SWITCHES = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False,
+            "1": True, "0": False}
+
+
+def parse_switches(flag: str, text) -> list[bool]:
+    """"off,on" (or a TOML list of booleans) as [False, True]; anything else is a user error."""
+    items = text if isinstance(text, list) else parse_list(flag, text)
+    values = []
+    for item in items:
+        value = item if isinstance(item, bool) else SWITCHES.get(str(item).strip().lower())
+        if value is None:
+            raise UserError(f"{flag} takes a comma list of off and on, got {item!r}")
+        values.append(value)
+    return list(dict.fromkeys(values))

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 
 from stepbench.execute.executor import Executor, Job, Outcome
+from stepbench.guard import loss_tolerance
 from stepbench.record import MEASURED_FIELDS, Machine, Record, ResultsFile, Software, resume_key
 from stepbench.setup import Setup
 
@@ -218,6 +219,7 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     software = Software.from_dict(start.get("software"))
     if isinstance(measured.get("scaling"), dict) and baseline is not None:
         measured["scaling"] = {**measured["scaling"], **scaling_against(measured["scaling"], baseline)}
+    measured.setdefault("loss_tolerance", loss_tolerance(job.setup))
     return Record(run_id=run_id, repeat=job.repeat, setup=job.setup, status=status, error=error,
                   **measured, started_at=outcome.started_at, finished_at=outcome.finished_at,
                   wall_s=round(outcome.wall_s, 3), machine=machine, software=software,

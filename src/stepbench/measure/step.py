@@ -21,14 +21,13 @@ from typing import Callable
 
 import torch
 
-from stepbench.measure import compile_info, distributed, flops, machine, telemetry
+from stepbench.measure import compile_info, distributed, flops, machine, options, telemetry
 from stepbench.measure.cache import JsonCache, positive_number
 from stepbench.measure.models import build_model, config_dict, synthetic_batch
 from stepbench.measure.phases import Phases
 from stepbench.noise import noise_flags_for
 from stepbench.setup import Setup
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 GB = 1e9
 
 Progress = Callable[..., None]
@@ -47,7 +46,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     cuda = device.type == "cuda"
     # A torchrun rank has set its own device (measure/distributed.py): read that one's telemetry.
     gpu_index = device.index if device.index is not None else (torch.cuda.current_device() if cuda else 0)
-    memory = CudaMemory() if cuda else CpuMemory()  # the CPU baseline is read before the build
+    # The CPU baseline is read before the build.
+    memory = CudaMemory(setup.uses_cudagraphs) if cuda else CpuMemory()
     progress("building")
     model, step, tokens = build(setup, device)
     result["params"] = sum(p.numel() for p in model.parameters())
@@ -109,29 +109,35 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
 def build(setup: Setup, device: torch.device):
     """The model (random weights from the seed, drawn where Setup.init says), its training step,
     and the token batch."""
+    options.check_supported(setup)
     torch.manual_seed(setup.seed)
     model = build_model(setup.model, setup.seq, setup.attn,
                         device=device if setup.init == "device" else "cpu")
-    model.to(device=device, dtype=TORCH_DTYPES[setup.dtype])
+    model.to(device=device, dtype=options.weight_dtype(setup))
+    options.apply_options(model, setup)
     model.train()
     if setup.distributed:
         # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
         forward = distributed.wrap(setup, model)
     else:
-        forward = model
-        if setup.mode == "compile":
-            forward = torch.compile(model, mode=None if setup.compile_mode == "default" else setup.compile_mode)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        forward = options.compile_model(model, setup)
+    optimizer = options.make_optimizer(model, setup)
     # Data parallel: every rank trains its own tokens; rank 0 the same as a single process.
     tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq,
                              setup.seed + distributed.rank(), setup.device)
+    cudagraphs = setup.uses_cudagraphs
 
     def step() -> torch.Tensor:
-        loss = forward(input_ids=tokens, labels=tokens).loss
+        if cudagraphs:
+            # CUDA graph trees replay into the same output buffers: mark where a step begins,
+            # and keep a copy of the loss, which the next replay would overwrite.
+            torch.compiler.cudagraph_mark_step_begin()
+        with options.forward_context(setup):
+            loss = forward(input_ids=tokens, labels=tokens).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
+        return loss.detach().clone() if cudagraphs else loss.detach()
 
     return model, step, tokens
 
@@ -163,20 +169,25 @@ def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
                 peak_tflops_measured: float | None) -> dict:
     """FLOPs per token, achieved TFLOP/s and MFU, and FlopCounterMode's count as a cross-check."""
     fields = flops.mfu_fields(config=model.config, seq=setup.seq, tokens_per_s=tokens_per_s,
-                              gpu_name=machine.gpu_name(setup.device), dtype=setup.dtype,
+                              gpu_name=machine.gpu_name(setup.device), dtype=setup.compute_dtype,
                               params_non_embedding=flops.non_embedding_params(model),
                               peak_tflops_measured=peak_tflops_measured)
     if setup.distributed:
         return fields   # the cross-check needs the unwrapped model; its 1-process record has it
     try:
-        fields["flop_counter_per_step"] = setup.batch * flop_counter_per_sequence(setup, model, tokens)
+        # Compiled layers (scope "layer") run eagerly here: the count is the model's, and it
+        # must not compile the layers again under the counting mode.
+        with torch.compiler.set_stance("force_eager"), options.forward_context(setup):
+            fields["flop_counter_per_step"] = setup.batch * flop_counter_per_sequence(setup, model,
+                                                                                      tokens)
     except Exception as exc:  # noqa: BLE001 - a cross-check must not cost the measurement
         print(f"stepbench: FlopCounterMode cross-check failed: {exc}", file=sys.stderr)
     return fields
 
 
 # What FlopCounterMode counts depends on the model's shape, the sequence length, the attention
-# kernel and the library versions, not on the batch, mode, dtype or device: counted once per key.
+# kernel, the precision, fused kernels, activation checkpointing (its recompute) and the library
+# versions, not on the batch, mode, compile scope or device: counted once per key.
 FLOP_CACHE = JsonCache("flops")
 
 
@@ -185,6 +196,7 @@ def flop_counter_per_sequence(setup: Setup, model, tokens) -> float:
     pass at batch 1 (exact: FLOPs are linear in the batch, and it needs no more memory than a
     batch-1 step)."""
     key = {"model": config_dict(setup.model), "seq": setup.seq, "attn": setup.attn,
+           "precision": setup.dtype, "kernels": setup.kernels, "checkpointing": setup.checkpointing,
            "torch": torch.__version__, "transformers": machine.software_info()["transformers"]}
     counted, _ = FLOP_CACHE.fetch(key, lambda: flops.flop_counter_step(model, tokens[:1]),
                                   valid=positive_number)
@@ -206,15 +218,31 @@ def step_time_summary(step_times_ms: list[float], tokens_per_step: int) -> dict:
 
 
 class CudaMemory:
-    """Peak allocated/reserved over the timed window, as the post measured it."""
+    """Peak allocated/reserved over the timed window, as the post measured it.
+
+    Under CUDA graphs (compile modes reduce-overhead and max-autotune) a replay allocates
+    nothing: the graphs' memory pool was reserved while they were recorded, before the window,
+    so max_memory_allocated reads only what lives outside the pool (on the H200, 4.1 GB against
+    13.4 GB without graphs). There the peak is the caching allocator's peak reserved memory,
+    pool included, which is what the card must hold; `peak_memory_source` says so. Reserved
+    memory also holds the allocator's free blocks, so it reads a little above allocated
+    (13.5 against 13.4 GB for compile+sdpa on the H200).
+    """
+
+    def __init__(self, cudagraphs: bool = False):
+        self.cudagraphs = cudagraphs
 
     def reset(self) -> None:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
 
     def peaks(self) -> dict:
-        return {"peak_memory_gb": torch.cuda.max_memory_allocated() / GB,
-                "peak_reserved_gb": torch.cuda.max_memory_reserved() / GB}
+        allocated = torch.cuda.max_memory_allocated() / GB
+        reserved = torch.cuda.max_memory_reserved() / GB
+        if self.cudagraphs:
+            return {"peak_memory_gb": reserved, "peak_reserved_gb": reserved,
+                    "peak_allocated_gb": allocated, "peak_memory_source": "max_memory_reserved"}
+        return {"peak_memory_gb": allocated, "peak_reserved_gb": reserved}
 
     @staticmethod
     def in_use_gb() -> float:

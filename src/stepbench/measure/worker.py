@@ -93,7 +93,7 @@ def matmul_peak(setup, channel: Channel, index: int = 0) -> float | None:
 
     channel.progress("peak")
     try:
-        tflops, channel.measured["peak_measured_at"] = peaks.cached_matmul_tflops(setup.dtype, index)
+        tflops, channel.measured["peak_measured_at"] = peaks.cached_matmul_tflops(setup.compute_dtype, index)
     except Exception as exc:  # noqa: BLE001 - the setup runs on without mfu_measured
         print(f"stepbench: measuring the matmul rate failed: {exc}", file=sys.stderr)
         return None

@@ -137,7 +137,8 @@ def run_document(records: list[Record]) -> Document:
     title = None
     if head is not None:
         where = head.machine.gpu if head.machine.gpu != "cpu" else f"CPU ({head.machine.cpu or 'unknown'})"
-        title = f"{head.setup.model_label}, {head.setup.dtype}, on {where}"
+        precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
+        title = f"{head.setup.model_label}, {precisions}, on {where}"
     return Document(title, [Table(RUN_COLUMNS, table_cells(rows, RUN_COLUMNS), _align(RUN_COLUMNS),
                                   notes=footnotes(rows, explain=False))], rows=rows)
 
@@ -214,9 +215,15 @@ def table_cells(rows: list[Row], columns: list[str]) -> list[list[str]]:
     return cells
 
 
+# A row the loss guard flagged (stepbench.guard): its losses left its reference's tolerance.
+DEPARTS_MARK = "!"
+
+
 def marks(row: Row) -> str:
-    """The marks after a row's step time: noise flags, then what torch.compile did."""
-    found = [NOISE_MARKS[f][0] for f in row.noise_flags if f in NOISE_MARKS]
+    """The marks after a row's step time: the loss guard's, noise flags, then what
+    torch.compile did."""
+    found = [DEPARTS_MARK] if row.departs else []
+    found += [NOISE_MARKS[f][0] for f in row.noise_flags if f in NOISE_MARKS]
     if row.graph_breaks or row.recompiles:
         found.append(COMPILE_MARK[0])
     return "".join(dict.fromkeys(found))
@@ -236,6 +243,13 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      "at each machine's hourly price.")
     if any(r.config.distributed for r in rows):
         notes.append(DISTRIBUTED_NOTE)
+    labels = setup_labels(rows)
+    notes += [f"{DEPARTS_MARK} loss guard: {r.loss_guard.describe(labels[id(r)])}; "
+              "do not take its speed as a way to train this model." for r in rows if r.departs]
+    if any(r.config.uses_cudagraphs for r in rows if r.ok):
+        notes.append("Under CUDA graphs (compile modes reduce-overhead, max-autotune) Peak memory "
+                     "is the peak reserved memory, graph pools included: max_memory_allocated "
+                     "does not see a graph replay's memory.")
     used = sorted({r.status for r in rows if not r.ok} & set(STATUS_NOTES),
                   key=list(STATUS_NOTES).index)
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]

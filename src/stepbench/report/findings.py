@@ -56,8 +56,8 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
 # compiled changes what can run at all; a comparison within the noise warns against a
 # difference the table seems to show. compile_payback's "not measurably" repeats compile_speed's.
 # A comparison across GPUs comes with its caveat when they ran different software.
-LEAD = [("parity", WRONG_LOSS), ("fastest_setup", None), ("scaling", None), ("fastest_gpu", None),
-        ("software", None),
+LEAD = [("loss_guard", WRONG_LOSS), ("parity", WRONG_LOSS), ("fastest_setup", None),
+        ("scaling", None), ("fastest_gpu", None), ("software", None),
         ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED),
         ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
 LEAD_MAX = 5     # a lead longer than this is a second list of findings, not a summary
@@ -435,7 +435,7 @@ def attention_vs_compile(rows: list[Row]) -> list[Finding]:
 def _best_per_gpu(rows: list[Row], value) -> list[Row]:
     best: dict[str, Row] = {}
     for row in rows:
-        if row.ok and value(row) is not None and (
+        if row.ok and not row.departs and value(row) is not None and (
                 row.gpu not in best or value(row) > value(best[row.gpu])):
             best[row.gpu] = row
     return sorted(best.values(), key=value, reverse=True)
@@ -446,7 +446,9 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
     run this step here"), or the two that cannot be told apart."""
     items, tags = [], set()
     for gpu in dict.fromkeys(r.gpu for r in rows):
-        ranked = sorted((r for r in rows if r.gpu == gpu and r.ok), key=lambda r: r.step_ms)
+        # A setup whose losses depart from its peers' trains another model: never the answer.
+        ranked = sorted((r for r in rows if r.gpu == gpu and r.ok and not r.departs),
+                        key=lambda r: r.step_ms)
         if len(ranked) < 2:
             continue
         top, second = ranked[:2]
@@ -524,6 +526,15 @@ def parity(rows: list[Row]) -> list[Finding]:
                     f"tolerance {where} (largest difference "
                     f"{_pct(worst.parity_rel_diff)}, {worst.setup} on {worst.gpu}; tolerance "
                     f"{_pct(worst.parity_tolerance)} for {worst.dtype}).")]
+
+
+def loss_guard(rows: list[Row]) -> list[Finding]:
+    """Setups whose losses depart from their reference's (stepbench.guard): fast or not, they
+    train something else, and the other findings leave them out."""
+    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.setup)}; its "
+                    "numbers do not describe training this model, so it is left out of the "
+                    "fastest setup and GPU.", frozenset({WRONG_LOSS}))
+            for r in rows if r.departs]
 
 
 def _pct(fraction: float) -> str:
@@ -617,5 +628,5 @@ def scaling(rows: list[Row]) -> list[Finding]:
     return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
 
 
-RULES = [software, fastest_setup, scaling, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
+RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
          attention_vs_compile, gpus, parity, mfu, energy, testing]

@@ -16,6 +16,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+from stepbench.guard import TOLERANCE, Verdict, loss_verdicts
 from stepbench.noise import noise_flags_for
 from stepbench.record import Record
 from stepbench.report import stats
@@ -23,9 +24,8 @@ from stepbench.report.prices import price_for
 from stepbench.setup import Setup
 
 # Tolerance on the relative difference of the last loss between a compiled setup and its eager
-# twin. bf16 keeps about 3 significant digits (8-bit mantissa) and fused kernels round in
-# another order, so losses drift apart over the steps; fp32 keeps about 7.
-PARITY_TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4}
+# twin: the loss guard's, per precision (stepbench.guard.TOLERANCE says why).
+PARITY_TOLERANCE = TOLERANCE
 
 
 @dataclass
@@ -84,6 +84,8 @@ class Row:
     scaling_baseline: str | None = None
     parity_rel_diff: float | None = None
     parity_tolerance: float | None = None
+    # The loss guard (stepbench.guard): ok, departs, reference or unchecked; None: did not run.
+    loss_guard: Verdict | None = None
     # Samples for significance tests (not shown): per-process step_ms and all step times.
     repeat_step_ms: list[float] = field(default_factory=list, repr=False)
     step_times_ms: list[float] = field(default_factory=list, repr=False)
@@ -163,7 +165,26 @@ class Row:
             "scaling_baseline": self.scaling_baseline,
             "parity_rel_diff": self.parity_rel_diff, "parity_tolerance": self.parity_tolerance,
             "parity_ok": self.parity_ok,
+            **self.loss_guard_fields(),
         }
+
+    def loss_guard_fields(self) -> dict:
+        guard = self.loss_guard
+        return {"loss_guard": guard.status if guard else None,
+                "loss_guard_reference": guard.reference if guard else None,
+                "loss_guard_rel_diff": guard.max_rel_diff if guard else None,
+                "loss_guard_first_rel_diff": guard.first_rel_diff if guard else None,
+                "loss_guard_tolerance": guard.tolerance if guard else None}
+
+    def row_label(self) -> str:
+        """"compile+sdpa (batch 16 x 2048, float8) on NVIDIA H200": enough to find the row."""
+        c = self.config
+        return f"{self.setup} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
+
+    @property
+    def departs(self) -> bool:
+        """The loss guard flagged it: its losses leave its reference's tolerance."""
+        return self.loss_guard is not None and self.loss_guard.departs
 
 
 def build_rows(records: list[Record], prices: dict[str, float],
@@ -179,6 +200,9 @@ def build_rows(records: list[Record], prices: dict[str, float],
     rows.sort(key=_order(records))
     add_parity(rows)
     add_scaling(rows)
+    verdicts = loss_verdicts(records)
+    for row in rows:
+        row.loss_guard = verdicts.get(row.key)
     return rows
 
 

@@ -1,0 +1,165 @@
+"""What a setup does to its model beyond building it: precision, fused kernels, activation
+checkpointing, the optimizer, and what torch.compile wraps. Runs in the child process only.
+
+Each option is a small function of (model, setup), applied after the model is built and placed,
+so that how the model is built can change without touching them. Optional packages (liger-kernel,
+torchao, flash-attn) are imported only by a setup that asks for them; a missing one, or a device
+that lacks a feature, raises `Unsupported` with the reason before anything is built, and the
+worker records the setup as `unsupported` (it subclasses NotImplementedError, which the worker
+already classifies so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+
+import torch
+
+from stepbench.setup import Setup
+
+# Weights (and so gradients and optimizer state) per precision: autocast-bf16 keeps fp32 master
+# weights; float8 keeps bf16 weights and casts to float8 inside each converted linear layer.
+WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+                 "autocast-bf16": torch.float32, "float8": torch.bfloat16}
+# torchao's float8 matmuls need a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell).
+FLOAT8_MIN_CAPABILITY = (8, 9)
+# transformers' attention names that need a package of their own: (module, pip name).
+FLASH_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
+                  "flash_attention_3": ("flash_attn_interface", "flash-attn 3 (built from "
+                                        "flash-attention's hopper/ folder)")}
+# Test-only: the name of a setup (Setup.name) whose weights are spoiled after the build, so that
+# its loss departs from its peers'; tests use it to show the loss guard at work.
+DIVERGE_ENV = "STEPBENCH_TEST_DIVERGE"
+
+
+class Unsupported(NotImplementedError):
+    """This setup cannot run here (a missing package, a device feature); the reason says why."""
+
+
+def check_supported(setup: Setup) -> None:
+    """Raise Unsupported, with the reason and the fix, when `setup` cannot run here."""
+    if setup.attn in FLASH_PACKAGES:
+        module, package = FLASH_PACKAGES[setup.attn]
+        if setup.device != "cuda":
+            raise Unsupported(f"{setup.attn} runs on a CUDA GPU only; use --device cuda")
+        _require(module, package, setup.attn)
+    if setup.kernels != "none":
+        if setup.device != "cuda":
+            raise Unsupported(f"--kernels {setup.kernels}: liger-kernel's Triton kernels need a "
+                              "CUDA GPU; use --device cuda or --kernels none")
+        _require("liger_kernel", "liger-kernel", f"--kernels {setup.kernels}")
+    if setup.dtype == "float8":
+        if setup.device != "cuda":
+            raise Unsupported("float8 training needs a CUDA GPU of compute capability 8.9 or "
+                              "newer; use --device cuda or another --precision")
+        _require("torchao", "torchao", "--precision float8")
+        capability = torch.cuda.get_device_capability()
+        if capability < FLOAT8_MIN_CAPABILITY:
+            raise Unsupported(f"float8 training needs compute capability 8.9 or newer; this GPU "
+                              f"has {capability[0]}.{capability[1]}")
+
+
+def _require(module: str, package: str, what: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise Unsupported(f"{what} needs {package}, which is not installed here "
+                          f"(pip install {package.split(' ')[0]})")
+
+
+def weight_dtype(setup: Setup) -> torch.dtype:
+    """The dtype of the weights, gradients and optimizer state."""
+    return WEIGHT_DTYPES[setup.dtype]
+
+
+def apply_options(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
+    """Fused kernels, float8 linear layers and activation checkpointing, in that order, on a
+    model already built, placed and cast to weight_dtype(setup). Returns the model."""
+    if setup.kernels != "none":
+        apply_liger(model, setup.kernels)
+    if setup.dtype == "float8":
+        apply_float8(model)
+    if setup.checkpointing:
+        # Non-reentrant: the variant torch recommends, and the one torch.compile traces.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if os.environ.get(DIVERGE_ENV) == setup.name:
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(64.0)
+    return model
+
+
+def apply_liger(model: torch.nn.Module, kernels: str) -> None:
+    """liger-kernel's RMSNorm, RoPE, SwiGLU and (for "liger") fused linear cross-entropy, patched
+    into this model instance by liger's own function for its model type (for llama,
+    apply_liger_kernel_to_llama). liger skips a model type it has no kernels for without a word;
+    here that is Unsupported, so that a "liger" row never measures the model's own kernels."""
+    import inspect
+
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    model_type = model.config.model_type
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+    if apply is None:
+        raise Unsupported(f"--kernels {kernels}: liger-kernel has no kernels for model type "
+                          f"{model_type!r}; use --kernels none")
+    options = dict(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                   fused_linear_cross_entropy=kernels == "liger")
+    accepted = inspect.signature(apply).parameters
+    apply(model=model, **{k: v for k, v in options.items() if k in accepted})
+
+
+def apply_float8(model: torch.nn.Module) -> None:
+    """Linear layers train in float8 (torchao, tensorwise scaling), all but the output layer
+    (which produces the logits, kept in bf16 as torchtitan does) and any whose sizes are not
+    multiples of 16 (float8 matmuls need them)."""
+    from torchao.float8 import convert_to_float8_training
+
+    output = model.get_output_embeddings()
+
+    def wanted(module: torch.nn.Module, fqn: str) -> bool:
+        return (module is not output and module.in_features % 16 == 0
+                and module.out_features % 16 == 0)
+
+    convert_to_float8_training(model, module_filter_fn=wanted)
+
+
+def make_optimizer(model: torch.nn.Module, setup: Setup) -> torch.optim.Optimizer:
+    """AdamW(lr=1e-4), fused (one kernel for all parameters) or foreach (a few per group)."""
+    impl = {"fused": True} if setup.optimizer == "fused" else {"foreach": True}
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, **impl)
+
+
+def compile_model(model: torch.nn.Module, setup: Setup):
+    """The callable that runs the forward: the model itself in eager mode; torch.compile of the
+    whole model; or the model with each decoder layer compiled in place (scope "layer")."""
+    if setup.mode != "compile":
+        return model
+    mode = None if setup.compile_mode == "default" else setup.compile_mode
+    if setup.compile_scope == "model":
+        return torch.compile(model, mode=mode)
+    for layer in decoder_layers(model):
+        layer.compile(mode=mode)
+    return model
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's stack of decoder layers: `<base model>.layers` (llama, qwen, mistral...), else
+    the first ModuleList of the classes transformers keeps whole (`_no_split_modules`)."""
+    base = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    layers = getattr(base, "layers", None)
+    if isinstance(layers, torch.nn.ModuleList) and len(layers):
+        return layers
+    whole = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if (isinstance(module, torch.nn.ModuleList) and len(module)
+                and type(module[0]).__name__ in whole):
+            return module
+    raise Unsupported(f"--compile-scope layer: no stack of decoder layers found in "
+                      f"{type(model).__name__}")
+
+
+def forward_context(setup: Setup):
+    """torch.autocast(bf16) around the forward for autocast-bf16; nothing otherwise."""
+    if setup.dtype == "autocast-bf16":
+        return torch.autocast(device_type=setup.device, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,90 @@
+"""Plan files: a matrix of setups written down, `stepbench run --plan study.toml`.
+
+```toml
+model = "llama-tiny"
+device = "cpu"
+steps = 2
+warmup = 1
+[axes]
+modes = ["eager"]
+attn = ["sdpa", "eager"]
+batch = [1, 2]
+```
+
+A plan holds what the flags of `run` hold, under the same names (`compile-mode` or
+`compile_mode`): settings at the top, axes (lists, or one value) under [axes] or at the top. It
+expands to exactly the setups the same flags give, because it is turned into the flags' own
+values and goes through the same checks; a flag given beside the plan overrides it. Read with
+the standard library's tomllib.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from stepbench.errors import UserError
+
+# Axes: a list (or one value) each; the `run` flag of the same name.
+AXES = ("modes", "attn", "compile_mode", "compile_scope", "precision", "kernels",
+        "checkpointing", "optimizer", "batch", "seq")
+ALIASES = {"mode": "modes", "dtype": "precision", "attention": "attn"}
+# Settings: one value each, with the type it must have.
+SETTINGS = {"model": str, "device": str, "warmup": int, "steps": int, "seed": int,
+            "repeats": int, "timeout": float, "memory_limit_gb": float, "compile_cache": str,
+            "out": str}
+
+
+def read_plan(path: Path) -> dict:
+    """The plan's values as `run`'s settings (axes as comma lists, as the flags give them)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read plan {path} ({exc.strerror}); pass an existing TOML "
+                        "file to --plan") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"plan {path} is not valid TOML ({exc}); fix the file") from None
+    axes = data.pop("axes", {})
+    if not isinstance(axes, dict):
+        raise UserError(f"plan {path}: 'axes' must be a table ([axes]); fix the file")
+    settings = {}
+    for where, table in (("top", data), ("axes", axes)):
+        for raw_key, value in table.items():
+            key = ALIASES.get(raw_key.replace("-", "_"), raw_key.replace("-", "_"))
+            if key in settings:
+                raise UserError(f"plan {path}: {raw_key!r} is given twice; keep one")
+            if key in AXES:
+                settings[key] = _axis(path, raw_key, value)
+            elif key in SETTINGS and where == "top":
+                settings[key] = _setting(path, raw_key, value, SETTINGS[key])
+            elif key in SETTINGS:
+                raise UserError(f"plan {path}: {raw_key!r} is a setting, not an axis; move it "
+                                "above [axes]")
+            else:
+                valid = ", ".join([*AXES, *SETTINGS])
+                raise UserError(f"plan {path}: unknown key {raw_key!r}; choose one of: {valid}")
+    if "model" in settings and not Path(settings["model"]).is_absolute():
+        beside = path.parent / settings["model"]
+        if beside.exists():     # a config path is read relative to the plan that names it
+            settings["model"] = str(beside)
+    return settings
+
+
+def _axis(path: Path, key: str, value) -> str:
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, (str, int, bool)) and not isinstance(v, float)
+                             for v in values):
+        raise UserError(f"plan {path}: {key} must be a non-empty list of names or integers, "
+                        f"got {value!r}")
+    return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+
+
+def _setting(path: Path, key: str, value, kind):
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if not ok:
+        what = {str: "a string", int: "an integer", float: "a number"}[kind]
+        raise UserError(f"plan {path}: {key} must be {what}, got {value!r}")
+    return value

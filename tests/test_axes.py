@@ -1,0 +1,139 @@
+"""The axes beyond mode, attention and batch, each value run for real on the CPU (or recorded as
+unsupported with its reason), and the loss guard on what they produced.
+
+One matrix of real child processes (llama-tiny, 4 x 32 tokens, 1 warm-up and 2 timed steps)
+through the runner that `stepbench run` uses: the eager reference, autocast-bf16, fp32,
+activation checkpointing with foreach AdamW, one compiled setup (compile scope "layer"; the
+CUDA-graph modes need a GPU, see benchmarks/README.md section e), the values this machine
+cannot run (float8, liger-kernel, flash attention), and one setup whose weights a test-only
+hook spoils, so that its loss departs.
+"""
+
+import json
+
+import pytest
+
+from stepbench.execute.executor import LocalProcess
+from stepbench.execute.runner import Runner
+from stepbench.guard import DEPARTS, OK, REFERENCE, departing, loss_verdicts
+from stepbench.measure.options import DIVERGE_ENV
+from stepbench.record import ResultsFile
+from stepbench.report.document import rows_document
+from stepbench.report.render import render
+from stepbench.report.rows import build_rows
+from stepbench.setup import Setup
+
+BASE = dict(model="llama-tiny", device="cpu", batch=4, seq=32, warmup=1, steps=2)
+
+
+def setup(mode="eager", attn="sdpa", **options) -> Setup:
+    return Setup(mode=mode, attn=attn, **BASE, **options).check()
+
+
+REFERENCE_SETUP = setup()
+RUNS = [
+    REFERENCE_SETUP,
+    setup(dtype="autocast-bf16"),
+    setup(dtype="fp32"),
+    setup(checkpointing=True, optimizer="foreach"),
+    setup("compile", compile_scope="layer"),
+    setup(attn="eager"),                     # spoiled by the test hook: its loss departs
+]
+UNSUPPORTED = {
+    setup(dtype="float8"): "float8 training needs a CUDA GPU",
+    setup(kernels="liger"): "liger-kernel's Triton kernels need a CUDA GPU",
+    setup(kernels="liger-no-flce"): "liger-kernel's Triton kernels need a CUDA GPU",
+    setup(attn="flash_attention_2"): "flash_attention_2 runs on a CUDA GPU only",
+    setup(attn="flash_attention_3"): "flash_attention_3 runs on a CUDA GPU only",
+}
+SPOILED = setup(attn="eager")
+
+
+@pytest.fixture(scope="module")
+def axes_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("axes") / "results.jsonl"
+    executor = LocalProcess()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(DIVERGE_ENV, SPOILED.name)
+        try:
+            records = Runner(executor, ResultsFile(out), timeout_s=300).run(
+                RUNS + list(UNSUPPORTED))
+        finally:
+            executor.close()
+    return out, {r.setup: r for r in records}
+
+
+def test_each_value_runs_or_is_unsupported_with_its_reason(axes_run):
+    _, by_setup = axes_run
+    for s in RUNS:
+        record = by_setup[s]
+        assert record.status == "ok", (s.name, record.error)
+        assert len(record.losses) == 1 + s.warmup + s.steps and record.step_ms > 0
+    for s, reason in UNSUPPORTED.items():
+        record = by_setup[s]
+        assert record.status == "unsupported", (s.name, record.status, record.error)
+        assert reason in record.error and "use --device cuda" in record.error
+        assert record.software.torch and record.machine.gpu == "cpu"
+
+
+def test_the_same_weights_give_the_same_first_loss_whatever_the_options(axes_run):
+    _, by_setup = axes_run
+    first = [by_setup[s].loss_first for s in RUNS if s != SPOILED]
+    assert max(first) - min(first) < 1e-3 * first[0], first
+    assert by_setup[SPOILED].loss_first > 3 * first[0]
+
+
+def test_per_layer_compilation_compiles_the_layers(axes_run):
+    _, by_setup = axes_run
+    compiled = by_setup[RUNS[4]]
+    assert compiled.setup.name == "compile/layer+sdpa"
+    assert compiled.compile["graphs"] >= 1 and compiled.compile["recompiles_in_timed"] == 0
+    assert compiled.flop_counter_per_step, "the FLOP count runs the compiled layers eagerly"
+
+
+def test_new_fields_are_written_only_when_set(axes_run):
+    out, _ = axes_run
+    written = {json.dumps(r["setup"], sort_keys=True) for r in map(json.loads, out.read_text().splitlines())}
+    plain = next(json.loads(w) for w in written if json.loads(w)["name"] == "eager+sdpa"
+                 and json.loads(w)["dtype"] == "bf16")
+    assert not {"compile_scope", "kernels", "checkpointing", "optimizer"} & set(plain)
+    ckpt = next(json.loads(w) for w in written if json.loads(w)["name"] == "eager+sdpa+ckpt+foreach")
+    assert ckpt["checkpointing"] is True and ckpt["optimizer"] == "foreach"
+    # ... and every record reads back as the setup that ran (resume finds them).
+    assert {r.setup for r in ResultsFile(out).read()} == set(RUNS) | set(UNSUPPORTED)
+
+
+def test_the_loss_guard_flags_the_spoiled_setup_and_passes_the_real_ones(axes_run):
+    out, by_setup = axes_run
+    records = ResultsFile(out).read()
+    verdicts = loss_verdicts(records)
+    by_name = {s: verdicts[(s.key(), "cpu")] for s in RUNS}
+    assert by_name[REFERENCE_SETUP].status == REFERENCE
+    assert by_name[SPOILED].status == DEPARTS and by_name[SPOILED].reference == "eager+sdpa"
+    for s in RUNS:
+        if s not in (REFERENCE_SETUP, SPOILED):
+            assert by_name[s].status == OK, (s.name, by_name[s])
+    # Curves where the weights share a dtype; the first loss alone across bf16 and fp32 weights.
+    # (autocast-bf16 against bf16, then fp32 against autocast-bf16: each chain ends at eager+sdpa).
+    assert by_name[RUNS[4]].steps == 4
+    assert by_name[RUNS[1]].steps == 1 and by_name[RUNS[1]].reference == "eager+sdpa (bf16)"
+    assert by_name[RUNS[2]].steps == 4
+    assert by_name[RUNS[2]].reference == "eager+sdpa (autocast-bf16)"
+    assert departing(records) == {(SPOILED.key(), "cpu")}
+    assert all(r.loss_tolerance == (1e-4 if r.setup.dtype == "fp32" else 2e-2 if
+                                    r.setup.dtype != "float8" else 5e-2) for r in records)
+
+
+def test_the_report_marks_the_departing_setup_and_never_calls_it_fastest(axes_run):
+    out, by_setup = axes_run
+    doc = rows_document(build_rows(ResultsFile(out).read(), {}))
+    text = render(doc, "markdown")
+    assert "loss guard: eager+eager" in text and "first loss is" in text
+    guard = [f for _, found in doc.findings for f in found if f.kind == "loss_guard"]
+    assert len(guard) == 1 and "eager+eager" in guard[0].text
+    assert doc.lead[0][1] is guard[0]
+    fastest = [f.text for _, found in doc.findings for f in found if f.kind == "fastest_setup"]
+    assert fastest and all("eager+eager" not in t for t in fastest)
+    rows = json.loads(render(doc, "json"))["rows"]
+    assert {r["setup"]: r["loss_guard"] for r in rows if r["dtype"] == "bf16"
+            and r["status"] == "ok"}["eager+eager"] == "departs"

@@ -1,0 +1,103 @@
+"""Plan files (`run --plan study.toml`): the same setups as the equivalent flags, flags beside a
+plan override it, a bad plan or a combination that can never run is refused before anything
+starts; and the plan's four setups run for real, with the loss guard passing them all."""
+
+import json
+
+import pytest
+
+from stepbench.cli import main
+from stepbench.guard import REFERENCE, OK, loss_verdicts
+from stepbench.record import ResultsFile
+from conftest import run_cli
+
+STUDY = """\
+model = "llama-tiny"
+device = "cpu"
+steps = 2
+warmup = 1
+[axes]
+modes = ["eager"]
+attn = ["sdpa", "eager"]
+batch = [1, 2]
+"""
+FLAGS = ["--model", "llama-tiny", "--device", "cpu", "--steps", "2", "--warmup", "1",
+         "--modes", "eager", "--attn", "sdpa,eager", "--batch", "1,2"]
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    def make(text: str = STUDY):
+        path = tmp_path / "study.toml"
+        path.write_text(text)
+        return path
+    return make
+
+
+def dry_run(capsys, *args) -> list[dict]:
+    assert main(["run", *map(str, args), "--dry-run", "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_plan_gives_the_same_setups_as_the_flags(plan_file, capsys):
+    from_plan = dry_run(capsys, "--plan", plan_file())
+    assert from_plan == dry_run(capsys, *FLAGS)
+    assert [(s["name"], s["batch"]) for s in from_plan] == [
+        ("eager+sdpa", 1), ("eager+eager", 1), ("eager+sdpa", 2), ("eager+eager", 2)]
+    assert {(s["steps"], s["warmup"], s["seq"], s["model"]) for s in from_plan} == {(2, 1, 256, "llama-tiny")}
+
+
+def test_flags_beside_a_plan_override_it(plan_file, capsys):
+    setups = dry_run(capsys, "--plan", plan_file(), "--batch", "4", "--precision", "bf16,fp32",
+                     "--checkpointing", "on")
+    assert {(s["batch"], s["dtype"], s["checkpointing"]) for s in setups} == {
+        (4, "bf16", True), (4, "fp32", True)}
+    assert len(setups) == 4 and {s["mode"] for s in setups} == {"eager"}
+
+
+def test_every_axis_can_be_written_in_a_plan(plan_file, capsys):
+    text = STUDY.replace('modes = ["eager"]', 'modes = ["compile"]\ncompile-mode = ["default", '
+                         '"reduce-overhead"]\ncompile_scope = ["layer"]\nprecision = "fp32"\n'
+                         'kernels = ["none"]\ncheckpointing = [false, true]\noptimizer = "foreach"\n'
+                         'seq = 64')
+    setups = dry_run(capsys, "--plan", plan_file(text))
+    assert len(setups) == 2 * 2 * 2 * 2          # compile modes x checkpointing x attn x batch
+    assert {s["name"] for s in setups} == {
+        "compile/layer+sdpa+foreach", "compile:reduce-overhead/layer+sdpa+foreach",
+        "compile/layer+sdpa+ckpt+foreach", "compile:reduce-overhead/layer+sdpa+ckpt+foreach",
+        "compile/layer+eager+foreach", "compile:reduce-overhead/layer+eager+foreach",
+        "compile/layer+eager+ckpt+foreach", "compile:reduce-overhead/layer+eager+ckpt+foreach"}
+    assert {(s["dtype"], s["seq"]) for s in setups} == {("fp32", 64)}
+
+
+@pytest.mark.parametrize("text, message", [
+    (STUDY + 'typo = 1\n', "unknown key 'typo'; choose one of: modes, attn"),
+    (STUDY.replace("steps = 2\n", "") + "steps = 2\n", "'steps' is a setting, not an axis; move it above [axes]"),
+    (STUDY.replace("steps = 2", 'steps = "two"'), "steps must be an integer, got 'two'"),
+    (STUDY.replace('batch = [1, 2]', 'batch = []'), "batch must be a non-empty list"),
+    (STUDY + "[[axes]]\n", "not valid TOML"),
+    (STUDY.replace('modes = ["eager"]', 'modes = ["eager"]\ncompile_scope = ["layer"]'),
+     "--compile-scope layer needs torch.compile; eager mode compiles nothing"),
+])
+def test_a_bad_plan_is_refused_before_anything_runs(plan_file, capsys, tmp_path, text, message):
+    out = tmp_path / "r.jsonl"
+    assert main(["run", "--plan", str(plan_file(text)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_a_missing_plan_file_says_so(capsys, tmp_path):
+    assert main(["run", "--plan", str(tmp_path / "none.toml")]) == 2
+    assert "cannot read plan" in capsys.readouterr().err
+
+
+def test_the_plan_runs_its_four_setups_and_the_loss_guard_passes_them(plan_file, tmp_path):
+    out = tmp_path / "results.jsonl"
+    proc = run_cli("run", "--plan", plan_file(), "--out", out, "--format", "json", check_json=True)
+    ran = [(r["setup"]["name"], r["setup"]["batch"], r["status"]) for r in proc.records]
+    assert ran == [("eager+sdpa", 1, "ok"), ("eager+eager", 1, "ok"), ("eager+sdpa", 2, "ok"),
+                   ("eager+eager", 2, "ok")]
+    verdicts = loss_verdicts(ResultsFile(out).read())
+    assert sorted(v.status for v in verdicts.values()) == [OK, OK, REFERENCE, REFERENCE]
+    assert all(v.steps == 4 for v in verdicts.values() if v.status == OK)
