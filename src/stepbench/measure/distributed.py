@@ -262,12 +262,18 @@ def main(argv: list[str]) -> int:
             dist.barrier()
         channel.progress(phase, *args, **info)
 
+    from stepbench.measure.phases import Phases
+
+    phases = Phases(channel.measured)
     status, error = "ok", None
     try:
         import torch
         import torch.distributed as dist
 
-        from stepbench.measure import machine, step
+        from stepbench.measure import machine, models, step
+
+        models.import_modeling(setup.model, setup.seq)
+        phases.lap("imports")
 
         cuda = setup.device == "cuda"
         if cuda:
@@ -278,9 +284,11 @@ def main(argv: list[str]) -> int:
         channel.send("start", machine=machine.machine_info(setup.device, local_rank),
                      software=machine.software_info())
         _fault(global_rank, "start")
+        phases.lap("device_init")       # with the process group's rendezvous
         peak = worker.matmul_peak(setup, channel, local_rank) if job.get("measure_peak") else None
+        phases.lap("peak")
         worker.limit_memory(setup)
-        step.measure(setup, channel.measured, progress, peak_tflops_measured=peak,
+        step.measure(setup, channel.measured, progress, phases, peak_tflops_measured=peak,
                      cache_label=worker.compile_cache_label(setup))
         mine = rank_summary(channel.measured, rank_=global_rank, local_rank=local_rank, node=node)
         everyone: list = [None] * dist.get_world_size()
