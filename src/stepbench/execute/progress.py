@@ -53,9 +53,10 @@ class Display:
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
-        self.live = None if not self.stream.isatty() else self._live()
         self.running: dict[Job, list] = {}     # job -> [label, phase text, start time]
         self.lock = threading.Lock()
+        # Last: rich's Live renders once as it is made, and that reads the state above.
+        self.live = None if not self.stream.isatty() else self._live()
 
     def _live(self):
         from rich.console import Console
