@@ -70,6 +70,21 @@ def test_every_axis_can_be_written_in_a_plan(plan_file, capsys):
     assert {(s["dtype"], s["seq"]) for s in setups} == {("fp32", 64)}
 
 
+def test_where_the_weights_are_drawn_and_the_parallel_style_can_be_planned(plan_file, capsys):
+    # On the CPU the weights are always drawn on the CPU, so init is left at its default there;
+    # the distributed settings go through the same checks as their flags.
+    text = STUDY.replace('steps = 2', 'steps = 2\ninit = "cpu"\nnproc = 2').replace(
+        'batch = [1, 2]', 'batch = 1\nparallel = ["none", "ddp"]')
+    setups = dry_run(capsys, "--plan", plan_file(text))
+    assert [(s["name"], s.get("parallel", "none"), s.get("nproc", 1)) for s in setups] == [
+        ("eager+sdpa", "none", 1), ("eager+eager", "none", 1),
+        ("eager+sdpa", "ddp", 2), ("eager+eager", "ddp", 2)]
+    assert all("init" not in s for s in setups)
+    # A flag beside the plan wins over it.
+    setups = dry_run(capsys, "--plan", plan_file(text), "--parallel", "none", "--nproc", "1")
+    assert {s.get("parallel", "none") for s in setups} == {"none"}
+
+
 @pytest.mark.parametrize("text, message", [
     (STUDY + 'typo = 1\n', "unknown key 'typo'; choose one of: modes, attn"),
     (STUDY.replace("steps = 2\n", "") + "steps = 2\n", "'steps' is a setting, not an axis; move it above [axes]"),

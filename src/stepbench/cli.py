@@ -118,14 +118,14 @@ def add_run(sub) -> None:
     p.add_argument("--gpus", metavar="all|N|I,J,...",
                    help="run setups concurrently, one per GPU of this pool (all, the first N, or "
                         "these CUDA indices); each setup's process sees only its GPU(s)")
-    p.add_argument("--nproc", type=int, default=1,
+    p.add_argument("--nproc", type=int,
                    help="processes (GPUs) per node of each distributed job, with --parallel "
                         "(default 1); --batch is per process")
-    p.add_argument("--parallel", default="none",
+    p.add_argument("--parallel",
                    help="comma list of none, ddp, fsdp2: run each setup as a torchrun job of "
                         "--nproc processes with DistributedDataParallel or FSDP2 (none: one "
                         "process, the baseline of scaling efficiency)")
-    p.add_argument("--nnodes", type=int, default=1,
+    p.add_argument("--nnodes", type=int,
                    help="hosts one distributed job spans (torchrun --nnodes; default 1)")
     p.add_argument("--node-rank", type=int,
                    help="this host's rank among --nnodes hosts (torchrun --node-rank)")
@@ -150,7 +150,7 @@ RUN_DEFAULTS = {"modes": "eager,compile", "attn": "sdpa,eager", "compile_mode": 
                 "compile_scope": "model", "precision": "bf16", "kernels": "none",
                 "checkpointing": "off", "optimizer": "fused", "batch": "4", "warmup": 4,
                 "steps": 20, "repeats": 1, "seed": 0, "device": "auto", "init": "device",
-                "out": Path(DEFAULT_OUT)}
+                "parallel": "none", "nproc": 1, "nnodes": 1, "out": Path(DEFAULT_OUT)}
 
 
 def run_settings(args: argparse.Namespace) -> argparse.Namespace:

@@ -27,12 +27,12 @@ from stepbench.errors import UserError
 
 # Axes: a list (or one value) each; the `run` flag of the same name.
 AXES = ("modes", "attn", "compile_mode", "compile_scope", "precision", "kernels",
-        "checkpointing", "optimizer", "batch", "seq")
+        "checkpointing", "optimizer", "batch", "seq", "parallel")
 ALIASES = {"mode": "modes", "dtype": "precision", "attention": "attn"}
 # Settings: one value each, with the type it must have.
 SETTINGS = {"model": str, "device": str, "warmup": int, "steps": int, "seed": int,
             "repeats": int, "timeout": float, "memory_limit_gb": float, "compile_cache": str,
-            "out": str}
+            "out": str, "init": str, "nproc": int, "nnodes": int, "gpus": str}
 
 
 def read_plan(path: Path) -> dict:
