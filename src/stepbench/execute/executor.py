@@ -3,7 +3,8 @@
 The runner (runner.py) only talks to this seam: `run(job, slot, timeout_s, on_message)` returns an
 Outcome built from the child's JSON lines (stepbench.protocol), its exit code and the clock, and
 `stop()` ends everything in flight. LocalProcess runs children on this host; a torchrun or SSH
-executor carries the same lines from elsewhere and plugs in without touching the runner.
+executor (execute/ssh.py) carries the same lines from elsewhere and plugs in without touching the
+runner.
 
 A slot is a place where one setup runs at a time (this host's one GPU or CPU here; one GPU of
 several, or one remote host, later): the runner keeps one job in flight per slot.
@@ -69,6 +70,7 @@ OnMessage = Callable[[dict], None]
 
 class Executor(Protocol):
     slots: list[str]
+    host: str | None     # the SSH host it runs on (tags records, part of the resume key); None here
 
     def gpu_name(self, setup: Setup, slot: str) -> str | None:
         """The GPU `setup` would run on in `slot` ("cpu" on the CPU): part of the resume key."""
@@ -98,6 +100,7 @@ class LocalProcess:
 
     def __init__(self, compile_cache: Path | None = None, python: str = sys.executable):
         self.slots = ["0"]
+        self.host = None
         self.compile_cache = compile_cache
         self.python = python
         self.workdir = Path(tempfile.mkdtemp(prefix="stepbench-"))

@@ -45,6 +45,8 @@ class Runner:
         self.rerun = rerun              # measure again what the file already has; the new wins
         self.measure_peak = measure_peak
         self.run_id = run_id or new_run_id()
+        # The SSH host an executor runs on (execute/ssh.py): part of the resume key and the record.
+        self.host = getattr(executor, "host", None)
         self._lock = threading.Lock()
 
     def run(self, plan: list[Setup], repeats: int = 1) -> list[Record]:
@@ -56,7 +58,8 @@ class Runner:
         records: dict[int, Record] = {}
         todo = []
         for index, job in enumerate(jobs):
-            key = resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, slot))
+            key = resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, slot),
+                             self.host)
             if key in done:
                 records[index] = done[key]
                 self.display.skip(job, done[key])
@@ -94,7 +97,7 @@ class Runner:
                 if outcome.stopped:
                     return          # interrupted: not a measurement, nothing is stored
                 record = make_record(job, outcome, run_id=self.run_id, timeout_s=self.timeout_s,
-                                     gpu=self.executor.gpu_name(job.setup, slot))
+                                     gpu=self.executor.gpu_name(job.setup, slot), host=self.host)
                 with self._lock:
                     self.store.append(record)
                     records[index] = record
@@ -148,7 +151,7 @@ class stop_signals:
 
 
 def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
-                gpu: str | None) -> Record:
+                gpu: str | None, host: str | None = None) -> Record:
     """The record of one finished child: what it measured, with the status the parent decides.
 
     Machine and software come from the child's start message; a child that died before sending
@@ -163,7 +166,7 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     software = Software.from_dict(start.get("software"))
     return Record(run_id=run_id, repeat=job.repeat, setup=job.setup, status=status, error=error,
                   **measured, started_at=outcome.started_at, finished_at=outcome.finished_at,
-                  wall_s=round(outcome.wall_s, 3), machine=machine, software=software)
+                  wall_s=round(outcome.wall_s, 3), host=host, machine=machine, software=software)
 
 
 def classify(outcome: Outcome, phase: str, timeout_s: float) -> tuple[str, str | None]:
