@@ -20,9 +20,9 @@ QWEN = str(Path(__file__).parent / "data" / "tiny-qwen2")
 TINY = ["--modes", "eager", "--attn", "sdpa,eager", "--seq", "64", "--warmup", "1", "--steps", "2"]
 
 
-def remote(sshd, remote_dir, *hosts):
+def remote(sshd, remote_dir, *hosts, python=sys.executable):
     return [a for h in hosts for a in ("--host", h)] + [
-        "--ssh-config", sshd.config, "--remote-python", sys.executable, "--remote-dir", remote_dir]
+        "--ssh-config", sshd.config, "--remote-python", python, "--remote-dir", remote_dir]
 
 
 def test_two_hosts_run_at_once_into_one_file_tagged_and_resume(sshd, tmp_path):
@@ -142,3 +142,40 @@ def test_without_asyncssh_the_error_names_the_extra(tmp_path, capsys, monkeypatc
     monkeypatch.setitem(sys.modules, "asyncssh", None)      # as if it were not installed
     assert main(["run", "--host", "gpu-a", "--out", str(tmp_path / "r.jsonl")]) == 2
     assert "pip install 'stepbench[fleet]'" in capsys.readouterr().err
+
+
+def test_a_remote_python_that_is_not_there_is_one_line(sshd, tmp_path):
+    proc = run_cli("run", *remote(sshd, tmp_path / "rd", "alpha", python="/nonexistent/python3"),
+                   *TINY, "--out", tmp_path / "r.jsonl", timeout=120)
+    assert proc.returncode == 1
+    [line] = [line for line in proc.stderr.splitlines() if line.startswith("stepbench run:")]
+    assert line.startswith("stepbench run: host alpha: `/nonexistent/python3` failed there (exit "
+                           "code 127): ")
+    assert line.endswith("pass --remote-python the path of the Python that has torch there")
+
+
+def test_the_report_names_the_host_only_where_one_gpu_ran_on_several(tmp_path, capsys):
+    # The post's four GPUs, with the H100's records run twice, on hosts h100-a and h100-b (the
+    # second 10% slower): those rows keep apart and name their host; the others are as before.
+    post = Path(__file__).parent / "data" / "post"
+    for path in sorted(post.glob("*.jsonl")):
+        (tmp_path / path.name).write_text(path.read_text())
+    h100 = read_jsonl(post / "4-h100.jsonl")
+    slower = [dict(r, host="h100-b", step_ms=r["step_ms"] and r["step_ms"] * 1.1,
+                   tokens_per_s=r["tokens_per_s"] and r["tokens_per_s"] / 1.1) for r in h100]
+    (tmp_path / "4-h100.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in [dict(r, host="h100-a") for r in h100] + slower))
+    assert main(["report", str(tmp_path), "--prices", str(post / "prices.toml"),
+                 "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert "no price" not in out.err                  # priced by the GPU's name, host or not
+    rows = json.loads(out.out)["rows"]
+    machines = list(dict.fromkeys(r["gpu"] for r in rows))
+    assert machines == ["NVIDIA GeForce RTX 5090", "NVIDIA L40S", "NVIDIA RTX A6000",
+                        "NVIDIA H100 PCIe (h100-a)", "NVIDIA H100 PCIe (h100-b)"]
+    a, b = ([r for r in rows if r["host"] == h and r["setup"] == "eager+sdpa"] for h in
+            ("h100-a", "h100-b"))
+    assert a[0]["repeats"] == b[0]["repeats"] == 1 and a[0]["gpu_name"] == "NVIDIA H100 PCIe"
+    assert b[0]["step_ms"] == pytest.approx(a[0]["step_ms"] * 1.1)
+    assert a[0]["price_per_hour"] == b[0]["price_per_hour"] is not None
+    assert all(r["host"] is None for r in rows if "H100" not in r["gpu"])

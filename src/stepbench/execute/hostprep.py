@@ -14,8 +14,10 @@ Any failure is one JSON line {"error": "..."} that names the fix.
 
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,9 @@ def prepare(args, wheel):
     if sys.version_info < MIN_PYTHON:
         raise Failed(f"{sys.executable} is Python {sys.version.split()[0]}; stepbench needs "
                      f"{'.'.join(map(str, MIN_PYTHON))} or newer: pass --remote-python PATH")
+    if importlib.util.find_spec("torch") is None:
+        raise Failed(f"{sys.executable} there has no torch; pass --remote-python the Python that "
+                     "has it (stepbench uses the host's own torch and never installs one)")
     base = os.path.abspath(os.path.expanduser(args["dir"]))
     key = hashlib.sha256(wheel + os.path.realpath(sys.executable).encode()
                          + sys.version.encode()).hexdigest()[:16]
@@ -98,8 +103,11 @@ def install(env, wheel, wheel_name, requires):
     pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"]
     # The wheel alone first: a stepbench that this Python already has must not stop it.
     run(pip + ["--no-deps", "--ignore-installed", wheel_path], "installing stepbench")
-    # Then only what this Python lacks (usually nothing: torch and the rest are found as they are).
-    run(pip + list(requires), "installing stepbench's requirements (" + ", ".join(requires) + ")")
+    # Then only what this Python lacks (usually nothing: its packages are found as they are). Never
+    # torch: the host's own build (its CUDA, its driver) is the one to measure.
+    requires = [r for r in requires if re.split(r"[\s;<>=!~\[(]", r, 1)[0].lower() != "torch"]
+    if requires:
+        run(pip + requires, "installing stepbench's requirements (" + ", ".join(requires) + ")")
     os.remove(wheel_path)
     open(os.path.join(env, "READY"), "w").close()
 

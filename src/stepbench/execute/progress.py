@@ -51,11 +51,12 @@ class Display:
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
-        self.live = None if not self.stream.isatty() else self._live()
         # (prefix, job) -> [label, phase text, start time]
         self.running: dict[tuple[str, Job], list] = {}
         self.lock = threading.Lock()
         self.print_lock = threading.Lock()
+        # Last: rich's Live renders once as it is made, which reads the state above.
+        self.live = None if not self.stream.isatty() else self._live()
 
     def _live(self):
         from rich.console import Console
