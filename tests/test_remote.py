@@ -59,12 +59,14 @@ def test_two_hosts_run_at_once_into_one_file_tagged_and_resume(sshd, tmp_path):
     assert config.read_text() == (Path(QWEN) / "config.json").read_text()
     assert list((remote_dir / "runs").iterdir()) == []
 
-    # The report keeps the hosts apart (same GPU name, two machines) and names them.
+    # The report keeps the hosts apart (same GPU name, two machines) and names them; machines
+    # come in the file's order, which is the order the hosts finished in.
     report = run_cli("report", out, "--format", "json")
     rows = json.loads(report.stdout)["rows"]
-    assert [(r["gpu"], r["host"], r["setup"], r["repeats"]) for r in rows] == [
-        ("cpu (alpha)", "alpha", "eager+sdpa", 1), ("cpu (alpha)", "alpha", "eager+eager", 1),
-        ("cpu (beta)", "beta", "eager+sdpa", 1), ("cpu (beta)", "beta", "eager+eager", 1)]
+    assert sorted((r["gpu"], r["host"], r["setup"], r["repeats"]) for r in rows) == [
+        ("cpu (alpha)", "alpha", "eager+eager", 1), ("cpu (alpha)", "alpha", "eager+sdpa", 1),
+        ("cpu (beta)", "beta", "eager+eager", 1), ("cpu (beta)", "beta", "eager+sdpa", 1)]
+    assert [r["setup"] for r in rows] == ["eager+sdpa", "eager+eager"] * 2
     assert all(r["gpu_name"] == "cpu" for r in rows)
 
     # The same command again resumes per host: nothing runs, nothing is appended.
@@ -78,6 +80,7 @@ def test_two_hosts_run_at_once_into_one_file_tagged_and_resume(sshd, tmp_path):
     assert out.read_bytes() == before
     lines = again.stdout.splitlines()
     assert lines[0] == "tiny-qwen2, bf16, on 2 machines"
+    # run's own table lists the hosts in the order named.
     assert [line.split()[:3] for line in lines if "+" in line] == [
         ["cpu", "(alpha)", "eager+sdpa"], ["cpu", "(alpha)", "eager+eager"],
         ["cpu", "(beta)", "eager+sdpa"], ["cpu", "(beta)", "eager+eager"]]
