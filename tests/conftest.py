@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 # Two pytest workers share two cores (pyproject's addopts): one torch thread per process, so that
 # processes never wait on each other's spinning OpenMP threads (a 2-thread step on a core that
 # another process holds can run 20x slower). Children inherit it.
@@ -37,3 +39,14 @@ def run_cli(*args, timeout=900, check_json=False) -> subprocess.CompletedProcess
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """A real OpenSSH server on 127.0.0.1 with its client config (tests/sshd.py); one per test
+    module, so that a test that drops its connections drops only its own module's."""
+    from sshd import SSHServer
+
+    server = SSHServer(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()

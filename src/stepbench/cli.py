@@ -141,6 +141,27 @@ def add_run(sub) -> None:
                    help="print the setups the flags (and plan) expand to, run nothing")
     p.add_argument("--format", default="table", choices=("table", "markdown", "json"),
                    help="table (default), markdown, or json (the records, alone on stdout)")
+    remote = p.add_argument_group(
+        "remote machines over SSH (needs the fleet extra: pip install 'stepbench[fleet]')",
+        "Run the matrix on every host at once, each setup in its own process there, into the one "
+        "results file here; records are tagged with the host's name. Device, model and sequence "
+        "defaults are worked out on each host; --compile-cache names a folder there.")
+    remote.add_argument("--host", action="append", metavar="NAME",
+                        help="an SSH config alias or user@host[:port]; repeatable")
+    remote.add_argument("--hosts-file", type=Path, metavar="FILE",
+                        help="a file of hosts, one alias or user@host[:port] a line (# comments)")
+    remote.add_argument("--ssh-config", type=Path, metavar="FILE",
+                        help="the OpenSSH config to read instead of ~/.ssh/config")
+    remote.add_argument("--remote-python", default="python3", metavar="PATH",
+                        help="the Python on the hosts that has torch; stepbench installs itself "
+                             "into an environment that uses its packages (default python3)")
+    remote.add_argument("--remote-setup", metavar="SHELL",
+                        help="shell code run on each host before each stepbench command there, "
+                             "in the same shell, e.g. 'module load cuda' or 'source "
+                             "~/torch/bin/activate'")
+    remote.add_argument("--remote-dir", default=".cache/stepbench", metavar="DIR",
+                        help="where stepbench keeps its environment and work files on the hosts "
+                             "(default ~/.cache/stepbench)")
     p.set_defaults(handler=cmd_run)
 
 
@@ -164,22 +185,30 @@ def run_settings(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**{k: None for k in vars(args)}, **settings})
 
 
+def check_run(args: argparse.Namespace, device: str) -> float:
+    """The timeout for `device`, after checking the flags that do not depend on the plan."""
+    timeout = args.timeout if args.timeout is not None else DEVICE_DEFAULTS[device]["timeout_s"]
+    if timeout <= 0:
+        raise UserError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {args.repeats}")
+    return timeout
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    args = run_settings(args)
+    if args.host or args.hosts_file:
+        return cmd_run_hosts(args)
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
     from stepbench.execute.runner import Runner, Stopped
     from stepbench.measure.machine import resolve_device
     from stepbench.record import ResultsFile
 
-    args = run_settings(args)
     device = resolve_device(args.device)
     check_distributed_flags(args, device)
     plan = build_plan(args, device)
-    timeout = args.timeout if args.timeout is not None else DEVICE_DEFAULTS[device]["timeout_s"]
-    if timeout <= 0:
-        raise UserError(f"--timeout must be > 0 seconds, got {timeout:g}")
-    if args.repeats < 1:
-        raise UserError(f"--repeats must be >= 1, got {args.repeats}")
+    timeout = check_run(args, device)
     if args.dry_run:
         print_plan(plan, args.format)
         return 0
@@ -204,18 +233,60 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
     finally:
         executor.close()
+    print_records(args, records)
+    return 0
+
+
+def cmd_run_hosts(args: argparse.Namespace) -> int:
+    """`run --host ...`: the plan on every host at once (execute/fleet.py)."""
+    from stepbench.execute.fleet import check_hosts, report_failures, run_on_hosts
+    from stepbench.execute.progress import Display
+    from stepbench.execute.runner import Stopped
+    from stepbench.record import ResultsFile
+
+    # The flags are checked here, once, before any host is contacted.
+    specs = check_hosts(args)
+    if args.gpus is not None or args.nproc != 1 or args.nnodes != 1 or args.parallel != "none":
+        raise UserError("--host runs one setup at a time on each host's first GPU; drop --gpus, "
+                        "--nproc, --nnodes and --parallel, or run stepbench on the host itself")
+    device = "cpu" if args.device == "auto" else args.device
+    build_plan(args, device)
+    check_run(args, device)
+    store = ResultsFile(args.out).check_writable()
+    display = Display()
+    try:
+        runs = run_on_hosts(args, specs, build_plan, display, store, check_run)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
+        display.close()
+        how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
+        print(f"stepbench run: {how}; the running setups were stopped on every host, finished "
+              f"setups are kept in {args.out}; run the same command again to resume",
+              file=sys.stderr)
+        return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+    finally:
+        display.close()
+    records = [record for run in runs for record in run.records]
+    if records or args.format == "json":
+        print_records(args, records)
+    return report_failures(runs)
+
+
+def print_records(args: argparse.Namespace, records) -> None:
+    """The run's records on stdout: a table (repeats combined) or the JSON array."""
     if args.format == "json":
         print(json.dumps([r.to_dict() for r in records], indent=1))
-        return 0
+        return
     from stepbench.report.document import run_document
     from stepbench.report.render import render
 
     print(render(run_document(records), args.format), end="")
-    print(f"results: {out}", file=sys.stderr)
+    print(f"results: {args.out}", file=sys.stderr)
     if args.repeats > 1:
         print(f"repeats combined, with confidence intervals and findings: stepbench report "
-              f"{out}", file=sys.stderr)
-    return 0
+              f"{args.out}", file=sys.stderr)
+    elif len({r.host for r in records}) > 1:
+        print(f"the hosts compared, with findings and cost per token: stepbench report "
+              f"{args.out}", file=sys.stderr)
 
 
 def build_plan(args: argparse.Namespace, device: str):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ SCHEMA = 1
 # a record that does not use them is written as 0.1 wrote it, so old files read back unchanged.
 # Reading, a missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
-                "phases", "ranks", "scaling", "placement")
+                "phases", "ranks", "scaling", "placement", "host")
 
 
 class _FromDict:
@@ -118,6 +119,9 @@ class Record:
     started_at: str | None = None
     finished_at: str | None = None
     wall_s: float | None = None
+    # The SSH host the setup ran on, as named on the command line (`run --host`); None for a run
+    # on this machine, and then left out of the JSON, so local records read and write as before.
+    host: str | None = None
     machine: Machine = field(default_factory=Machine)
     software: Software = field(default_factory=Software)
     # Where the executor placed the job: GPUs, inductor's compile threads, jobs run alongside.
@@ -130,8 +134,9 @@ class Record:
 
     def resume_key(self) -> str:
         """What makes two records the same measurement: the setup, the repeat and where it ran
-        (a results file shared between machines resumes each machine's own setups)."""
-        return resume_key(self.setup, self.repeat, self.machine.gpu)
+        (a results file shared between machines resumes each machine's own setups; two SSH
+        hosts with the same GPU never stand in for each other)."""
+        return resume_key(self.setup, self.repeat, self.machine.gpu, self.host)
 
     def to_dict(self) -> dict:
         data = {"schema": self.schema}
@@ -160,12 +165,18 @@ class Record:
 
 MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
                         if f.name not in ("run_id", "repeat", "setup", "status", "error",
-                                          "started_at", "finished_at", "wall_s", "machine",
-                                          "software", "placement", "schema"))
+                                          "started_at", "finished_at", "wall_s", "host",
+                                          "machine", "software", "placement", "schema"))
 
 
-def resume_key(setup: Setup, repeat: int, gpu: str | None) -> str:
-    return json.dumps([setup.key(), repeat, gpu])
+def resume_key(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> str:
+    # Without a host the key is what it always was, so old results files resume unchanged.
+    return json.dumps([setup.key(), repeat, gpu] + ([host] if host is not None else []))
+
+
+# One lock for every ResultsFile of this process: setups of several hosts finish in their own
+# threads, and a record must be appended whole, never interleaved with another or read half-way.
+_FILE_LOCK = threading.Lock()
 
 
 # ---------------------------------------------------------------- the JSON Lines store
@@ -188,7 +199,7 @@ class ResultsFile:
         return self
 
     def append(self, record: Record) -> None:
-        with open(self.path, "a") as f:
+        with _FILE_LOCK, open(self.path, "a") as f:
             f.write(json.dumps(record.to_dict()) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -201,7 +212,7 @@ class ResultsFile:
             return []
         records = []
         # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
-        with open(self.path, encoding="utf-8", errors="replace") as f:
+        with _FILE_LOCK, open(self.path, encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, 1):
                 if line.strip():
                     record = _parse(line, f"{self.path}:{number}", warn)

@@ -3,7 +3,8 @@
 The runner (runner.py) only talks to this seam: `run(job, slot, timeout_s, on_message)` returns an
 Outcome built from the child's JSON lines (stepbench.protocol), its exit code and the clock, and
 `stop()` ends everything in flight. LocalProcess runs children on this host; a torchrun or SSH
-executor carries the same lines from elsewhere and plugs in without touching the runner.
+executor (execute/ssh.py) carries the same lines from elsewhere and plugs in without touching the
+runner.
 
 A slot is a place where one process runs at a time: this host's one GPU or CPU, or one GPU of a
 pool (`--gpus`). A job takes `slots_needed(setup)` slots at once (a torchrun job of N processes
@@ -90,6 +91,7 @@ OnMessage = Callable[[dict], None]
 
 class Executor(Protocol):
     slots: list[str]
+    host: str | None     # the SSH host it runs on (tags records, part of the resume key); None here
 
     def slots_needed(self, setup: Setup) -> int:
         """How many slots a job of `setup` takes at once."""
@@ -126,6 +128,7 @@ class LocalProcess:
                  gpus: list[int] | None = None, rendezvous: Rendezvous | None = None):
         self.gpus = list(gpus) if gpus is not None else None
         self.slots = [str(g) for g in self.gpus] if self.gpus else ["0"]
+        self.host = None
         self.compile_cache = compile_cache
         self.python = python
         self.rendezvous = rendezvous or Rendezvous()

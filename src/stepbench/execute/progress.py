@@ -53,9 +53,11 @@ class Display:
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
-        self.running: dict[Job, list] = {}     # job -> [label, phase text, start time]
+        # (prefix, job) -> [label, phase text, start time]
+        self.running: dict[tuple[str, Job], list] = {}
         self.lock = threading.Lock()
-        # Last: rich's Live renders once as it is made, and that reads the state above.
+        self.print_lock = threading.Lock()
+        # Last: rich's Live renders once as it is made, which reads the state above.
         self.live = None if not self.stream.isatty() else self._live()
 
     def _live(self):
@@ -80,26 +82,30 @@ class Display:
         if self.live is not None:
             self.live.console.print(text, highlight=False, markup=False)
         else:
-            print(text, file=self.stream, flush=True)
+            with self.print_lock:       # whole lines, also from several hosts' threads
+                self.stream.write(text + "\n")
+                self.stream.flush()
 
     def note(self, text: str) -> None:
         self._print(f"stepbench: {text}")
 
-    def skip(self, job: Job, record: Record) -> None:
-        self._print(f"stepbench: {job_name(job)}: already in the results file "
+    # `prefix` names the host a line is about (HostView): several hosts run the same jobs at once.
+    def skip(self, job: Job, record: Record, prefix: str = "") -> None:
+        self._print(f"stepbench: {prefix}{job_name(job)}: already in the results file "
                     f"({record.status}), skipped")
 
-    def start(self, job: Job, index: int, total: int, where: str | None = None) -> None:
-        label = f"[{index}/{total}] {job_name(job)}" + (f" on {where}" if where else "")
+    def start(self, job: Job, index: int, total: int, where: str | None = None,
+              prefix: str = "") -> None:
+        label = f"{prefix}[{index}/{total}] {job_name(job)}" + (f" on {where}" if where else "")
         with self.lock:
-            self.running[job] = [label, None, time.monotonic()]
-        self.message(job, {"event": "progress", "phase": "starting"})
+            self.running[prefix, job] = [label, None, time.monotonic()]
+        self.message(job, {"event": "progress", "phase": "starting"}, prefix)
 
-    def message(self, job: Job, message: dict) -> None:
+    def message(self, job: Job, message: dict, prefix: str = "") -> None:
         if message.get("event") != "progress":
             return
         with self.lock:
-            entry = self.running.get(job)
+            entry = self.running.get((prefix, job))
             if entry is None:
                 return
             phase = describe(message)
@@ -107,16 +113,48 @@ class Display:
         if changed and self.live is None:
             self._print(f"stepbench: {entry[0]}: {phase}")
 
-    def finish(self, job: Job, record: Record) -> None:
+    def finish(self, job: Job, record: Record, prefix: str = "") -> None:
         with self.lock:
-            label = self.running.pop(job, [job_name(job)])[0]
+            label = self.running.pop((prefix, job), [prefix + job_name(job)])[0]
         if record.status == "ok":
             summary = f"ok, {record.step_ms:.1f} ms/step"
         else:
             summary = f"{record.status.upper()}: {(record.error or '').splitlines()[0][:160]}"
         self._print(f"stepbench: {label}: {summary} ({record.wall_s:.0f} s)")
 
+    def forget(self, prefix: str) -> None:
+        """Drop the running lines of one host (its setups were stopped, or it was lost)."""
+        with self.lock:
+            for key in [k for k in self.running if k[0] == prefix]:
+                del self.running[key]
+
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
             self.live = None
+
+
+class HostView:
+    """The display as one SSH host's runner sees it: every line names the host, and closing it
+    leaves the shared display (and the other hosts' lines) running."""
+
+    def __init__(self, display: Display, host: str):
+        self.display, self.prefix = display, f"{host}: "
+
+    def note(self, text: str) -> None:
+        self.display.note(self.prefix + text)
+
+    def skip(self, job: Job, record: Record) -> None:
+        self.display.skip(job, record, self.prefix)
+
+    def start(self, job: Job, index: int, total: int, where: str | None = None) -> None:
+        self.display.start(job, index, total, where, self.prefix)
+
+    def message(self, job: Job, message: dict) -> None:
+        self.display.message(job, message, self.prefix)
+
+    def finish(self, job: Job, record: Record) -> None:
+        self.display.finish(job, record, self.prefix)
+
+    def close(self) -> None:
+        self.display.forget(self.prefix)

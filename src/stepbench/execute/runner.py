@@ -49,6 +49,8 @@ class Runner:
         self.rerun = rerun              # measure again what the file already has; the new wins
         self.measure_peak = measure_peak
         self.run_id = run_id or new_run_id()
+        # The SSH host an executor runs on (execute/ssh.py): part of the resume key and the record.
+        self.host = getattr(executor, "host", None)
         self._lock = threading.Lock()
 
     def run(self, plan: list[Setup], repeats: int = 1) -> list[Record]:
@@ -60,7 +62,8 @@ class Runner:
         todo = []
         for index, job in enumerate(jobs):
             # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
-            keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s))
+            keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s),
+                               self.host)
                     for s in self.executor.slots}
             key = next((k for k in keys if k in done), None)
             if key is not None:
@@ -98,11 +101,11 @@ class Runner:
                     return          # interrupted: not a measurement, nothing is stored
                 with self._lock:
                     baseline = baseline_record(self.store, job.setup,
-                                               self.executor.gpu_name(job.setup, slot))
+                                               self.executor.gpu_name(job.setup, slot), self.host)
                     record = make_record(job, outcome, run_id=self.run_id,
                                          timeout_s=self.timeout_s,
                                          gpu=self.executor.gpu_name(job.setup, slot),
-                                         baseline=baseline)
+                                         baseline=baseline, host=self.host)
                     self.store.append(record)
                     records[index] = record
                 self.display.finish(job, record)
@@ -201,7 +204,8 @@ class stop_signals:
 
 
 def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
-                gpu: str | None, baseline: Record | None = None) -> Record:
+                gpu: str | None, baseline: Record | None = None,
+                host: str | None = None) -> Record:
     """The record of one finished child: what it measured, with the status the parent decides.
 
     Machine and software come from the child's start message; a child that died before sending
@@ -222,16 +226,19 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     measured.setdefault("loss_tolerance", loss_tolerance(job.setup))
     return Record(run_id=run_id, repeat=job.repeat, setup=job.setup, status=status, error=error,
                   **measured, started_at=outcome.started_at, finished_at=outcome.finished_at,
-                  wall_s=round(outcome.wall_s, 3), machine=machine, software=software,
-                  placement=outcome.placement or None)
+                  wall_s=round(outcome.wall_s, 3), host=host, machine=machine,
+                  software=software, placement=outcome.placement or None)
 
 
-def baseline_record(store: ResultsFile, setup: Setup, gpu: str | None) -> Record | None:
-    """The latest ok record of `setup` on one process without a wrapper, on the same GPU."""
+def baseline_record(store: ResultsFile, setup: Setup, gpu: str | None,
+                    host: str | None = None) -> Record | None:
+    """The latest ok record of `setup` on one process without a wrapper, on the same GPU (and
+    the same SSH host)."""
     if not setup.distributed:
         return None
     key = setup.single_process_twin().key()
-    found = [r for r in store.latest() if r.ok and r.setup.key() == key and r.machine.gpu == gpu]
+    found = [r for r in store.latest()
+             if r.ok and r.setup.key() == key and r.machine.gpu == gpu and r.host == host]
     return found[-1] if found else None
 
 

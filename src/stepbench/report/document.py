@@ -134,12 +134,19 @@ def run_document(records: list[Record]) -> Document:
     """`stepbench run`'s table: one row per setup (repeats combined as the report does)."""
     rows = build_rows(records, {})
     head = records[0] if records else None
-    title = None
+    title, columns = None, RUN_COLUMNS
+    hosts = list(dict.fromkeys(r.host for r in records if r.host))
+    precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
     if head is not None:
         where = head.machine.gpu if head.machine.gpu != "cpu" else f"CPU ({head.machine.cpu or 'unknown'})"
-        precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
         title = f"{head.setup.model_label}, {precisions}, on {where}"
-    return Document(title, [Table(RUN_COLUMNS, table_cells(rows, RUN_COLUMNS), _align(RUN_COLUMNS),
+        if len(hosts) == 1:
+            title += f" at {hosts[0]}"
+    if len({r.gpu for r in rows}) > 1 or len(hosts) > 1:
+        # Several machines (SSH hosts): each row names its own.
+        title = f"{head.setup.model_label}, {precisions}, on {len(hosts) or 'several'} machines"
+        columns = ["GPU"] + RUN_COLUMNS
+    return Document(title, [Table(columns, table_cells(rows, columns), _align(columns),
                                   notes=footnotes(rows, explain=False))], rows=rows)
 
 
@@ -161,11 +168,11 @@ def peak_document(result: dict) -> Document:
 
 
 def _warn_prices(rows: list[Row], prices: dict[str, float]) -> None:
-    missing = list(dict.fromkeys(r.gpu for r in rows if r.price_per_hour is None))
+    missing = list(dict.fromkeys(r.gpu_name for r in rows if r.price_per_hour is None))
     if missing:
         warn("no price for " + ", ".join(f"'{g}'" for g in missing) + "; its M tokens per $ "
              "is left blank (add --price \"GPU NAME=DOLLARS\" or a --prices file)")
-    for key in unused_keys(prices, [r.gpu for r in rows]):
+    for key in unused_keys(prices, [r.gpu_name for r in rows]):
         warn(f"price for '{key}' matches no GPU in the results (GPU names are as the driver "
              "reports them, e.g. 'NVIDIA H100 PCIe')")
 
@@ -269,7 +276,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         if not row.ok and row.status != "oom" and row.error:
             notes.append(f"{names[id(row)]} {status_text(row.status)}: "
                          f"{_one_line(row.error)}")
-    missing = sorted({r.gpu for r in rows if r.price_per_hour is None})
+    missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
     return notes

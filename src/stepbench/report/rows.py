@@ -7,7 +7,9 @@ given, of electricity) are joined, and each compiled row is checked against its 
 Rows are ordered like the post: per GPU, per attention in order of appearance, eager first.
 
 A row is one Setup identity (`Setup.key()`) on one GPU: records that differ in any setting are
-never combined, and a compiled row's eager twin is the row of `Setup.eager_twin()`.
+never combined, and a compiled row's eager twin is the row of `Setup.eager_twin()`. Records run
+through SSH hosts (`run --host`) also keep their host apart: where one GPU ran on several hosts,
+each host has its own rows and the row's `gpu` (the machine every table shows) names the host.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ PARITY_TOLERANCE = TOLERANCE
 class Row:
     """One GPU x setup: the records of all its repeats combined. Units are in the names."""
 
-    gpu: str
+    gpu: str                     # the machine: the GPU's name, with the host where that tells apart
     config: Setup                # what ran: every record of the row has this Setup
     status: str
     statuses: dict[str, int]
@@ -90,6 +92,11 @@ class Row:
     repeat_step_ms: list[float] = field(default_factory=list, repr=False)
     step_times_ms: list[float] = field(default_factory=list, repr=False)
     records: list[Record] = field(default_factory=list, repr=False)
+    gpu_name: str = ""           # the GPU's name as the driver gives it (prices are keyed by it)
+    host: str | None = None      # the SSH host the records ran on (`run --host`), None for local
+
+    def __post_init__(self):
+        self.gpu_name = self.gpu_name or self.gpu
 
     @property
     def ok(self) -> bool:
@@ -129,7 +136,8 @@ class Row:
     def as_dict(self) -> dict:
         """The JSON row: the post's columns first, then everything else measured."""
         return {
-            "gpu": self.gpu, "price_per_hour": self.price_per_hour, "setup": self.setup,
+            "gpu": self.gpu, "gpu_name": self.gpu_name, "host": self.host,
+            "price_per_hour": self.price_per_hour, "setup": self.setup,
             "status": self.status, "step_ms": self.step_ms, "tokens_per_s": self.tokens_per_s,
             "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
             "m_tokens_per_dollar": self.m_tokens_per_dollar,
@@ -192,12 +200,14 @@ def build_rows(records: list[Record], prices: dict[str, float],
     """Group records by setup identity x GPU, combine each group, order the rows like the post.
 
     `energy_price` is dollars per kWh of electricity (None: no energy cost)."""
+    machine = machine_labels(records)
     groups: dict[tuple, list[Record]] = {}
     for record in records:
-        groups.setdefault((record.setup.key(), record.machine.gpu), []).append(record)
-    rows = [combine(group, price_for(prices, group[0].machine.gpu), energy_price)
+        groups.setdefault((record.setup.key(), record.machine.gpu, record.host), []).append(record)
+    rows = [combine(group, price_for(prices, group[0].machine.gpu), energy_price,
+                    gpu=machine(group[0]))
             for group in groups.values()]
-    rows.sort(key=_order(records))
+    rows.sort(key=_order(records, machine))
     add_parity(rows)
     add_scaling(rows)
     verdicts = loss_verdicts(records)
@@ -206,11 +216,27 @@ def build_rows(records: list[Record], prices: dict[str, float],
     return rows
 
 
-def _order(records: list[Record]):
-    """Per GPU, per workload, per attention in order of appearance; eager before compile."""
+def machine_labels(records: list[Record]):
+    """record -> the machine its row names: the GPU's name, plus the host ("NVIDIA H100 PCIe
+    (gpu-a)") where that GPU ran on more than one host. A record run here has no host: it is
+    named by its hostname."""
+    hosts: dict[str, set] = {}
+    for r in records:
+        hosts.setdefault(r.machine.gpu, set()).add(r.host)
+
+    def label(r: Record) -> str:
+        if len(hosts[r.machine.gpu]) < 2:
+            return r.machine.gpu
+        return f"{r.machine.gpu} ({r.host or r.machine.hostname or 'local'})"
+
+    return label
+
+
+def _order(records: list[Record], machine):
+    """Per machine, per workload, per attention in order of appearance; eager before compile."""
     first: dict[tuple, int] = {}
     for i, r in enumerate(records):
-        for key in (("gpu", r.machine.gpu), ("work", r.setup.workload()), ("attn", r.setup.attn),
+        for key in (("gpu", machine(r)), ("work", r.setup.workload()), ("attn", r.setup.attn),
                     ("name", r.setup.name)):
             first.setdefault(key, i)
     return lambda row: (first[("gpu", row.gpu)], first[("work", row.workload)],
@@ -227,8 +253,10 @@ def _most(values) -> int | None:
     return max(values) if values else None
 
 
-def combine(records: list[Record], price: float | None, energy_price: float | None = None) -> Row:
-    """One row from the records of one setup on one GPU (one per repeat, from any runs).
+def combine(records: list[Record], price: float | None, energy_price: float | None = None,
+            gpu: str | None = None) -> Row:
+    """One row from the records of one setup on one GPU (one per repeat, from any runs);
+    `gpu` is the machine the row names (default: the GPU's name).
 
     Step time: the median of the per-process means; with one process, its mean. Its 95% CI is
     a bootstrap over the per-process means, or over the step times when one process ran.
@@ -241,7 +269,7 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     ok = [r for r in records if r.ok]
     failed = [r for r in records if r.status != "ok"]
     row = Row(
-        gpu=head.machine.gpu, config=head.setup,
+        gpu=gpu or head.machine.gpu, gpu_name=head.machine.gpu, host=head.host, config=head.setup,
         status="ok" if ok else statuses.most_common(1)[0][0], statuses=dict(statuses),
         repeats=len(records), runs=len({r.run_id for r in records}),
         price_per_hour=price, gpu_memory_gb=head.machine.gpu_memory_gb,

@@ -1,0 +1,161 @@
+"""`stepbench run --host A --host B ...`: the same matrix on every host at once, into one file.
+
+Each host gets its own thread, SSH executor (execute/ssh.py) and Runner, so resume, records,
+timeouts and progress are the local run's: the runner keys and tags every record with the host's
+name, and two hosts with the same GPU never stand in for each other. Device and model defaults
+are worked out on each host (a GPU host runs the GPU defaults, a CPU host the CPU ones). A host
+that cannot be reached, refuses the key, fails to prepare or is lost mid-run ends in one line on
+stderr; the others go on. Ctrl-C, SIGTERM and SIGHUP stop every host's running setup; what
+finished is in the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stepbench.errors import UserError
+from stepbench.record import Record, ResultsFile
+from stepbench.setup import DEVICE_DEFAULTS
+
+EXIT_HOST_FAILED = 1
+
+
+@dataclass
+class HostRun:
+    """What happened on one host."""
+
+    name: str
+    records: list[Record] = field(default_factory=list)
+    failure: str | None = None          # the host's one line, when it could not finish
+
+
+def host_names(args: argparse.Namespace) -> list[str]:
+    names = list(args.host or [])
+    if args.hosts_file:
+        names += read_hosts(args.hosts_file)
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise UserError(f"host {name!r} is given twice; name each host once")
+        seen.add(name)
+    return names
+
+
+def read_hosts(path: Path) -> list[str]:
+    from stepbench.execute.ssh import read_hosts_file
+
+    return read_hosts_file(path)
+
+
+def model_copies(model: str | None) -> list[dict]:
+    """A --model config file (or folder) to copy to every host: its text, keyed by its hash."""
+    if model is None:
+        return []
+    path = Path(model)
+    if not path.exists():
+        return []               # a preset: every host has it
+    config = path / "config.json" if path.is_dir() else path
+    text = config.read_text()
+    return [{"local": model, "sha": hashlib.sha256(text.encode()).hexdigest()[:16], "text": text}]
+
+
+def check_hosts(args: argparse.Namespace) -> list:
+    """The hosts the flags name, as HostSpecs; a UserError for a bad one, a missing SSH config
+    or a missing asyncssh, before anything else is done."""
+    from stepbench.execute.ssh import parse_host, require_asyncssh
+
+    specs = [parse_host(name) for name in host_names(args)]
+    require_asyncssh()
+    if args.ssh_config is not None and not args.ssh_config.is_file():
+        raise UserError(f"SSH config {args.ssh_config} not found; pass the file that defines "
+                        "your host aliases (default ~/.ssh/config)")
+    return specs
+
+
+def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, store: ResultsFile,
+                 check_settings) -> list[HostRun]:
+    """Run the plan on every host (`specs`, from check_hosts); returns what each host did, in
+    the order named. Raises KeyboardInterrupt (or runner.Stopped) after stopping every host."""
+    from stepbench.execute import bundle
+    from stepbench.execute.progress import HostView
+    from stepbench.execute.runner import Runner, new_run_id, stop_signals
+    from stepbench.execute.ssh import EventLoop, HostError, HostStopped, RemoteOptions, SSHExecutor
+
+    options = RemoteOptions(ssh_config=args.ssh_config, python=args.remote_python,
+                            setup=args.remote_setup, dir=args.remote_dir,
+                            compile_cache=str(args.compile_cache) if args.compile_cache else None)
+    models = model_copies(args.model)
+    wheel = bundle.build()
+    run_id = new_run_id()
+    loop = EventLoop()
+    hosts = [SSHExecutor(spec, loop, options) for spec in specs]
+    runs = [HostRun(spec.name) for spec in specs]
+
+    def one(host: SSHExecutor, result: HostRun) -> None:
+        view = HostView(display, host.host)
+        try:
+            view.note("connecting")
+            host.connect()
+            view.note("preparing (installs stepbench there once per version)")
+            info = host.prepare(wheel, models, args.device)
+            probe = info["probe"]
+            device = probe["device"]
+            where = "the CPU" if device == "cpu" else probe["gpu"]
+            view.note(f"runs on {where}, torch {probe['software'].get('torch')}"
+                      + (f" (installed stepbench into {info['env']})" if info["installed"] else ""))
+            plan = build_plan(args, device)
+            timeout = check_settings(args, device)
+            runner = Runner(host, store, timeout_s=timeout, display=view, rerun=args.rerun,
+                            measure_peak=not args.no_peak, run_id=run_id)
+            result.records = runner.run(plan, repeats=args.repeats)
+            if host.lost:
+                missing = len(plan) * args.repeats - len(result.records)
+                result.failure = (f"{host.lost}; {missing} setup{'s' if missing != 1 else ''} "
+                                  "not run; run the same command again to resume")
+        except (HostError, UserError) as exc:
+            result.failure = str(exc)
+        except HostStopped:
+            pass
+        finally:
+            view.close()
+
+    pool = ThreadPoolExecutor(max_workers=len(hosts), thread_name_prefix="stepbench-host")
+    try:
+        with stop_signals():
+            futures = [pool.submit(one, host, result) for host, result in zip(hosts, runs)]
+            try:
+                wait(futures)
+            except BaseException:
+                for host in hosts:
+                    host.stop()
+                wait(futures)
+                raise
+            for future in futures:
+                future.result()     # a bug in a host's thread surfaces here, with its traceback
+    finally:
+        pool.shutdown(wait=True)
+        closers = [threading.Thread(target=host.close) for host in hosts]
+        for closer in closers:
+            closer.start()
+        for closer in closers:
+            closer.join()
+        loop.close()
+    return runs
+
+
+def report_failures(runs: list[HostRun]) -> int:
+    """One line per host that could not finish; the exit code."""
+    failed = [run for run in runs if run.failure]
+    for run in failed:
+        print(f"stepbench run: host {run.name}: {run.failure}", file=sys.stderr)
+    return EXIT_HOST_FAILED if failed else 0
+
+
+def timeout_for(args: argparse.Namespace, device: str) -> float:
+    return args.timeout if args.timeout is not None else DEVICE_DEFAULTS[device]["timeout_s"]

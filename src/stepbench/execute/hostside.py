@@ -1,0 +1,126 @@
+"""stepbench's side of an SSH host: what execute/ssh.py runs there, in the prepared environment.
+
+`python -m stepbench.execute.hostside probe DEVICE` prints one JSON line: the device `DEVICE`
+(auto, cuda, cpu) resolves to there, the GPU's name (the one the resume key uses, found by the
+same route as a setup's own process), and the software versions; or {"error": ...}.
+
+`python -m stepbench.execute.hostside run SPEC` runs one command (a setup's process, or `stepbench
+peak`) the way LocalProcess runs it here: in a new session, so that it and everything it starts
+is one process group, killed whole after it exits, on SIGTERM/SIGHUP, and when this process's
+stdin reaches its end. The parent never writes to stdin: it reaches its end when the parent
+closes it (a timeout, Ctrl-C) or when the SSH connection is gone, so no setup outlives the run
+that started it. The command's stdout (the protocol's JSON lines) is passed through as it comes,
+its stderr goes to this process's stderr, and a last line {"event": "exit", "returncode": N}
+gives its exit code (negative: the signal that killed it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+
+from stepbench.execute.executor import WAKE_S, kill_group
+
+EXIT_EVENT = "exit"
+PR_SET_PDEATHSIG = 1
+
+
+def probe(device: str) -> dict:
+    try:
+        import torch
+
+        from stepbench.measure.machine import gpu_name, software_info
+    except ImportError as exc:
+        return {"error": f"cannot import {exc.name or exc} there ({exc}); install it for the "
+                         "remote Python, or pass --remote-python the Python that has torch"}
+    available = torch.cuda.is_available()
+    if device == "cuda" and not available:
+        return {"error": "--device cuda was asked for, but torch there sees no CUDA GPU "
+                         f"(torch {torch.__version__}); use --device cpu or a CUDA build of torch"}
+    if device == "auto":
+        device = "cuda" if available else "cpu"
+    return {"device": device, "gpu": gpu_name(device), "software": software_info()}
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, frame):
+    raise _Stop(signum)
+
+
+def run(spec: dict) -> int:
+    for folder in spec.get("dirs", []):
+        os.makedirs(folder, exist_ok=True)
+    env = dict(os.environ, **spec.get("env", {}))
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _raise_stop)
+    out = sys.stdout.buffer
+    proc = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            env=env, cwd=spec.get("cwd"), start_new_session=True,
+                            preexec_fn=_die_with_parent)
+    try:
+        _pass_through(proc, out)
+    except (_Stop, BrokenPipeError):
+        pass
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)      # already stopping: finish the clean-up
+        kill_group(proc)
+    try:
+        out.write(json.dumps({"event": EXIT_EVENT, "returncode": proc.returncode}).encode() + b"\n")
+        out.flush()
+    except BrokenPipeError:
+        pass
+    return 0
+
+
+def _pass_through(proc: subprocess.Popen, out) -> None:
+    """Copy the command's stdout to ours until it ends; return early when stdin ends."""
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ, "child")
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
+    try:
+        while True:
+            for key, _ in selector.select(timeout=WAKE_S):
+                data = os.read(key.fd, 65536)
+                if key.data == "parent":
+                    if not data:
+                        return          # the parent closed stdin, or its connection is gone
+                    continue
+                if not data:
+                    return
+                out.write(data)
+                out.flush()
+            if proc.poll() is not None and not selector.select(timeout=0):
+                return                  # exited; a grandchild may hold its stdout open
+    finally:
+        selector.close()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when this process dies, even by SIGKILL (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["probe"]:
+        print(json.dumps(probe(argv[1] if len(argv) > 1 else "auto")), flush=True)
+        return 0
+    if argv[:1] == ["run"] and len(argv) == 2:
+        return run(json.loads(argv[1]))
+    print("usage: python -m stepbench.execute.hostside probe DEVICE | run SPEC", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

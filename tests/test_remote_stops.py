@@ -1,0 +1,106 @@
+"""`stepbench run --host` when things end early, through a real OpenSSH server (tests/sshd.py):
+a setup's process killed on the host, the host lost mid-run, and SIGTERM to stepbench here.
+The same results file goes through all three, resuming each time; the remote processes are
+looked up by their command lines (the run's own --remote-dir is in them)."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+from conftest import SRC, read_jsonl
+from sshd import processes_with
+
+# Eager SDPA at seq 64: batch 64 takes seconds per warm-up step, so those setups are still in
+# their warm-up when the test acts, and batch 1 finishes in seconds.
+BASE = ["--modes", "eager", "--attn", "sdpa", "--seq", "64", "--warmup", "5", "--steps", "100"]
+
+
+def start(sshd, remote_dir, out, batches):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepbench", "run", "--host", "alpha", "--ssh-config",
+         str(sshd.config), "--remote-python", sys.executable, "--remote-dir", str(remote_dir),
+         *BASE, "--batch", batches, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    watchdog = threading.Timer(240, proc.kill)  # a hang fails the test instead of the suite
+    watchdog.daemon = True
+    watchdog.start()
+    return proc
+
+
+def wait_for(proc, text: str) -> str:
+    """stderr up to the first line with `text`."""
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"never saw {text!r}; stderr was:\n{''.join(seen)}")
+
+
+def remote_processes(remote_dir) -> tuple[psutil.Process, psutil.Process]:
+    """The hostside process of the running setup there, and the setup's own process."""
+    [side] = [p for p in processes_with(str(remote_dir)) if "stepbench.execute.hostside" in
+              " ".join(p.cmdline())]
+    [worker] = [p for p in side.children() if "stepbench.measure.worker" in " ".join(p.cmdline())]
+    return side, worker
+
+
+def gone(*procs, within_s: float = 20) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_killed_setup_lost_host_and_sigterm(sshd, tmp_path):
+    out, remote_dir = tmp_path / "r.jsonl", tmp_path / "remote"
+
+    # 1. The setup's process is killed on the host: a crashed record, tagged with the host.
+    proc = start(sshd, remote_dir, out, "1,64")
+    wait_for(proc, "alpha: [2/2] eager+sdpa batch 64 seq 64: warm-up")
+    side, worker = remote_processes(remote_dir)
+    worker.kill()
+    rest = proc.stderr.read()
+    assert proc.wait(60) == 0, rest
+    ok, crashed = read_jsonl(out)
+    assert (ok["setup"]["batch"], ok["status"], ok["host"]) == (1, "ok", "alpha")
+    assert (crashed["setup"]["batch"], crashed["status"], crashed["host"]) == (64, "crashed", "alpha")
+    assert crashed["error"].startswith("killed by signal SIGKILL (last phase: warmup)")
+    assert gone(side)
+
+    # 2. The host is lost mid-run (its sshd processes die): one line; nothing recorded for the
+    # setup that was running; the processes there end when their connection is gone.
+    proc = start(sshd, remote_dir, out, "1,64,48")
+    said = wait_for(proc, "alpha: [3/3] eager+sdpa batch 48 seq 64: warm-up")
+    assert said.count("already in the results file") == 2
+    side, worker = remote_processes(remote_dir)
+    assert sshd.drop_connections() >= 1
+    rest = proc.stderr.read()
+    assert proc.wait(60) == 1, rest
+    assert ("stepbench run: host alpha: lost the connection while eager+sdpa batch 48 seq 64 ran "
+            in rest)
+    assert "; 1 setup not run; run the same command again to resume" in rest
+    assert len(read_jsonl(out)) == 2
+    assert gone(side, worker)
+
+    # 3. SIGTERM here stops the setup there; what finished stays, and the message says so.
+    proc = start(sshd, remote_dir, out, "1,64,48")
+    wait_for(proc, "alpha: [3/3] eager+sdpa batch 48 seq 64: warm-up")
+    side, worker = remote_processes(remote_dir)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(60) == 143, rest
+    assert "stopped by SIGTERM; the running setups were stopped on every host" in rest
+    assert "Traceback" not in rest
+    assert gone(side, worker)
+    assert len(read_jsonl(out)) == 2
+    # The run's work folder there was removed on the way out.
+    assert len(list((remote_dir / "runs").iterdir())) == 1      # only the lost run's is left
