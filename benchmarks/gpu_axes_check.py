@@ -12,7 +12,10 @@ listed as not run. Warm-up 2, timed steps 5, no matmul-peak pass. The groups:
    and float8 (the routes past about 150k tokens/s);
 3. batch 4, eager: the other values, two or three to a setup (autocast-bf16 + checkpointing +
    foreach; fp32 + liger; float8 + liger-no-flce), so that one process shows each runs.
-Then the table and the loss guard's verdicts (stepbench report reads the same file).
+4. the autotuning compile modes, max-autotune-no-cudagraphs and max-autotune, at batch 4.
+Then the table and the loss guard's verdicts (stepbench report reads the same file). The setups
+resume from OUT_FOLDER/axes.jsonl: copy a committed file there first to run only what it lacks,
+e.g. `cp benchmarks/results/h200-2026-11-30-axes.jsonl $OUT/axes.jsonl`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ PLAN = [
     (s("compile", "sdpa", 4, compile_scope="layer"), 120),
     (s("compile", "flex_attention", 16, dtype="float8", kernels="liger"), 120),
     (s("compile", "flex_attention", 16, dtype="float8"), 150),
+    # Not run in the first call (2026-11-30, out of device time): autotuning compiles for minutes.
+    (s("compile", "sdpa", 4, compile_mode="max-autotune-no-cudagraphs"), 300),
+    (s("compile", "sdpa", 4, compile_mode="max-autotune"), 300),
 ]
 
 
