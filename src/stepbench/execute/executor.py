@@ -178,17 +178,17 @@ class LocalProcess:
             return None
         return max(1, len(os.sched_getaffinity(0)) // at_once)
 
-    def environment(self, job: Job | None, slot: str | None = None) -> dict[str, str]:
+    def environment(self, job: Job, slot: str | None = None) -> dict[str, str]:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # The child imports this very stepbench, also when it runs from a checkout.
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         if slot is not None and self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices(slot)
-        threads = self.compile_threads(job.setup) if job is not None else None
+        threads = self.compile_threads(job.setup)
         if threads:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)
-        if job is not None and job.setup.mode == "compile":
+        if job.setup.mode == "compile":
             cache, kind = self._cache_for(job.setup)
             env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
             # Triton kernels cache beside inductor's, so "cold" really is cold on a GPU.

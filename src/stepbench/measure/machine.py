@@ -97,6 +97,7 @@ def _torch_cuda_version() -> str | None | bool:
         text = open(os.path.join(os.path.dirname(spec.origin), "version.py")).read()
     except (ImportError, AttributeError, TypeError, OSError):
         return False
+
     def field(name: str) -> str | None | bool:
         match = re.search(rf"^{name}\s*(?::[^=]*)?=\s*(None|'([^']*)'|\"([^\"]*)\")\s*$", text, re.M)
         if match is None:

@@ -177,6 +177,10 @@ def _float32_matmul_precision(dtype: str):
         torch.set_float32_matmul_precision(old)
 
 
+# The product's size and how many are timed, by device type (measure_matmul_tflops' docstring).
+DEFAULT_SIZE = {"cuda": 8192, "cpu": 1024}
+DEFAULT_REPEATS = {"cuda": 20, "cpu": 5}
+
 _TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
                  "fp32": torch.float32}
 
@@ -207,8 +211,9 @@ def measure_matmul_tflops(device: str | torch.device = "cuda", dtype: str | torc
     if dt == "tf32" and dev.type != "cuda":
         raise ValueError("tf32 is a CUDA tensor-core mode; use fp32 on cpu")
     cuda = dev.type == "cuda"
-    n = n or (8192 if cuda else 1024)
-    repeats = repeats or (20 if cuda else 5)
+    kind = "cuda" if cuda else "cpu"
+    n = n or DEFAULT_SIZE[kind]
+    repeats = repeats or DEFAULT_REPEATS[kind]
     if n <= 0 or repeats <= 0 or sustained_s < 0:
         raise ValueError(f"n and repeats must be positive and sustained_s not negative, got "
                          f"n={n}, repeats={repeats}, sustained_s={sustained_s}")
@@ -279,7 +284,8 @@ def peak_cache_key(dtype: str, index: int = 0) -> dict | None:
     if not driver:
         return None
     return {"gpu": gpu_name("cuda", index), "driver": driver, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "dtype": normalize_dtype(dtype), "n": 8192, "repeats": 20}
+            "cuda": torch.version.cuda, "dtype": normalize_dtype(dtype), "n": DEFAULT_SIZE["cuda"],
+            "repeats": DEFAULT_REPEATS["cuda"]}
 
 
 def cached_matmul_tflops(dtype: str, index: int = 0) -> tuple[float, str]:
@@ -316,8 +322,8 @@ def measure_peak(device: str = "auto", dtype: str = "bf16", size: int | None = N
     if sustained_s < 0 or (sustained_s > 0 and resolved == "cpu"):
         raise UserError(f"--sustained takes seconds >= 0 and works on cuda only, got "
                         f"{sustained_s:g} on {resolved}")
-    size = size or (8192 if resolved == "cuda" else 1024)
-    repeats = repeats or (20 if resolved == "cuda" else 5)
+    size = size or DEFAULT_SIZE[resolved]
+    repeats = repeats or DEFAULT_REPEATS[resolved]
     measured = measure_matmul_tflops(resolved, dtype, n=size, repeats=repeats,
                                      sustained_s=sustained_s)
     gpu = gpu_name(resolved)

@@ -93,12 +93,13 @@ def matmul_peak(setup, channel: Channel, index: int = 0) -> float | None:
 
     channel.progress("peak")
     try:
-        tflops, channel.measured["peak_measured_at"] = peaks.cached_matmul_tflops(setup.compute_dtype, index)
+        tflops, measured_at = peaks.cached_matmul_tflops(setup.compute_dtype, index)
     except Exception as exc:  # noqa: BLE001 - the setup runs on without mfu_measured
         print(f"stepbench: measuring the matmul rate failed: {exc}", file=sys.stderr)
         return None
     finally:
         peaks.torch.cuda.empty_cache()   # the setup starts with nothing of it held
+    channel.measured["peak_measured_at"] = measured_at
     return tflops
 
 
