@@ -348,3 +348,17 @@ def test_terminal_table_prints_error_text_with_brackets_verbatim(capsys, tmp_pat
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = report_text(capsys, "table", path)
     assert "NVIDIA H200 compile+sdpa error: [rank0]: RuntimeError: [bold]boom" in out
+
+
+def test_an_errors_note_names_the_exception_not_the_stderr_tails_last_line(capsys, tmp_path):
+    # The executor appends the child's stderr tail to an error's summary; on the H200 that tail
+    # ended in a CUDAEvent warning, which the note showed instead of the exception.
+    tail = "Traceback (most recent call last):\n  ...\n[W1201 CUDAEvent.h:57] Warning: CUDA warning"
+    records = [rec("eager", step_ms=100),
+               rec("compile", status="error",
+                   error=f"AcceleratorError: CUDA error: an illegal memory access\n{tail}")]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = report_text(capsys, "table", path)
+    assert "compile+sdpa error: AcceleratorError: CUDA error: an illegal memory access" in out
+    assert "CUDAEvent" not in out

@@ -275,7 +275,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     for row in rows:
         if not row.ok and row.status != "oom" and row.error:
             notes.append(f"{names[id(row)]} {status_text(row.status)}: "
-                         f"{_one_line(row.error)}")
+                         f"{_one_line(row.error, first=row.status == 'error')}")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
@@ -410,9 +410,11 @@ def _scaling_note(rows: list[Row]) -> str | None:
             "ranks' mean step times differ, (slowest - fastest) / fastest.")
 
 
-def _one_line(text: str, limit: int = 160) -> str:
+def _one_line(text: str, limit: int = 160, first: bool = False) -> str:
+    """An error's line for a note: the first for an `error` (the exception the child caught; the
+    stderr tail after it may end in an unrelated warning), else the last (a crash's stderr)."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    line = lines[-1] if lines else ""
+    line = (lines[0] if first else lines[-1]) if lines else ""
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
