@@ -27,7 +27,7 @@ SCHEMA = 1
 # a record that does not use them is written as 0.1 wrote it, so old files read back unchanged.
 # Reading, a missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
-                "phases", "ranks", "scaling", "placement", "host")
+                "phases", "ranks", "scaling", "placement", "host", "search")
 
 
 class _FromDict:
@@ -126,6 +126,9 @@ class Record:
     software: Software = field(default_factory=Software)
     # Where the executor placed the job: GPUs, inductor's compile threads, jobs run alongside.
     placement: dict | None = None
+    # Why a search (stepbench.search: `run --max-batch`, `tune`) asked for this measurement:
+    # {"kind": "max_batch" | "tune", "role": ..., ...}; None for a setup of a plain run.
+    search: dict | None = None
     schema: int = SCHEMA
 
     @property
@@ -166,7 +169,8 @@ class Record:
 MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
                         if f.name not in ("run_id", "repeat", "setup", "status", "error",
                                           "started_at", "finished_at", "wall_s", "host",
-                                          "machine", "software", "placement", "schema"))
+                                          "machine", "software", "placement", "search",
+                                          "schema"))
 
 
 def resume_key(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> str:

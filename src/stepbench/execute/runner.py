@@ -52,10 +52,13 @@ class Runner:
         # The SSH host an executor runs on (execute/ssh.py): part of the resume key and the record.
         self.host = getattr(executor, "host", None)
         self._lock = threading.Lock()
+        self.search: dict | None = None
 
-    def run(self, plan: list[Setup], repeats: int = 1) -> list[Record]:
+    def run(self, plan: list[Setup], repeats: int = 1, search: dict | None = None) -> list[Record]:
         """Every setup `repeats` times, interleaved (A B C A B C); returns this plan's records,
-        old and new, in plan order."""
+        old and new, in plan order. `search` tags the new records (Record.search): why a search
+        asked for them."""
+        self.search = search
         jobs = [Job(setup, repeat) for repeat in range(repeats) for setup in plan]
         done = {} if self.rerun else {r.resume_key(): r for r in self.store.latest()}
         records: dict[int, Record] = {}
@@ -105,7 +108,8 @@ class Runner:
                     record = make_record(job, outcome, run_id=self.run_id,
                                          timeout_s=self.timeout_s,
                                          gpu=self.executor.gpu_name(job.setup, slot),
-                                         baseline=baseline, host=self.host)
+                                         baseline=baseline, host=self.host,
+                                         search=self.search)
                     self.store.append(record)
                     records[index] = record
                 self.display.finish(job, record)
@@ -205,7 +209,7 @@ class stop_signals:
 
 def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
                 gpu: str | None, baseline: Record | None = None,
-                host: str | None = None) -> Record:
+                host: str | None = None, search: dict | None = None) -> Record:
     """The record of one finished child: what it measured, with the status the parent decides.
 
     Machine and software come from the child's start message; a child that died before sending
@@ -227,7 +231,7 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     return Record(run_id=run_id, repeat=job.repeat, setup=job.setup, status=status, error=error,
                   **measured, started_at=outcome.started_at, finished_at=outcome.finished_at,
                   wall_s=round(outcome.wall_s, 3), host=host, machine=machine,
-                  software=software, placement=outcome.placement or None)
+                  software=software, placement=outcome.placement or None, search=search)
 
 
 def baseline_record(store: ResultsFile, setup: Setup, gpu: str | None,
