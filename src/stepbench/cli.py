@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stepbench import __version__
 from stepbench.errors import UserError
-from stepbench.setup import DEVICE_DEFAULTS
+from stepbench.setup import DEVICE_DEFAULTS, Setup
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stepbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_run(sub)
+    add_tune(sub)
     add_report(sub)
     add_peak(sub)
     return parser
@@ -398,6 +399,142 @@ def rendezvous_from(args: argparse.Namespace, gpus: list[int] | None, plan):
                         "host; pass --gpus with exactly --nproc GPUs, or leave it out")
     return Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank or 0,
                       endpoint=args.rdzv_endpoint or None)
+
+
+# ---------------------------------------------------------------- tune
+
+DEFAULT_TUNE_OUT = "stepbench-tune.jsonl"
+
+
+def add_tune(sub) -> None:
+    p = sub.add_parser(
+        "tune", help="search the axes for the fastest setup of a model within a time budget",
+        description="Search for the fastest setup of one model on this machine within a time "
+                    "budget: short probes first (attention kernels, eager and compiled), then "
+                    "larger batches, then one option at a time, then the best two measured in "
+                    "full with repeats. Every probe is a record in --out: a tune resumes, and "
+                    "`stepbench report` shows it. Axis flags narrow the search to their values.")
+    p.add_argument("--model", help="preset or path to an HF config (default llama-468m on a GPU, "
+                   "llama-tiny on the CPU)")
+    p.add_argument("--budget", required=True, help="time for the whole search: 20m, 90s, 1h30m")
+    p.add_argument("--objective", choices=("tokens", "fit"), default="tokens",
+                   help="tokens: the most tokens/s, the batch grown from --batch; fit: the "
+                        "fastest setup whose step at --batch fits --memory-limit-gb (default "
+                        "tokens)")
+    p.add_argument("--memory-limit-gb", type=float,
+                   help="cap each setup's memory (a smaller card); required by --objective fit")
+    p.add_argument("--batch", type=int, default=4, help="the batch the search starts from "
+                   "(fit: the batch to fit; default 4)")
+    p.add_argument("--seq", type=int, help="sequence length (default 2048 on a GPU, 256 on the CPU)")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--modes", help="comma list of eager, compile to search (default both)")
+    p.add_argument("--attn", help="attention kernels to search (default: all this machine runs)")
+    p.add_argument("--compile-mode", help="compile modes to try, the first as the start "
+                   "(default: default, and on a GPU reduce-overhead, max-autotune-no-cudagraphs)")
+    p.add_argument("--compile-scope", help="model, layer (default both)")
+    p.add_argument("--precision", help="precisions to try, the first as the start (default "
+                   "bf16, and float8 where torchao and the GPU allow)")
+    p.add_argument("--kernels", help="fused kernels to try, the first as the start (default none, "
+                   "and liger-no-flce, liger where liger-kernel is installed)")
+    p.add_argument("--optimizer", help="fused, foreach (default both)")
+    p.add_argument("--checkpointing", help="off, on (default both)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="processes per finalist in the final measurement (default 3)")
+    p.add_argument("--warmup", type=int, default=RUN_DEFAULTS["warmup"],
+                   help=f"warm-up steps of the final measurement (default {RUN_DEFAULTS['warmup']})")
+    p.add_argument("--steps", type=int, default=RUN_DEFAULTS["steps"],
+                   help=f"timed steps of the final measurement (default {RUN_DEFAULTS['steps']})")
+    p.add_argument("--timeout", type=float, help="seconds per process at most (default: the "
+                   "budget left)")
+    p.add_argument("--compile-cache", type=Path,
+                   help="inductor cache folder shared by the tune's processes (default: "
+                        "stepbench's cache folder, ~/.cache/stepbench/inductor)")
+    p.add_argument("--out", type=Path, default=Path(DEFAULT_TUNE_OUT),
+                   help=f"results file, JSON Lines; rerun to resume (default {DEFAULT_TUNE_OUT})")
+    p.add_argument("--format", default="table", choices=("table", "markdown", "json"),
+                   help="table (default), markdown, or json: one object with winner, runner_up, "
+                        "tried and command")
+    p.set_defaults(handler=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from stepbench.execute.executor import LocalProcess
+    from stepbench.execute.progress import Display
+    from stepbench.execute.runner import Runner, Stopped
+    from stepbench.measure.cache import cache_dir
+    from stepbench.measure.machine import resolve_device
+    from stepbench.measure.models import PRESETS, build_config
+    from stepbench.record import ResultsFile
+    from stepbench.search import tune
+
+    budget = tune.parse_budget(args.budget)
+    device = resolve_device(args.device)
+    if args.objective == "fit" and args.memory_limit_gb is None:
+        raise UserError("--objective fit needs --memory-limit-gb N, the memory the step must "
+                        "fit in")
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {args.repeats}")
+    space, skipped = tune_space(args, device)
+    base = DEVICE_DEFAULTS[device]
+    setup = Setup(model=args.model or base["model"], mode="eager", attn=space.attns[0],
+                  batch=args.batch, seq=args.seq or base["seq"], dtype=space.precisions[0],
+                  device=device, warmup=args.warmup, steps=args.steps, seed=args.seed,
+                  memory_limit_gb=args.memory_limit_gb, kernels=space.kernels[0],
+                  checkpointing=space.checkpointing[0], optimizer=space.optimizers[0],
+                  init=RUN_DEFAULTS["init"]).check()
+    if setup.model not in PRESETS:
+        build_config(setup.model, setup.seq)
+    timeout = args.timeout if args.timeout is not None else DEVICE_DEFAULTS[device]["timeout_s"]
+    if timeout <= 0:
+        raise UserError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    store = ResultsFile(args.out).check_writable()
+    executor = LocalProcess(compile_cache=args.compile_cache or cache_dir() / "inductor")
+    runner = Runner(executor, store, timeout_s=timeout, display=Display())
+    say = lambda text: print(f"stepbench tune: {text}", file=sys.stderr)  # noqa: E731
+    tuner = tune.Tuner(runner, setup, space, budget_s=budget, objective=args.objective,
+                       timeout_s=timeout, repeats=args.repeats,
+                       final_steps=(args.warmup, args.steps), skipped=skipped, say=say)
+    try:
+        result = tuner.run()
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
+        how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
+        print(f"stepbench tune: {how}; what it measured is kept in {args.out}; run the same "
+              "command again to resume", file=sys.stderr)
+        return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+    finally:
+        executor.close()
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=1, default=str))
+    else:
+        print(tune.render(result, args.format), end="")
+        print(f"results: {args.out} (stepbench report {args.out})", file=sys.stderr)
+    return 0 if result.winner is not None else 1
+
+
+def tune_space(args: argparse.Namespace, device: str):
+    """The search space: what this machine runs, narrowed by the axis flags given."""
+    from stepbench.search.tune import default_space
+    from stepbench.setup import (ATTENTIONS, COMPILE_MODES, COMPILE_SCOPES, DTYPES, KERNELS,
+                                 MODES, OPTIMIZERS, choose, parse_list, parse_switches)
+
+    space, skipped = default_space(device)
+    for flag, name, valid in (("--modes", "modes", MODES), ("--attn", "attns", ATTENTIONS),
+                              ("--compile-mode", "compile_modes", COMPILE_MODES),
+                              ("--compile-scope", "compile_scopes", COMPILE_SCOPES),
+                              ("--precision", "precisions", DTYPES),
+                              ("--kernels", "kernels", KERNELS),
+                              ("--optimizer", "optimizers", OPTIMIZERS)):
+        given = getattr(args, flag[2:].replace("-", "_"))
+        if given is not None:
+            values = parse_list(flag, given)
+            for value in values:
+                choose(flag[2:].replace("-", " "), value, valid)
+            setattr(space, name, values)
+            skipped = [s for s in skipped if not any(s.startswith(v) for v in values)]
+    if args.checkpointing is not None:
+        space.checkpointing = parse_switches("--checkpointing", args.checkpointing)
+    return space, skipped
 
 
 # ---------------------------------------------------------------- report

@@ -1,0 +1,1 @@
+"""Searches: strategies that propose setups and read their records (`run --max-batch`, `tune`)."""

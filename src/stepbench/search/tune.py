@@ -1,0 +1,588 @@
+"""`stepbench tune`: the fastest setup of one model on this machine, found within a time budget.
+
+A search, not a matrix: it proposes setups, has each measured in its own process by the same
+Runner and executor as `run` (every probe is a record in the results file, tagged `search`, so an
+interrupted tune resumes and `stepbench report` shows it), reads the records and decides what to
+try next. The stages (the README's "Searching" says the same for users):
+
+screen   every attention kernel at the start batch in eager mode (cheap: nothing compiles), then
+         torch.compile with each kernel eager mode did not rule out (a failed kernel; the plain
+         "eager" attention once a fused kernel beat it);
+batch    the two best (mode, attention) pairs grow by doubling the batch until a probe runs out
+         of memory or the doubling buys less than GAIN more tokens/s; then one bisection step
+         between the best pair's largest fit and its out-of-memory batch;
+options  one change at a time on the best setup so far (CUDA graphs, fused kernels, float8,
+         foreach AdamW, per-layer compile, autotuning, activation checkpointing to pass the
+         memory limit); a change is kept when it is faster by GAIN and its losses agree;
+final    the two best setups measured in full, with repeats (interleaved), and a significance
+         test between them.
+
+The loss guard (guard.py) checks every probe against the eager reference of its batch, which the
+tune measures where it is missing; a setup whose losses depart is never picked and its option is
+not tried further. The budget counts the wall time of every probe the tune used (stored ones
+included) plus this invocation's own time; every probe's timeout is what the budget has left, so
+a tune ends within its budget.
+
+Objective "fit": the fastest setup at the given batch whose step fits under --memory-limit-gb
+(the cap stands in for a smaller card); the batch is not grown and checkpointing is an option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from stepbench.errors import UserError
+from stepbench.guard import can_be_reference, loss_verdicts
+from stepbench.record import Record
+from stepbench.setup import Setup
+
+OBJECTIVES = ("tokens", "fit")
+GAIN = 0.03            # a doubling or an option must buy this much more tokens/s to count
+BATCH_LIMIT = 4096     # no batch search beyond this
+# A probe: warm-up and timed steps (a GPU's steps are short; a CPU's are not).
+PROBE_STEPS = {"cuda": (2, 5), "cpu": (1, 3)}
+# Before any record says otherwise, what a probe's process is expected to take (s): eager,
+# compiled, autotuned.
+PRIOR_S = {"cuda": {"eager": 30.0, "compile": 90.0, "autotune": 420.0},
+           "cpu": {"eager": 12.0, "compile": 40.0, "autotune": 120.0}}
+FINALISTS = 2
+FUSED_ATTENTIONS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+@dataclass
+class Space:
+    """What the tune may vary: the attention kernels and modes it screens, and the option values
+    it tries one at a time on the best setup (each list's first value is the starting one)."""
+
+    modes: list[str]
+    attns: list[str]
+    compile_modes: list[str]
+    compile_scopes: list[str]
+    precisions: list[str]
+    kernels: list[str]
+    optimizers: list[str]
+    checkpointing: list[bool]
+
+
+def default_space(device: str) -> tuple[Space, list[str]]:
+    """Every value this machine can run, and a note for each one left out and why."""
+    notes = []
+    cuda = device == "cuda"
+    attns = ["sdpa", "eager"]
+    if cuda:
+        attns.insert(1, "flex_attention")
+        for name, module in (("flash_attention_2", "flash_attn"),
+                             ("flash_attention_3", "flash_attn_interface")):
+            if importlib.util.find_spec(module) is not None:
+                attns.insert(1, name)
+            else:
+                notes.append(f"{name}: not tried ({module} is not installed)")
+    else:
+        notes.append("flex_attention: not tried (its backward pass needs a CUDA GPU)")
+    kernels, precisions = ["none"], ["bf16"]
+    if cuda and importlib.util.find_spec("liger_kernel") is not None:
+        kernels += ["liger-no-flce", "liger"]
+    else:
+        notes.append("liger kernels: not tried (" + ("liger-kernel is not installed" if cuda
+                                                      else "they need a CUDA GPU") + ")")
+    if cuda and importlib.util.find_spec("torchao") is not None:
+        precisions.append("float8")
+    else:
+        notes.append("float8: not tried (" + ("torchao is not installed" if cuda
+                                              else "it needs a CUDA GPU") + ")")
+    compile_modes = ["default", "reduce-overhead", "max-autotune-no-cudagraphs"] if cuda \
+        else ["default"]
+    return Space(modes=["eager", "compile"], attns=attns, compile_modes=compile_modes,
+                 compile_scopes=["model", "layer"], precisions=precisions, kernels=kernels,
+                 optimizers=["fused", "foreach"], checkpointing=[False, True]), notes
+
+
+@dataclass
+class Tried:
+    """One probe or final measurement the tune used, with why and what came of it."""
+
+    stage: str
+    record: Record
+    note: str = ""
+
+
+@dataclass
+class TuneResult:
+    objective: str
+    budget_s: float
+    spent_s: float
+    winner: Record | None
+    runner_up: Record | None
+    tried: list[Tried]
+    skipped: list[str]          # what was not tried, and why (budget, pruning, this machine)
+    command: str | None         # the `stepbench run` that measures the winner again
+    comparison: dict | None     # winner against runner-up: ratio, p_value, significant
+    measured_in_full: bool      # the winner comes from the final stage, not from a probe
+
+    def to_dict(self) -> dict:
+        return {"winner": self.winner.to_dict() if self.winner else None,
+                "runner_up": self.runner_up.to_dict() if self.runner_up else None,
+                "tried": [t.record.to_dict() for t in self.tried],
+                "command": self.command, "objective": self.objective,
+                "budget_s": self.budget_s, "spent_s": round(self.spent_s, 1),
+                "comparison": self.comparison, "measured_in_full": self.measured_in_full,
+                "skipped": self.skipped}
+
+
+class Tuner:
+    """The search. `runner` is a Runner (or anything with its run(), run_id, timeout_s and
+    store): the tune only proposes setups and reads the records it returns."""
+
+    def __init__(self, runner, base: Setup, space: Space, *, budget_s: float, objective: str,
+                 timeout_s: float, repeats: int = 3, final_steps: tuple[int, int] = (4, 20),
+                 probe_steps: tuple[int, int] | None = None, skipped: list[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 say: Callable[[str], None] = lambda text: None):
+        self.runner = runner
+        self.space = space
+        self.budget_s = budget_s
+        self.objective = objective
+        self.timeout_s = timeout_s
+        self.repeats = repeats
+        self.final_steps = final_steps
+        warmup, steps = probe_steps or PROBE_STEPS[base.device]
+        self.base = dataclasses.replace(base, warmup=warmup, steps=steps)
+        self.clock = clock
+        self.start = clock()
+        self.say = say
+        self.stored = {r.setup.key() for r in runner.store.latest()}
+        self.stored_spent_s = 0.0      # wall time of the stored records this tune used
+        self.tried: list[Tried] = []
+        self.by_key: dict[str, Record] = {}
+        self.skipped: list[str] = list(skipped or [])
+        self.oom_batch: dict[tuple, int] = {}   # (mode, attn) -> the batch that ran out of memory
+
+    # ------------------------------------------------------------ budget
+
+    def spent_s(self) -> float:
+        return self.stored_spent_s + (self.clock() - self.start)
+
+    def left_s(self) -> float:
+        return self.budget_s - self.spent_s()
+
+    def estimate_s(self, setup: Setup) -> float:
+        """What a probe of `setup` will take: the slowest like it so far, else the prior."""
+        kind = ("autotune" if setup.compile_mode.startswith("max-autotune")
+                else "compile" if setup.mode == "compile" else "eager")
+        like = [t.record.wall_s for t in self.tried if t.record.wall_s
+                and t.record.setup.mode == setup.mode
+                and t.record.setup.compile_mode == setup.compile_mode
+                and t.record.setup.steps == setup.steps]
+        return max(like) if like else PRIOR_S[setup.device][kind]
+
+    def final_reserve_s(self) -> float:
+        """Budget kept back for the final stage while probing: two finalists, `repeats` each,
+        as long as the best probe took plus its extra steps (at most half the budget)."""
+        best = self.best()
+        if best is None:
+            return 0.0
+        return min(self.budget_s / 2, FINALISTS * self.repeats * self.final_cost_s(best))
+
+    def final_cost_s(self, record: Record) -> float:
+        extra_steps = sum(self.final_steps) - record.setup.warmup - record.setup.steps
+        return (record.wall_s or 0.0) + max(extra_steps, 0) * (record.step_ms or 0.0) / 1e3
+
+    # ------------------------------------------------------------ measuring
+
+    def probe(self, setup: Setup, stage: str, reserve: bool = True) -> Record | None:
+        """The record of `setup` (stored, or measured now), or None when the budget cannot
+        afford it."""
+        setup = setup.check()
+        key = setup.key()
+        if key in self.by_key:
+            return self.by_key[key]
+        if key not in self.stored:
+            left = self.left_s() - (self.final_reserve_s() if reserve else 0.0)
+            estimate = self.estimate_s(setup)
+            if left < estimate:
+                self.skip(f"{label(setup)}: not tried, the budget has {max(left, 0):.0f} s left "
+                          f"for it and it takes about {estimate:.0f} s")
+                return None
+            self.runner.timeout_s = max(1.0, min(self.timeout_s, left))
+        record = self.runner.run([setup], 1, search={"kind": "tune", "role": "probe",
+                                                     "stage": stage})[0]
+        self.use(record, stage)
+        return record
+
+    def use(self, record: Record, stage: str, note: str = "") -> None:
+        if record.run_id != self.runner.run_id:
+            self.stored_spent_s += record.wall_s or 0.0
+        self.by_key.setdefault(record.setup.key(), record)
+        self.tried.append(Tried(stage, record, note))
+        self.say(f"{stage}: {label(record.setup)}: {outcome(record)}")
+
+    def skip(self, text: str) -> None:
+        if text not in self.skipped:
+            self.skipped.append(text)
+            self.say(text)
+
+    def verdicts(self) -> dict:
+        return loss_verdicts([t.record for t in self.tried])
+
+    def verdict(self, record: Record):
+        return self.verdicts().get((record.setup.key(), record.machine.gpu))
+
+    def acceptable(self, record: Record | None) -> bool:
+        """Ran, and its losses do not depart from its reference's (the loss guard)."""
+        if record is None or not record.ok:
+            return False
+        verdict = self.verdict(record)
+        return verdict is None or not verdict.departs
+
+    def reference(self, batch: int) -> None:
+        """Make sure the loss guard has an eager reference at `batch`: the plainest eager setup,
+        with activation checkpointing when that does not fit."""
+        if any(t.record.ok and can_be_reference(t.record.setup) and t.record.setup.batch == batch
+               and t.record.setup.dtype == "bf16" for t in self.tried):
+            return
+        attn = "sdpa" if "sdpa" in self.space.attns else self.space.attns[0]
+        plain = dataclasses.replace(self.base, mode="eager", attn=attn, batch=batch)
+        record = self.probe(plain, "reference")
+        if record is not None and record.status == "oom":
+            self.probe(dataclasses.replace(plain, checkpointing=True), "reference")
+
+    def best(self, records: list[Record] | None = None) -> Record | None:
+        candidates = [r for r in (records if records is not None else
+                                  [t.record for t in self.tried]) if self.acceptable(r)]
+        return max(candidates, key=lambda r: r.tokens_per_s, default=None)
+
+    # ------------------------------------------------------------ the stages
+
+    def run(self) -> TuneResult:
+        self.screen()
+        if self.objective == "tokens":
+            self.grow()
+        self.options()
+        winner, runner_up, comparison, in_full = self.final()
+        command = run_command(winner.setup, self.repeats) if winner else None
+        return TuneResult(self.objective, self.budget_s, self.spent_s(), winner, runner_up,
+                          self.tried, self.skipped, command, comparison, in_full)
+
+    def screen(self) -> None:
+        """Every attention kernel at the start batch: eager mode first, then compiled."""
+        eager: dict[str, Record] = {}
+        if "eager" in self.space.modes:
+            for attn in self.space.attns:
+                record = self.probe(dataclasses.replace(self.base, mode="eager", attn=attn),
+                                    "screen")
+                if record is not None:
+                    eager[attn] = record
+        if "compile" not in self.space.modes:
+            return
+        for attn in self.space.attns:
+            seen = eager.get(attn)
+            if seen is not None and seen.status not in ("ok", "oom"):
+                self.skip(f"{attn}: not compiled, it failed in eager mode ({seen.status})")
+                continue
+            faster = [a for a, r in eager.items() if a in FUSED_ATTENTIONS and r.ok and seen
+                      and seen.ok and r.tokens_per_s > seen.tokens_per_s * (1 + GAIN)]
+            if attn == "eager" and faster:
+                self.skip(f"eager attention: not compiled, {faster[0]} was faster in eager mode")
+                continue
+            self.probe(dataclasses.replace(self.base, mode="compile", attn=attn,
+                                           compile_mode=self.space.compile_modes[0],
+                                           compile_scope=self.space.compile_scopes[0]), "screen")
+
+    def grow(self) -> None:
+        """Double the batch of the two best pairs while it fits and pays; then bisect once."""
+        pairs = []
+        for t in sorted((t for t in self.tried if t.stage == "screen" and self.acceptable(t.record)),
+                        key=lambda t: -t.record.tokens_per_s):
+            pair = (t.record.setup.mode, t.record.setup.attn)
+            if pair not in [p for p, _ in pairs]:
+                pairs.append((pair, t.record))
+        for pair, record in pairs[:FINALISTS]:
+            while record.setup.batch * 2 <= BATCH_LIMIT:
+                bigger = self.probe(dataclasses.replace(record.setup, batch=record.setup.batch * 2),
+                                    "batch")
+                if bigger is None:
+                    break
+                if bigger.status == "oom":
+                    self.oom_batch[pair] = bigger.setup.batch
+                    self.skip(f"{pair[0]}+{pair[1]}: batch {bigger.setup.batch} ran out of "
+                              "memory, not grown further")
+                    break
+                self.reference(bigger.setup.batch)
+                if not self.acceptable(bigger) or \
+                        bigger.tokens_per_s < record.tokens_per_s * (1 + GAIN):
+                    break
+                record = bigger
+        best = self.best()
+        top = best and self.oom_batch.get((best.setup.mode, best.setup.attn))
+        if top is not None and top > best.setup.batch + 1:
+            between = self.probe(dataclasses.replace(best.setup,
+                                                     batch=(best.setup.batch + top) // 2), "batch")
+            if between is not None and between.ok:
+                self.reference(between.setup.batch)
+
+    def options(self) -> None:
+        """One change at a time on the best setup so far; a change that is faster and agrees
+        is kept, and the next change is tried on top of it."""
+        best = self.best()
+        if best is None and self.objective == "fit" and True in self.space.checkpointing:
+            # Nothing fits the batch: recomputing activations may make it fit.
+            for t in [t for t in self.tried if t.record.status == "oom"]:
+                self.probe(dataclasses.replace(t.record.setup, checkpointing=True), "option")
+            best = self.best()
+        if best is None:
+            return
+        for change in self.changes(best):
+            candidate = dataclasses.replace(best.setup, **change)
+            if candidate == best.setup:
+                continue
+            record = self.probe(candidate, "option")
+            if record is None or not record.ok:
+                continue
+            if candidate.batch != best.setup.batch:
+                self.reference(candidate.batch)
+            if self.acceptable(record) and record.tokens_per_s > best.tokens_per_s * (1 + GAIN):
+                self.say(f"kept: {describe(change)} ({record.tokens_per_s:,.0f} against "
+                         f"{best.tokens_per_s:,.0f} tokens/s)")
+                best = record
+
+    def changes(self, best: Record) -> list[dict]:
+        """The options to try on `best`, most promising and cheapest first; autotuning last
+        (it compiles for minutes)."""
+        s, space = best.setup, self.space
+        out: list[dict] = []
+        if s.mode == "compile":
+            out += [{"compile_mode": m} for m in space.compile_modes[1:]
+                    if not m.startswith("max-autotune")]
+        out += [{"kernels": k} for k in space.kernels if k != s.kernels]
+        out += [{"dtype": p} for p in space.precisions if p != s.dtype]
+        out += [{"optimizer": o} for o in space.optimizers if o != s.optimizer]
+        if s.mode == "compile":
+            out += [{"compile_scope": c} for c in space.compile_scopes if c != s.compile_scope]
+        oom = self.oom_batch.get((s.mode, s.attn))
+        if True in space.checkpointing and not s.checkpointing:
+            if self.objective == "tokens" and oom is not None:
+                out.append({"checkpointing": True, "batch": oom})
+            elif self.objective == "fit":
+                out.append({"checkpointing": True})
+        if s.mode == "compile":
+            out += [{"compile_mode": m} for m in space.compile_modes[1:]
+                    if m.startswith("max-autotune")]
+        return out
+
+    def final(self):
+        """The best setups measured in full, `repeats` processes each, interleaved; the winner
+        is the faster that agrees with its reference, tested against the runner-up."""
+        finalists = []
+        for record in sorted((t.record for t in self.tried if self.acceptable(t.record)),
+                             key=lambda r: -r.tokens_per_s):
+            if record.setup not in [f.setup for f in finalists]:
+                finalists.append(record)
+        finalists = finalists[:FINALISTS]
+        if not finalists:
+            return None, None, None, False
+        plans = [dataclasses.replace(f.setup, warmup=self.final_steps[0],
+                                     steps=self.final_steps[1]) for f in finalists]
+        results: dict[Setup, list[Record]] = {p: [] for p in plans}
+        for repeat in range(self.repeats):     # interleaved: A B, A B, ...
+            for plan, finalist in zip(plans, finalists):
+                stored = plan.key() in self.stored_final(repeat)
+                if not stored and self.left_s() < self.final_cost_s(finalist):
+                    self.skip(f"final: {label(plan)} #{repeat + 1} not run, the budget has "
+                              f"{max(self.left_s(), 0):.0f} s left and it takes about "
+                              f"{self.final_cost_s(finalist):.0f} s")
+                    continue
+                self.runner.timeout_s = max(1.0, min(self.timeout_s, self.left_s()))
+                records = self.runner.run([plan], repeat + 1,
+                                          search={"kind": "tune", "role": "final"})
+                record = next(r for r in records if r.repeat == repeat)
+                self.use(record, "final")
+                results[plan].append(record)
+        measured = [(p, [r for r in rs if r.ok]) for p, rs in results.items()]
+        measured = [(p, rs) for p, rs in measured if rs and all(self.acceptable(r) for r in rs)]
+        if not measured:
+            self.skip("final: nothing measured in full; the winner is the best probe")
+            return finalists[0], finalists[1] if len(finalists) > 1 else None, None, False
+        measured.sort(key=lambda item: -mean(r.tokens_per_s for r in item[1]))
+        winner = representative(measured[0][1])
+        runner_up = representative(measured[1][1]) if len(measured) > 1 else None
+        comparison = compare(measured[0][1], measured[1][1]) if len(measured) > 1 else None
+        return winner, runner_up, comparison, True
+
+    def stored_final(self, repeat: int) -> set[str]:
+        return {r.setup.key() for r in self.runner.store.latest() if r.repeat == repeat}
+
+
+# ---------------------------------------------------------------- helpers
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def representative(records: list[Record]) -> Record:
+    """The process with the median tokens/s (the lower median for an even count)."""
+    ordered = sorted(records, key=lambda r: r.tokens_per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def compare(a: list[Record], b: list[Record]) -> dict | None:
+    """The winner's step times against the runner-up's, as the report tests two rows."""
+    from stepbench.report.findings import compare_rows
+    from stepbench.report.rows import combine
+
+    result = compare_rows(combine(a, None), combine(b, None))
+    if result is None:
+        return None
+    return {"ratio": result.ratio, "p_value": result.p_value, "significant": result.significant,
+            "ci": list(result.ci) if result.ci else None}
+
+
+def label(setup: Setup) -> str:
+    return f"{setup.name} batch {setup.batch} {setup.dtype}"
+
+
+def describe(change: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in change.items())
+
+
+def outcome(record: Record) -> str:
+    if record.ok:
+        return f"{record.tokens_per_s:,.0f} tokens/s, {record.step_ms:.1f} ms"
+    return record.status
+
+
+def run_command(setup: Setup, repeats: int) -> str:
+    """The `stepbench run` whose one setup is `setup` (same identity), with `repeats`."""
+    flags = ["--model", setup.model, "--device", setup.device, "--modes", setup.mode,
+             "--attn", setup.attn, "--batch", str(setup.batch), "--seq", str(setup.seq),
+             "--precision", setup.dtype, "--warmup", str(setup.warmup),
+             "--steps", str(setup.steps), "--seed", str(setup.seed), "--init", setup.init]
+    if setup.mode == "compile":
+        flags += ["--compile-mode", setup.compile_mode, "--compile-scope", setup.compile_scope]
+    if setup.kernels != "none":
+        flags += ["--kernels", setup.kernels]
+    if setup.checkpointing:
+        flags += ["--checkpointing", "on"]
+    if setup.optimizer != "fused":
+        flags += ["--optimizer", setup.optimizer]
+    if setup.memory_limit_gb is not None:
+        flags += ["--memory-limit-gb", f"{setup.memory_limit_gb:g}"]
+    if repeats > 1:
+        flags += ["--repeats", str(repeats)]
+    return shlex.join(["stepbench", "run", *flags])
+
+
+
+# ---------------------------------------------------------------- output
+
+COLUMNS = ["Stage", "Setup", "Batch", "Precision", "Status", "Tokens/s", "Step (ms)",
+           "Peak memory", "First step (s)", "Loss guard"]
+
+
+def render(result: TuneResult, fmt: str) -> str:
+    """The tune for people: what it tried, the winner, the runner-up and the command."""
+    from stepbench.report import table
+
+    verdicts = loss_verdicts([t.record for t in result.tried])
+    cells = []
+    for t in result.tried:
+        r = t.record
+        verdict = verdicts.get((r.setup.key(), r.machine.gpu))
+        repeat = f" #{r.repeat + 1}" if t.stage == "final" else ""
+        cells.append([t.stage + repeat, r.setup.name, str(r.setup.batch), r.setup.dtype, r.status,
+                      f"{r.tokens_per_s:,.0f}" if r.ok else "-",
+                      table.sig(r.step_ms) if r.ok else "-",
+                      f"{r.peak_memory_gb:.1f} GB" if r.peak_memory_gb is not None else "-",
+                      f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",
+                      verdict.status if verdict else "-"])
+    lines = [table.render(COLUMNS, cells, fmt, title="Tried")]
+    lines += [f"{'- ' if fmt == 'markdown' else ''}{text}" for text in summary(result)]
+    return "\n".join(lines) + "\n"
+
+
+def summary(result: TuneResult) -> list[str]:
+    """The verdict in sentences."""
+    out = []
+    winner, second = result.winner, result.runner_up
+    if winner is None:
+        out.append("No setup ran without failing or departing from the reference's losses; "
+                   "see the table.")
+    else:
+        how = ("measured in full" if result.measured_in_full
+               else "from a short probe only: the budget left no time to measure it in full")
+        out.append(f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} tokens/s, "
+                   f"{winner.step_ms:.1f} ms/step, peak {peak(winner)} ({how}).")
+        if winner.setup.dtype == "float8":
+            out.append("The winner trains its linear layers in float8: compare its tokens/s with "
+                       "bf16 setups knowing that, and its MFU is taken against the bf16 peak.")
+        if second is not None:
+            out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} tokens/s"
+                       f"{versus(result.comparison)}.")
+        plain, probe = plainest(result), probe_of(result, winner.setup)
+        if plain is not None and probe is not None and plain.ok and probe is not plain:
+            out.append(f"In the short probes the winner ran at {probe.tokens_per_s / plain.tokens_per_s:.2f}x "
+                       f"the tokens/s of {label(plain.setup)}, the plainest setup "
+                       f"({probe.tokens_per_s:,.0f} against {plain.tokens_per_s:,.0f}).")
+        out.append(f"Reproduce: {result.command}")
+    out += result.skipped
+    out.append(f"Budget {duration(result.budget_s)}, spent {duration(result.spent_s)}; "
+               f"{len(result.tried)} measurements.")
+    return out
+
+
+def peak(record: Record) -> str:
+    return f"{record.peak_memory_gb:.1f} GB" if record.peak_memory_gb is not None else "unknown"
+
+
+def versus(comparison: dict | None) -> str:
+    if comparison is None:
+        return " (too few steps to test the difference)"
+    faster = (1 / comparison["ratio"] - 1) * 100
+    if comparison["significant"]:
+        return f"; the winner is {faster:.1f}% faster (p = {comparison['p_value']:.2g})"
+    return (f"; equally fast within the noise ({faster:+.1f}%, p = "
+            f"{comparison['p_value']:.2g})")
+
+
+def plainest(result: TuneResult) -> Record | None:
+    """eager mode with sdpa at the start batch, as the post recommended."""
+    for t in result.tried:
+        s = t.record.setup
+        if t.stage == "screen" and s.mode == "eager" and s.attn == "sdpa":
+            return t.record
+    return None
+
+
+def probe_of(result: TuneResult, setup: Setup) -> Record | None:
+    """The probe of `setup` (any step counts): how it did under the probes' protocol."""
+    same = dataclasses.replace(setup, warmup=0, steps=1)
+    for t in result.tried:
+        if t.stage != "final" and \
+                dataclasses.replace(t.record.setup, warmup=0, steps=1) == same:
+            return t.record
+    return None
+
+
+def duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def parse_budget(text: str) -> float:
+    """Seconds in "20m", "90s", "1h30m" or a plain number of seconds."""
+    import re
+
+    match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*",
+                         str(text))
+    if not match or not any(match.groups()):
+        raise UserError(f"--budget takes a duration like 20m, 90s or 1h30m, got {text!r}")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise UserError(f"--budget must be more than 0 seconds, got {text!r}")
+    return total
