@@ -6,7 +6,7 @@ instance's address is 127.0.0.1 at that server's port.
 
 Some GPU types misbehave on purpose: NEVER stays "provisioning"; POOR is refused at create (402,
 with a message that echoes the API key, as a careless server might); BROKEN is created but its
-status call fails (403, echoing the key). Every request is kept (`requests`) and every instance
+status call fails (403, echoing the key); STICKY never gets ready and refuses to be deleted. Every request is kept (`requests`) and every instance
 (`instances`), deleted or not.
 """
 
@@ -20,7 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 TYPES = [("L40S", 1, 0.86), ("RTX 5090", 1, 0.89), ("H100 PCIe", 1, 2.39), ("H100 PCIe", 2, 4.6),
-         ("RTX A6000", 1, 0.49), ("NEVER", 1, 0.1), ("POOR", 1, 0.1), ("BROKEN", 1, 0.1)]
+         ("RTX A6000", 1, 0.49), ("NEVER", 1, 0.1), ("POOR", 1, 0.1), ("BROKEN", 1, 0.1),
+         ("STICKY", 1, 0.1)]
 
 
 class StandIn:
@@ -72,6 +73,8 @@ class StandIn:
         if len(parts) >= 2 and parts[0] == "instances" and parts[1] in self.instances:
             instance = self.instances[parts[1]]
             if method == "DELETE":
+                if instance["gpu_type"] == "STICKY":
+                    return 400, {"error": {"code": "locked", "message": "instance is locked"}}
                 instance["status"] = "terminated"
                 return 204, None
             if parts[2:] == ["status"]:
@@ -98,7 +101,7 @@ class StandIn:
         if instance["gpu_type"] == "BROKEN":
             return 403, {"error": {"code": "forbidden", "message": f"key {key} may not read it"}}
         instance["polls"] += 1
-        if instance["gpu_type"] != "NEVER" and instance["polls"] >= 2 and \
+        if instance["gpu_type"] not in ("NEVER", "STICKY") and instance["polls"] >= 2 and \
                 instance["status"] == "provisioning":
             instance.update(status="running", ip="127.0.0.1")
         return 200, {"data": {"id": instance["id"], "status": instance["status"],

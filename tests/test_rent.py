@@ -119,7 +119,7 @@ def test_a_rented_study_records_prices_and_deletes_every_machine(sshd, api, remo
     monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
     prices = tmp_path / "prices.toml"
     assert main(["prices", "--from", "runcrate", "--out", str(prices)]) == 0
-    assert capsys.readouterr().err.startswith(f"wrote {prices}: 7 GPU types from runcrate")
+    assert capsys.readouterr().err.startswith(f"wrote {prices}: 8 GPU types from runcrate")
     table = load_price_file(prices)
     assert table["NVIDIA GeForce RTX 5090"] == 0.89 and table["L40S"] == 0.86
     assert table["H100 PCIe"] == 2.3          # the 2-GPU offer is cheaper per GPU
@@ -134,8 +134,9 @@ def test_failed_rentals_are_deleted_each_in_one_line(sshd, api, remote_dir, tmp_
     out = tmp_path / "r.jsonl"
     # Never ready (deleted after --rent-timeout), refused at create (nothing to delete), its
     # status refused (deleted); the API's messages echo the key.
-    proc = stepbench(api, "run", *rent(sshd, remote_dir, "NEVER", "POOR", "BROKEN"), *TINY,
-                     "--rent-timeout", "2", "--out", out)
+    # And one that cannot be deleted: said loudly, in its line and in the cost.
+    proc = stepbench(api, "run", *rent(sshd, remote_dir, "NEVER", "POOR", "BROKEN", "STICKY"),
+                     *TINY, "--rent-timeout", "2", "--out", out)
     assert proc.returncode == 1, proc.stderr
     lines = {line.split()[3].rstrip(":"): line for line in proc.stderr.splitlines()
              if line.startswith("stepbench run: host ")}
@@ -148,15 +149,22 @@ def test_failed_rentals_are_deleted_each_in_one_line(sshd, api, remote_dir, tmp_
         f"for API key {KEY[:8]}… (HTTP 402); add credits or raise the environment's budget")
     assert "Runcrate instance status: key rc_live_… may not read it (HTTP 403)" in \
         lines["runcrate:BROKEN"]
-    assert len(lines) == 3
+    [sticky] = created(api, "STICKY")
+    assert lines["runcrate:STICKY"].endswith(
+        f"; COULD NOT DELETE instance {sticky['id']} (Runcrate delete instance: instance is "
+        "locked (HTTP 400)); delete it in the runcrate console now: it bills until its maximum "
+        "runtime (120 min) ends")
+    assert "runcrate:STICKY 0.1 min at $0.1/h (NOT DELETED: still billing)" in proc.stderr
+    assert len(lines) == 4
     assert never["status"] == broken["status"] == "terminated" and created(api, "POOR") == []
-    assert api.live() == []
+    assert api.live() == [sticky]
+    sticky["status"] = "terminated"     # the console's job, for the next tests
     assert KEY not in proc.stdout + proc.stderr and out.read_text() == ""
 
 
 @pytest.mark.parametrize("flags, env, said", [
     (["--rent", "runcrate:NOPE"], {}, "runcrate has no GPU type 'NOPE'; choose one of: BROKEN, "
-                                      "H100 PCIe, L40S"),
+                                      "H100 PCIe, L40S, NEVER, POOR, RTX 5090, RTX A6000, STICKY"),
     (["--rent", "runcrate:L40S:3"], {}, "runcrate has L40S machines of 1 GPU(s), not 3"),
     (["--rent", "aws:L40S"], {}, "unknown provider 'aws'; choose one of: runcrate"),
     (["--rent", "runcrate:L40S"], {"RUNCRATE_API_KEY": ""}, "set RUNCRATE_API_KEY to your API key"),
@@ -173,6 +181,21 @@ def test_bad_rentals_fail_before_anything_is_created(sshd, api, tmp_path, monkey
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1, err
     assert len(api.instances) == before
+
+
+def test_a_dry_run_rents_nothing_and_says_what_it_would_cost(sshd, api, monkeypatch, capsys):
+    monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
+    monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
+    before = len(api.requests)
+    assert main(["run", "--rent", "runcrate:L40S", "--rent", "runcrate:H100 PCIe:2",
+                 "--modes", "eager", "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert "stepbench run: would rent runcrate:L40S: 1 x L40S at $0.86/h (us-east)" in out.err
+    assert "would rent runcrate:H100 PCIe:2: 2 x H100 PCIe at $4.6/h" in out.err
+    # The plan of a GPU machine (rented machines have GPUs): the post's model at 2048 tokens.
+    assert out.out.splitlines() == ["eager+sdpa  batch 4 x 2048  bf16  llama-468m  cuda",
+                                    "eager+eager  batch 4 x 2048  bf16  llama-468m  cuda"]
+    assert [r["path"] for r in api.requests[before:]] == ["/api/v1/instances/types"]
 
 
 def start(api, args) -> subprocess.Popen:

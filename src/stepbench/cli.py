@@ -269,11 +269,26 @@ def cmd_run_hosts(args: argparse.Namespace) -> int:
     # The flags are checked here, once, before any host is contacted.
     specs = check_hosts(args)
     if args.gpus is not None or args.nproc != 1 or args.nnodes != 1 or args.parallel != "none":
-        raise UserError("--host runs one setup at a time on each host's first GPU; drop --gpus, "
-                        "--nproc, --nnodes and --parallel, or run stepbench on the host itself")
+        raise UserError("--host and --rent run one setup at a time on each machine's first GPU; "
+                        "drop --gpus, --nproc, --nnodes and --parallel, or run stepbench on the "
+                        "machine itself")
     device = "cpu" if args.device == "auto" else args.device
-    build_plan(args, device)
+    plan = build_plan(args, device)
     check_run(args, device)
+    if args.dry_run:
+        # Nothing is contacted, nothing rented: the plan, and what each rental would cost now.
+        if args.rent:
+            from stepbench.execute.rent import quote_rentals
+
+            for line in quote_rentals(args.rent):
+                print(f"stepbench run: {line}", file=sys.stderr)
+        if args.device == "auto":
+            device = "cuda" if args.rent and not specs else device
+            plan = build_plan(args, device)
+            print(f"stepbench run: each machine runs the defaults of its own device; shown: "
+                  f"{device}'s", file=sys.stderr)
+        print_plan(plan, args.format)
+        return 0
     store = ResultsFile(args.out).check_writable()
     display = Display()
     rentals = loop = None
@@ -293,7 +308,10 @@ def cmd_run_hosts(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
         how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
-        deleted = "; every rented machine was deleted" if rentals else ""
+        kept = [lease for lease in rentals.leases if lease.delete_failed] if rentals else []
+        for lease in kept:
+            print(f"stepbench run: host {lease.name}: {lease.delete_failed}", file=sys.stderr)
+        deleted = "; every rented machine was deleted" if rentals and not kept else ""
         print(f"stepbench run: {how}; the running setups were stopped on every host{deleted}, "
               f"finished setups are kept in {args.out}; run the same command again to resume",
               file=sys.stderr)

@@ -343,7 +343,8 @@ class Lease:
                     break
                 except ProviderError as exc:
                     last = exc
-                    time.sleep(1.0 + attempt)
+                    if attempt + 1 < DELETE_ATTEMPTS:
+                        time.sleep(1.0 + attempt)
             if last is not None:
                 self.delete_failed = (
                     f"COULD NOT DELETE instance {instance_id} ({last}); delete it in the "
@@ -380,7 +381,8 @@ def cost_summary(leases: list[Lease]) -> str | None:
     for lease in used:
         price = lease.instance.price_per_hour
         parts.append(f"{lease.name} {lease.minutes:.1f} min"
-                     + (f" at ${price:g}/h" if price else " (no price)"))
+                     + (f" at ${price:g}/h" if price else " (no price)")
+                     + (" (NOT DELETED: still billing)" if lease.delete_failed else ""))
         total += lease.cost or 0.0
     return (f"rented {len(used)} machine{'s' if len(used) != 1 else ''}: " + ", ".join(parts)
             + f"; about ${total:.2f} in all at the provider's prices, from create to delete")
@@ -433,11 +435,12 @@ def prepare_rentals(texts: list[str], args, loop: EventLoop, note: Callable[[str
     providers: dict[str, Provider] = {}
     key_ids: dict[str, str] = {}
     offers: dict[str, Offer] = {}
+    listed: dict = {}
     try:
         for spec in specs:
             if spec.provider not in providers:
                 providers[spec.provider] = provider(spec.provider)
-            offers[spec.name] = pick_offer(providers[spec.provider], spec)
+            offers[spec.name] = pick_offer(providers[spec.provider], spec, listed)
         for name, p in providers.items():
             key_ids[name] = p.register_key(public_key)
     except ProviderError as exc:
@@ -452,9 +455,31 @@ def prepare_rentals(texts: list[str], args, loop: EventLoop, note: Callable[[str
     return Rentals(leases, folder)
 
 
-def pick_offer(p: Provider, spec: RentSpec) -> Offer:
-    """The cheapest offer of the GPU type and count; a UserError naming the types there are."""
-    offers = p.prices()
+def quote_rentals(texts: list[str]) -> list[str]:
+    """`run --rent ... --dry-run`: what each rental would be and cost now; nothing created."""
+    specs = [parse_rent(text) for text in texts]
+    providers: dict[str, Provider] = {}
+    offers: dict = {}
+    lines = []
+    try:
+        for spec in specs:
+            if spec.provider not in providers:
+                providers[spec.provider] = provider(spec.provider)
+            offer = pick_offer(providers[spec.provider], spec, offers)
+            lines.append(f"would rent {spec.name}: {offer.gpu_count} x {offer.gpu_type} at "
+                         f"${offer.price_per_hour:g}/h" + (f" ({offer.region})" if offer.region else ""))
+    except ProviderError as exc:
+        raise UserError(str(exc)) from None
+    return lines
+
+
+def pick_offer(p: Provider, spec: RentSpec, cache: dict | None = None) -> Offer:
+    """The cheapest offer of the GPU type and count; a UserError naming the types there are.
+    `cache` keeps each provider's list for the other rentals of the run."""
+    cache = {} if cache is None else cache
+    if p.name not in cache:
+        cache[p.name] = p.prices()
+    offers = cache[p.name]
     same = [o for o in offers if o.gpu_type.lower() == spec.gpu_type.lower()]
     fits = [o for o in same if o.gpu_count == spec.gpu_count]
     if not fits:
