@@ -95,6 +95,7 @@ def test_a_rented_study_records_prices_and_deletes_every_machine(sshd, api, remo
     # The key went to the API, and nowhere else.
     assert all(r["auth"] == f"Bearer {KEY}" for r in api.requests)
     assert KEY not in proc.stdout + proc.stderr + out.read_text()
+    assert not [f for f in remote_dir.rglob("*") if f.is_file() and KEY.encode() in f.read_bytes()]
 
     # The report prices each machine at the provider's price, per GPU, and says so; a price
     # given for the GPU's driver name wins; a provider's label is not a GPU name.

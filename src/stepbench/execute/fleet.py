@@ -6,7 +6,8 @@ name, and two hosts with the same GPU never stand in for each other. Device and 
 are worked out on each host (a GPU host runs the GPU defaults, a CPU host the CPU ones). A host
 that cannot be reached, refuses the key, fails to prepare or is lost mid-run ends in one line on
 stderr; the others go on. Ctrl-C, SIGTERM and SIGHUP stop every host's running setup; what
-finished is in the file.
+finished is in the file. A rented machine (`--rent`, execute/rent.py) is one more host: its
+thread creates it first, points the host's executor at it, and deletes it last, every way out.
 """
 
 from __future__ import annotations

@@ -179,19 +179,15 @@ def ssh_key(path: str | None) -> tuple[Path, str]:
         where = path or ", ".join(DEFAULT_KEYS)
         raise UserError(f"no SSH key at {where}; pass --rent-key with a private key file (make "
                         "one with `ssh-keygen -t ed25519`)")
-    public = private.with_name(private.name + ".pub")
-    if public.is_file():
-        text = public.read_text().split()
-    else:
-        try:
-            text = asyncssh.read_private_key(str(private)).export_public_key().decode().split()
-        except (asyncssh.KeyImportError, OSError, ValueError) as exc:
-            raise UserError(f"cannot read SSH key {private} ({exc}); pass --rent-key a key "
-                            "without a passphrase, or put its .pub file beside it") from None
-    if len(text) < 2:
-        raise UserError(f"{public} is not an SSH public key; pass --rent-key a key pair made by "
-                        "ssh-keygen")
-    return private, " ".join(text[:2])
+    # Read here, before anything is rented: stepbench logs in with the file itself (a key with
+    # a passphrase would need a prompt in the middle of the run).
+    try:
+        key = asyncssh.read_private_key(str(private))
+    except (asyncssh.KeyImportError, OSError, ValueError) as exc:
+        raise UserError(f"cannot use SSH key {private} ({exc}); pass --rent-key a key without a "
+                        "passphrase, e.g. one made by `ssh-keygen -t ed25519 -N '' -f "
+                        "~/.ssh/stepbench`") from None
+    return private, " ".join(key.export_public_key().decode().split()[:2])
 
 
 # ---------------------------------------------------------------- one rented machine
