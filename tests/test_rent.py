@@ -197,6 +197,12 @@ def test_a_dry_run_rents_nothing_and_says_what_it_would_cost(sshd, api, monkeypa
     assert out.out.splitlines() == ["eager+sdpa  batch 4 x 2048  bf16  llama-468m  cuda",
                                     "eager+eager  batch 4 x 2048  bf16  llama-468m  cuda"]
     assert [r["path"] for r in api.requests[before:]] == ["/api/v1/instances/types"]
+    # The same for SSH hosts: nothing is contacted (the host does not exist).
+    assert main(["run", "--host", "nowhere.invalid", "--modes", "eager", "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["eager+sdpa  batch 4 x 256  bf16  llama-tiny  cpu",
+                                    "eager+eager  batch 4 x 256  bf16  llama-tiny  cpu"]
+    assert "each machine runs the defaults of its own device; shown: cpu's" in out.err
 
 
 def start(api, args) -> subprocess.Popen:

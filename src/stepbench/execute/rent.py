@@ -168,7 +168,8 @@ class RentSettings:
 
 
 def ssh_key(path: str | None) -> tuple[Path, str]:
-    """The private key to log in with and its public key (the .pub beside it, else derived)."""
+    """The private key to log in with (the first of DEFAULT_KEYS without --rent-key) and its
+    public key."""
     asyncssh = require_asyncssh()
     candidates = [path] if path else list(DEFAULT_KEYS)
     for candidate in candidates:
