@@ -197,6 +197,8 @@ def test_a_dry_run_rents_nothing_and_says_what_it_would_cost(sshd, api, monkeypa
     assert out.out.splitlines() == ["eager+sdpa  batch 4 x 2048  bf16  llama-468m  cuda",
                                     "eager+eager  batch 4 x 2048  bf16  llama-468m  cuda"]
     assert [r["path"] for r in api.requests[before:]] == ["/api/v1/instances/types"]
+    assert main(["prices", "--from", "aws"]) == 2
+    assert "unknown provider; choose one of: runcrate" in capsys.readouterr().err
     # The same for SSH hosts: nothing is contacted (the host does not exist).
     assert main(["run", "--host", "nowhere.invalid", "--modes", "eager", "--dry-run"]) == 0
     out = capsys.readouterr()

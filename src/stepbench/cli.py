@@ -550,15 +550,14 @@ def cmd_peak(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- prices
 
 def add_prices(sub) -> None:
-    from stepbench.execute.rent import PROVIDERS
-
     p = sub.add_parser(
         "prices", help="write a provider's hourly GPU prices as a price file for report --prices",
         description="Ask a GPU provider for today's hourly prices of its instance types and "
                     "write them in the price-file format `stepbench report --prices` reads "
                     "(dollars per GPU-hour, the cheapest offer of each GPU type).")
-    p.add_argument("--from", dest="provider", required=True, choices=tuple(PROVIDERS),
-                   help="the provider (its API key from the environment: RUNCRATE_API_KEY)")
+    p.add_argument("--from", dest="provider", required=True, metavar="PROVIDER",
+                   help="the provider: runcrate (its API key from the environment: "
+                        "RUNCRATE_API_KEY)")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="write the TOML price file here (default: stdout)")
     p.set_defaults(handler=cmd_prices)
@@ -567,8 +566,11 @@ def add_prices(sub) -> None:
 def cmd_prices(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from stepbench.execute.rent import ProviderError, price_file, provider
+    from stepbench.execute.rent import PROVIDERS, ProviderError, price_file, provider
 
+    if args.provider not in PROVIDERS:
+        raise UserError(f"--from {args.provider!r}: unknown provider; choose one of: "
+                        + ", ".join(PROVIDERS))
     chosen = provider(args.provider)
     try:
         offers = chosen.prices()
