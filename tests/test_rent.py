@@ -207,6 +207,38 @@ def test_a_dry_run_rents_nothing_and_says_what_it_would_cost(sshd, api, monkeypa
     assert "each machine runs the defaults of its own device; shown: cpu's" in out.err
 
 
+def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatch):
+    from stepbench.execute.rent import Lease, RentSettings, parse_rent, ssh_key
+    from stepbench.execute.runcrate import make_provider
+    from stepbench.execute.ssh import EventLoop, HostError, RemoteOptions, SSHExecutor
+
+    monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
+    monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
+    provider = make_provider()
+    key_path, public = ssh_key(str(sshd.folder / "user_key"))
+    loop, notes = EventLoop(), []
+    lease = Lease(parse_rent("runcrate:RTX A6000"), provider, provider.register_key(public),
+                  RentSettings(key_path, public, ready_timeout_s=30), tmp_path, loop)
+    try:
+        spec, config, rental = lease.acquire(notes.append)
+        assert rental["price_per_hour"] == 0.49 and spec.name == "runcrate:RTX A6000"
+        host = SSHExecutor(spec, loop, RemoteOptions(ssh_config=config))
+        host.connect()          # the pinned key is the server's
+        host.close()
+        # The machine shows another key later (another machine at the address, or a man in the
+        # middle): refused.
+        [known] = tmp_path.glob("*.known_hosts")
+        other = (sshd.folder / "other_key.pub").read_text().split()
+        known.write_text(" ".join(known.read_text().split()[:1] + other[:2]) + "\n")
+        with pytest.raises(HostError, match="host key not verified"):
+            SSHExecutor(spec, loop, RemoteOptions(ssh_config=config)).connect()
+    finally:
+        assert lease.release() is None
+        loop.close()
+    assert created(api, "RTX A6000")[0]["status"] == "terminated"
+    assert any(n.startswith("accepted host key SHA256:") for n in notes)
+
+
 def start(api, args) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", *map(str, args)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
