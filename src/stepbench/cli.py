@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tune(sub)
     add_report(sub)
     add_peak(sub)
+    add_prices(sub)
     return parser
 
 
@@ -163,6 +164,26 @@ def add_run(sub) -> None:
     remote.add_argument("--remote-dir", default=".cache/stepbench", metavar="DIR",
                         help="where stepbench keeps its environment and work files on the hosts "
                              "(default ~/.cache/stepbench)")
+    rent = p.add_argument_group(
+        "rented GPUs (needs the runcrate extra: pip install 'stepbench[runcrate]')",
+        "Create one machine per --rent, run the matrix there as on an SSH host, and delete it "
+        "whatever happens (done, failed, timed out, Ctrl-C, SIGTERM). API key from "
+        "RUNCRATE_API_KEY. Records carry the provider's hourly price.")
+    rent.add_argument("--rent", action="append", metavar="PROVIDER:GPU[:COUNT]",
+                      help="rent a machine with this GPU type (and count, default 1) and run "
+                           "there, e.g. runcrate:L40S or 'runcrate:RTX 5090'; repeatable")
+    rent.add_argument("--rent-key", metavar="FILE",
+                      help="the SSH private key to log in with; its public key is registered "
+                           "with the provider once (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+    rent.add_argument("--rent-timeout", type=float, default=900.0, metavar="SECONDS",
+                      help="how long a machine may take to start and answer SSH before it is "
+                           "deleted (default 900)")
+    rent.add_argument("--rent-max-minutes", type=int, default=120, metavar="MINUTES",
+                      help="the provider deletes each machine after this many minutes whatever "
+                           "happens here: the safety net if stepbench cannot (default 120)")
+    rent.add_argument("--rent-template", metavar="NAME",
+                      help="the provider's machine image (template); it must have Python 3.11+ "
+                           "with torch (default: the provider's default)")
     p.set_defaults(handler=cmd_run)
 
 
@@ -198,7 +219,7 @@ def check_run(args: argparse.Namespace, device: str) -> float:
 
 def cmd_run(args: argparse.Namespace) -> int:
     args = run_settings(args)
-    if args.host or args.hosts_file:
+    if args.host or args.hosts_file or args.rent:
         return cmd_run_hosts(args)
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
@@ -239,7 +260,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_run_hosts(args: argparse.Namespace) -> int:
-    """`run --host ...`: the plan on every host at once (execute/fleet.py)."""
+    """`run --host ... --rent ...`: the plan on every host and rented machine at once
+    (execute/fleet.py, execute/rent.py)."""
     from stepbench.execute.fleet import check_hosts, report_failures, run_on_hosts
     from stepbench.execute.progress import Display
     from stepbench.execute.runner import Stopped
@@ -248,24 +270,62 @@ def cmd_run_hosts(args: argparse.Namespace) -> int:
     # The flags are checked here, once, before any host is contacted.
     specs = check_hosts(args)
     if args.gpus is not None or args.nproc != 1 or args.nnodes != 1 or args.parallel != "none":
-        raise UserError("--host runs one setup at a time on each host's first GPU; drop --gpus, "
-                        "--nproc, --nnodes and --parallel, or run stepbench on the host itself")
+        raise UserError("--host and --rent run one setup at a time on each machine's first GPU; "
+                        "drop --gpus, --nproc, --nnodes and --parallel, or run stepbench on the "
+                        "machine itself")
     device = "cpu" if args.device == "auto" else args.device
-    build_plan(args, device)
+    plan = build_plan(args, device)
     check_run(args, device)
+    if args.dry_run:
+        # Nothing is contacted, nothing rented: the plan, and what each rental would cost now.
+        if args.rent:
+            from stepbench.execute.rent import quote_rentals
+
+            for line in quote_rentals(args.rent):
+                print(f"stepbench run: {line}", file=sys.stderr)
+        if args.device == "auto":
+            device = "cuda" if args.rent and not specs else device
+            plan = build_plan(args, device)
+            print(f"stepbench run: each machine runs the defaults of its own device; shown: "
+                  f"{device}'s", file=sys.stderr)
+        print_plan(plan, args.format)
+        return 0
     store = ResultsFile(args.out).check_writable()
     display = Display()
+    rentals = loop = None
+    if args.rent:
+        from stepbench.execute.rent import prepare_rentals
+        from stepbench.execute.ssh import EventLoop
+
+        loop = EventLoop()
+        try:
+            # Prices, the API key and the SSH key are checked before any machine is created.
+            rentals = prepare_rentals(args.rent, args, loop, display.note)
+        except BaseException:
+            loop.close()
+            raise
     try:
-        runs = run_on_hosts(args, specs, build_plan, display, store, check_run)
+        runs = run_on_hosts(args, specs, build_plan, display, store, check_run, rentals, loop)
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
         how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
-        print(f"stepbench run: {how}; the running setups were stopped on every host, finished "
-              f"setups are kept in {args.out}; run the same command again to resume",
+        kept = [lease for lease in rentals.leases if lease.delete_failed] if rentals else []
+        for lease in kept:
+            print(f"stepbench run: host {lease.name}: {lease.delete_failed}", file=sys.stderr)
+        deleted = "; every rented machine was deleted" if rentals and not kept else ""
+        print(f"stepbench run: {how}; the running setups were stopped on every host{deleted}, "
+              f"finished setups are kept in {args.out}; run the same command again to resume",
               file=sys.stderr)
         return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
     finally:
         display.close()
+        if rentals:
+            from stepbench.execute.rent import cost_summary
+
+            summary = cost_summary(rentals.leases)
+            if summary:
+                print(f"stepbench run: {summary}", file=sys.stderr)
+            rentals.close()
     records = [record for run in runs for record in run.records]
     if records or args.format == "json":
         print_records(args, records)
@@ -621,4 +681,51 @@ def cmd_peak(args: argparse.Namespace) -> int:
         from stepbench.report.document import peak_document
 
         print(render(peak_document(result), "table"), end="")
+    return 0
+
+
+# ---------------------------------------------------------------- prices
+
+def add_prices(sub) -> None:
+    p = sub.add_parser(
+        "prices", help="write a provider's hourly GPU prices as a price file for report --prices",
+        description="Ask a GPU provider for today's hourly prices of its instance types and "
+                    "write them in the price-file format `stepbench report --prices` reads "
+                    "(dollars per GPU-hour, the cheapest offer of each GPU type).")
+    p.add_argument("--from", dest="provider", required=True, metavar="PROVIDER",
+                   help="the provider: runcrate (its API key from the environment: "
+                        "RUNCRATE_API_KEY)")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="write the TOML price file here (default: stdout)")
+    p.set_defaults(handler=cmd_prices)
+
+
+def cmd_prices(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from stepbench.execute.rent import PROVIDERS, ProviderError, price_file, provider
+
+    if args.provider not in PROVIDERS:
+        raise UserError(f"--from {args.provider!r}: unknown provider; choose one of: "
+                        + ", ".join(PROVIDERS))
+    chosen = provider(args.provider)
+    try:
+        offers = chosen.prices()
+    except ProviderError as exc:
+        raise UserError(str(exc)) from None
+    if not offers:
+        raise UserError(f"{args.provider} lists no instance types right now; try again later")
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = price_file(offers, args.provider, when)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.out.write_text(text)
+    except OSError as exc:
+        raise UserError(f"cannot write {args.out} ({exc.strerror}); pass a writable --out path") \
+            from None
+    count = sum(1 for line in text.splitlines() if line.startswith('"'))
+    print(f"wrote {args.out}: {count} GPU types from {args.provider}; use it with stepbench "
+          f"report --prices {args.out}", file=sys.stderr)
     return 0

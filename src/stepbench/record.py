@@ -27,7 +27,7 @@ SCHEMA = 1
 # a record that does not use them is written as 0.1 wrote it, so old files read back unchanged.
 # Reading, a missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
-                "phases", "ranks", "scaling", "placement", "host", "search")
+                "phases", "ranks", "scaling", "placement", "host", "rental", "search")
 
 
 class _FromDict:
@@ -122,6 +122,9 @@ class Record:
     # The SSH host the setup ran on, as named on the command line (`run --host`); None for a run
     # on this machine, and then left out of the JSON, so local records read and write as before.
     host: str | None = None
+    # A rented machine (`run --rent`): the provider, its GPU label and count, and the instance's
+    # price per hour as the provider charged it (all its GPUs); None for a machine not rented.
+    rental: dict | None = None
     machine: Machine = field(default_factory=Machine)
     software: Software = field(default_factory=Software)
     # Where the executor placed the job: GPUs, inductor's compile threads, jobs run alongside.
@@ -168,7 +171,7 @@ class Record:
 
 MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
                         if f.name not in ("run_id", "repeat", "setup", "status", "error",
-                                          "started_at", "finished_at", "wall_s", "host",
+                                          "started_at", "finished_at", "wall_s", "host", "rental",
                                           "machine", "software", "placement", "search",
                                           "schema"))
 

@@ -6,12 +6,14 @@ name, and two hosts with the same GPU never stand in for each other. Device and 
 are worked out on each host (a GPU host runs the GPU defaults, a CPU host the CPU ones). A host
 that cannot be reached, refuses the key, fails to prepare or is lost mid-run ends in one line on
 stderr; the others go on. Ctrl-C, SIGTERM and SIGHUP stop every host's running setup; what
-finished is in the file.
+finished is in the file. A rented machine (`--rent`, execute/rent.py) is one more host: its
+thread creates it first, points the host's executor at it, and deletes it last, every way out.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import sys
 import threading
@@ -79,13 +81,16 @@ def check_hosts(args: argparse.Namespace) -> list:
 
 
 def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, store: ResultsFile,
-                 check_settings) -> list[HostRun]:
-    """Run the plan on every host (`specs`, from check_hosts); returns what each host did, in
-    the order named. Raises KeyboardInterrupt (or runner.Stopped) after stopping every host."""
+                 check_settings, rentals=None, loop=None) -> list[HostRun]:
+    """Run the plan on every host (`specs`, from check_hosts) and every rented machine
+    (`rentals`, execute/rent.py: each is created, run and deleted in its host's thread); returns
+    what each host did, in the order named. Raises KeyboardInterrupt (or runner.Stopped) after
+    stopping every host; a rented machine is deleted before this returns or raises."""
     from stepbench.execute import bundle
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, new_run_id, stop_signals
-    from stepbench.execute.ssh import EventLoop, HostError, HostStopped, RemoteOptions, SSHExecutor
+    from stepbench.execute.ssh import (EventLoop, HostError, HostSpec, HostStopped, RemoteOptions,
+                                      SSHExecutor)
 
     options = RemoteOptions(ssh_config=args.ssh_config, python=args.remote_python,
                             setup=args.remote_setup, dir=args.remote_dir,
@@ -93,13 +98,21 @@ def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, sto
     models = model_copies(args.model)
     wheel = bundle.build()
     run_id = new_run_id()
-    loop = EventLoop()
+    loop = loop or EventLoop()
+    leases = list(rentals.leases) if rentals else []
     hosts = [SSHExecutor(spec, loop, options) for spec in specs]
-    runs = [HostRun(spec.name) for spec in specs]
+    # A rented machine's address is known once it runs: its executor is pointed there then.
+    hosts += [SSHExecutor(HostSpec(lease.name, lease.name), loop, options) for lease in leases]
+    runs = [HostRun(host.host) for host in hosts]
+    lease_of = {lease.name: lease for lease in leases}
 
     def one(host: SSHExecutor, result: HostRun) -> None:
         view = HostView(display, host.host)
+        lease = lease_of.get(host.host)
         try:
+            if lease is not None:
+                spec, ssh_config, host.rental = lease.acquire(view.note)
+                host.spec, host.options = spec, dataclasses.replace(options, ssh_config=ssh_config)
             view.note("connecting")
             host.connect()
             view.note("preparing (installs stepbench there once per version)")
@@ -124,6 +137,18 @@ def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, sto
             pass
         finally:
             view.close()
+            if lease is not None:
+                host.close()
+                release(lease, view, result)
+
+    def release(lease, view, result: HostRun) -> None:
+        problem = lease.release()
+        if problem:
+            result.failure = f"{result.failure}; {problem}" if result.failure else problem
+        elif lease.instance is not None:
+            cost = lease.cost
+            view.note(f"deleted instance {lease.instance.id} (rented {lease.minutes:.1f} min"
+                      + (f", about ${cost:.2f}" if cost is not None else "") + ")")
 
     pool = ThreadPoolExecutor(max_workers=len(hosts), thread_name_prefix="stepbench-host")
     try:
@@ -134,19 +159,40 @@ def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, sto
             except BaseException:
                 for host in hosts:
                     host.stop()
-                wait(futures)
+                if rentals:
+                    rentals.stop()
+                with _holding(leases):
+                    wait(futures)
                 raise
             for future in futures:
                 future.result()     # a bug in a host's thread surfaces here, with its traceback
     finally:
-        pool.shutdown(wait=True)
-        closers = [threading.Thread(target=host.close) for host in hosts]
-        for closer in closers:
-            closer.start()
-        for closer in closers:
-            closer.join()
+        with _holding(leases):
+            pool.shutdown(wait=True)
+            closers = [threading.Thread(target=host.close) for host in hosts]
+            for closer in closers:
+                closer.start()
+            for closer in closers:
+                closer.join()
+            if rentals:
+                # Each host's thread deleted its machine; this catches a thread that never ran.
+                for name, problem in rentals.release_all():
+                    run = next(r for r in runs if r.name == name)
+                    if problem not in (run.failure or ""):
+                        run.failure = f"{run.failure}; {problem}" if run.failure else problem
         loop.close()
     return runs
+
+
+def _holding(leases):
+    """While rented machines are deleted, a signal does not cut that short."""
+    from contextlib import nullcontext
+
+    from stepbench.execute.rent import hold_signals
+
+    if not leases:
+        return nullcontext()
+    return hold_signals("deleting the rented machines first; this takes a few seconds")
 
 
 def report_failures(runs: list[HostRun]) -> int:

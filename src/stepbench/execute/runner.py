@@ -51,6 +51,8 @@ class Runner:
         self.run_id = run_id or new_run_id()
         # The SSH host an executor runs on (execute/ssh.py): part of the resume key and the record.
         self.host = getattr(executor, "host", None)
+        # A rented machine's provider and price (execute/rent.py), kept with each record.
+        self.rental = getattr(executor, "rental", None)
         self._lock = threading.Lock()
         self.search: dict | None = None
 
@@ -109,7 +111,7 @@ class Runner:
                                          timeout_s=self.timeout_s,
                                          gpu=self.executor.gpu_name(job.setup, slot),
                                          baseline=baseline, host=self.host,
-                                         search=self.search)
+                                         rental=self.rental, search=self.search)
                     self.store.append(record)
                     records[index] = record
                 self.display.finish(job, record)
@@ -209,7 +211,8 @@ class stop_signals:
 
 def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
                 gpu: str | None, baseline: Record | None = None,
-                host: str | None = None, search: dict | None = None) -> Record:
+                host: str | None = None, rental: dict | None = None,
+                search: dict | None = None) -> Record:
     """The record of one finished child: what it measured, with the status the parent decides.
 
     Machine and software come from the child's start message; a child that died before sending
@@ -230,7 +233,7 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     measured.setdefault("loss_tolerance", loss_tolerance(job.setup))
     return Record(run_id=run_id, repeat=job.repeat, setup=job.setup, status=status, error=error,
                   **measured, started_at=outcome.started_at, finished_at=outcome.finished_at,
-                  wall_s=round(outcome.wall_s, 3), host=host, machine=machine,
+                  wall_s=round(outcome.wall_s, 3), host=host, rental=rental, machine=machine,
                   software=software, placement=outcome.placement or None, search=search)
 
 

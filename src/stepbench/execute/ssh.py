@@ -173,6 +173,7 @@ class SSHExecutor:
         self.host = spec.name
         self.slots = [spec.name]
         self.info: dict = {}            # what the host's preparation found (hostprep.prepare)
+        self.rental: dict | None = None  # a rented machine's provider, price, GPUs (rent.py)
         self.lost: str | None = None    # set when the connection is gone: the host's one line
         self.running: str | None = None
         self._conn = None

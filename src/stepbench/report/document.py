@@ -279,6 +279,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
+    rented = sorted({(r.gpu, r.price_source) for r in rows
+                     if r.price_source not in (None, "given")})
+    if rented:
+        notes.append("Prices of " + ", ".join(f"{gpu} ({source})" for gpu, source in rented)
+                     + " are the provider's hourly price of the rented machine, per GPU; "
+                     "--price or --prices overrides them.")
     return notes
 
 

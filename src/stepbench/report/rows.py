@@ -41,6 +41,9 @@ class Row:
     repeats: int
     runs: int
     price_per_hour: float | None = None
+    # Where price_per_hour came from: "given" (--price, --prices) or the provider that rented the
+    # machine ("runcrate": its hourly price, per GPU); None: no price.
+    price_source: str | None = None
     step_ms: float | None = None
     step_ms_ci: tuple[float, float] | None = None
     ci_method: str | None = None
@@ -137,7 +140,8 @@ class Row:
         """The JSON row: the post's columns first, then everything else measured."""
         return {
             "gpu": self.gpu, "gpu_name": self.gpu_name, "host": self.host,
-            "price_per_hour": self.price_per_hour, "setup": self.setup,
+            "price_per_hour": self.price_per_hour, "price_source": self.price_source,
+            "setup": self.setup,
             "status": self.status, "step_ms": self.step_ms, "tokens_per_s": self.tokens_per_s,
             "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
             "m_tokens_per_dollar": self.m_tokens_per_dollar,
@@ -204,9 +208,11 @@ def build_rows(records: list[Record], prices: dict[str, float],
     groups: dict[tuple, list[Record]] = {}
     for record in records:
         groups.setdefault((record.setup.key(), record.machine.gpu, record.host), []).append(record)
-    rows = [combine(group, price_for(prices, group[0].machine.gpu), energy_price,
-                    gpu=machine(group[0]))
-            for group in groups.values()]
+    rows = []
+    for group in groups.values():
+        price, source = row_price(prices, group)
+        rows.append(combine(group, price, energy_price, gpu=machine(group[0])))
+        rows[-1].price_source = source
     rows.sort(key=_order(records, machine))
     add_parity(rows)
     add_scaling(rows)
@@ -214,6 +220,22 @@ def build_rows(records: list[Record], prices: dict[str, float],
     for row in rows:
         row.loss_guard = verdicts.get(row.key)
     return rows
+
+
+def row_price(prices: dict[str, float], records: list[Record]) -> tuple[float | None, str | None]:
+    """A GPU's price per hour and where it came from: a price given to the report (by the GPU's
+    name as the driver reports it) wins; else the provider's price of the machine the records
+    were rented on (`run --rent`), per GPU; else none."""
+    given = price_for(prices, records[0].machine.gpu)
+    if given is not None:
+        return given, "given"
+    rented = [r.rental for r in records
+              if isinstance(r.rental, dict) and (r.rental.get("price_per_hour") or 0) > 0]
+    if not rented:
+        return None, None
+    last = rented[-1]      # a later rental of the same machine (a resumed study) has today's price
+    gpus = last.get("gpu_count") if isinstance(last.get("gpu_count"), int) else 1
+    return last["price_per_hour"] / max(1, gpus), str(last.get("provider") or "provider")
 
 
 def machine_labels(records: list[Record]):

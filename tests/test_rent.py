@@ -1,0 +1,284 @@
+"""`stepbench run --rent` and `stepbench prices` against a local stand-in of Runcrate's API
+(tests/runcrate_standin.py), reached through Runcrate's own SDK; the stand-in's instances are the
+real OpenSSH server of tests/sshd.py, so a rented study runs its tiny model for real. Checked:
+every instance is deleted whatever happens (done, failed, never ready, refused, Ctrl-C,
+SIGTERM), records carry the provider's price, the report prefers a price it is given, the
+price file `prices` writes is one `report --prices` reads, and the API key never shows.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import SRC, read_jsonl
+from runcrate_standin import StandIn
+from stepbench.cli import main
+from stepbench.report.prices import load_price_file
+
+pytest.importorskip("runcrate")
+
+KEY = "rc_live_" + "T0pS3cret" * 4
+TINY = ["--modes", "eager", "--attn", "sdpa", "--seq", "64", "--warmup", "1", "--steps", "2"]
+POST = Path(__file__).parent / "data" / "post"
+
+
+@pytest.fixture(scope="module")
+def api(sshd):
+    standin = StandIn(sshd.port)
+    yield standin
+    standin.stop()
+
+
+@pytest.fixture(scope="module")
+def remote_dir(tmp_path_factory):
+    """One stepbench environment "there" for the module's rented machines (it is installed once)."""
+    return tmp_path_factory.mktemp("rented")
+
+
+def env_for(api) -> dict:
+    return dict(os.environ, PYTHONPATH=SRC, RUNCRATE_API_KEY=KEY, RUNCRATE_BASE_URL=api.url)
+
+
+def stepbench(api, *args, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stepbench", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env_for(api))
+
+
+def rent(sshd, remote_dir, *gpus) -> list:
+    return [a for g in gpus for a in ("--rent", f"runcrate:{g}")] + [
+        "--rent-key", sshd.folder / "user_key", "--remote-python", sys.executable,
+        "--remote-dir", remote_dir]
+
+
+def created(api, gpu: str) -> list[dict]:
+    return [i for i in api.instances.values() if i["gpu_type"] == gpu]
+
+
+def test_a_rented_study_records_prices_and_deletes_every_machine(sshd, api, remote_dir, tmp_path,
+                                                                capsys, monkeypatch):
+    out = tmp_path / "rented.jsonl"
+    proc = stepbench(api, "run", *rent(sshd, remote_dir, "L40S", "H100 PCIe:2"), *TINY,
+                     "--out", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(proc.stdout)
+    assert sorted((r["host"], r["status"]) for r in records) == [
+        ("runcrate:H100 PCIe:2", "ok"), ("runcrate:L40S", "ok")]
+    rentals = {r["host"]: r["rental"] for r in records}
+    l40s, h100 = created(api, "L40S")[0], created(api, "H100 PCIe")[0]
+    assert rentals["runcrate:L40S"] == {"provider": "runcrate", "gpu_type": "L40S", "gpu_count": 1,
+                                        "price_per_hour": 0.86, "region": "us-east",
+                                        "instance": l40s["id"]}
+    assert rentals["runcrate:H100 PCIe:2"]["gpu_count"] == 2
+    assert rentals["runcrate:H100 PCIe:2"]["price_per_hour"] == 4.6
+    assert read_jsonl(out) == records or sorted(map(json.dumps, read_jsonl(out))) == \
+        sorted(map(json.dumps, records))
+    # Every machine was created with the safety net and the registered key, and deleted.
+    assert api.live() == []
+    assert [k["name"].startswith("stepbench-") for k in api.keys] == [True]
+    for instance in (l40s, h100):
+        assert instance["max_runtime_minutes"] == 120 and instance["ssh_key_id"] == "key_1"
+        assert instance["status"] == "terminated"
+    err = proc.stderr
+    assert err.count("on first contact (a new machine's key cannot be known before); pinned for "
+                     "the rest of this study") == 2
+    assert "stepbench: runcrate:L40S: accepted host key SHA256:" in err
+    assert f"stepbench: runcrate:L40S: deleted instance {l40s['id']} (rented " in err
+    [cost] = [line for line in err.splitlines() if "rented 2 machines" in line]
+    assert cost.startswith("stepbench run: rented 2 machines: runcrate:L40S ")
+    assert "at $0.86/h" in cost and "at $4.6/h" in cost and "about $" in cost
+    # The key went to the API, and nowhere else.
+    assert all(r["auth"] == f"Bearer {KEY}" for r in api.requests)
+    assert KEY not in proc.stdout + proc.stderr + out.read_text()
+    assert not [f for f in remote_dir.rglob("*") if f.is_file() and KEY.encode() in f.read_bytes()]
+
+    # The report prices each machine at the provider's price, per GPU, and says so; a price
+    # given for the GPU's driver name wins; a provider's label is not a GPU name.
+    def report(*args) -> tuple[dict | str, str]:
+        assert main(["report", *map(str, args)]) == 0
+        said = capsys.readouterr()
+        return (json.loads(said.out) if "json" in args else said.out), said.err
+
+    rows = {r["host"]: r for r in report(out, "--format", "json")[0]["rows"]}
+    assert (rows["runcrate:L40S"]["price_per_hour"], rows["runcrate:L40S"]["price_source"]) == \
+        (0.86, "runcrate")
+    assert rows["runcrate:H100 PCIe:2"]["price_per_hour"] == pytest.approx(2.3)
+    assert rows["runcrate:L40S"]["m_tokens_per_dollar"] is not None
+    assert "the provider's hourly price of the rented machine, per GPU" in \
+        report(out, "--format", "markdown")[0]
+    given, err = report(out, "--format", "json", "--price", "cpu=1.5", "--price", "L40S=9")
+    assert {(r["price_per_hour"], r["price_source"]) for r in given["rows"]} == {(1.5, "given")}
+    assert "price for 'L40S' matches no GPU in the results" in err
+
+    # Today's prices as a price file, which the report reads for the post's four GPUs.
+    monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
+    monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
+    prices = tmp_path / "prices.toml"
+    assert main(["prices", "--from", "runcrate", "--out", str(prices)]) == 0
+    assert capsys.readouterr().err.startswith(f"wrote {prices}: 8 GPU types from runcrate")
+    table = load_price_file(prices)
+    assert table["NVIDIA GeForce RTX 5090"] == 0.89 and table["L40S"] == 0.86
+    assert table["H100 PCIe"] == 2.3          # the 2-GPU offer is cheaper per GPU
+    post, err = report(POST, "--prices", prices, "--format", "json")
+    assert "no price" not in err
+    assert {r["gpu"]: r["price_per_hour"] for r in post["rows"]} == {
+        "NVIDIA GeForce RTX 5090": 0.89, "NVIDIA L40S": 0.86, "NVIDIA RTX A6000": 0.49,
+        "NVIDIA H100 PCIe": 2.3}
+
+
+def test_failed_rentals_are_deleted_each_in_one_line(sshd, api, remote_dir, tmp_path):
+    out = tmp_path / "r.jsonl"
+    # Never ready (deleted after --rent-timeout), refused at create (nothing to delete), its
+    # status refused (deleted); the API's messages echo the key.
+    # And one that cannot be deleted: said loudly, in its line and in the cost.
+    proc = stepbench(api, "run", *rent(sshd, remote_dir, "NEVER", "POOR", "BROKEN", "STICKY"),
+                     *TINY, "--rent-timeout", "2", "--out", out)
+    assert proc.returncode == 1, proc.stderr
+    lines = {line.split()[3].rstrip(":"): line for line in proc.stderr.splitlines()
+             if line.startswith("stepbench run: host ")}
+    [never], [broken] = created(api, "NEVER"), created(api, "BROKEN")
+    assert lines["runcrate:NEVER"] == (
+        f"stepbench run: host runcrate:NEVER: instance {never['id']} was not ready after 2 s "
+        "(last status: provisioning); raise --rent-timeout, or try another GPU type")
+    assert lines["runcrate:POOR"] == (
+        "stepbench run: host runcrate:POOR: Runcrate create POOR instance: Not enough credits "
+        f"for API key {KEY[:8]}… (HTTP 402); add credits or raise the environment's budget")
+    assert "Runcrate instance status: key rc_live_… may not read it (HTTP 403)" in \
+        lines["runcrate:BROKEN"]
+    [sticky] = created(api, "STICKY")
+    assert lines["runcrate:STICKY"].endswith(
+        f"; COULD NOT DELETE instance {sticky['id']} (Runcrate delete instance: instance is "
+        "locked (HTTP 400)); delete it in the runcrate console now: it bills until its maximum "
+        "runtime (120 min) ends")
+    assert "runcrate:STICKY 0.1 min at $0.1/h (NOT DELETED: still billing)" in proc.stderr
+    assert len(lines) == 4
+    assert never["status"] == broken["status"] == "terminated" and created(api, "POOR") == []
+    assert api.live() == [sticky]
+    sticky["status"] = "terminated"     # the console's job, for the next tests
+    assert KEY not in proc.stdout + proc.stderr and out.read_text() == ""
+
+
+@pytest.mark.parametrize("flags, env, said", [
+    (["--rent", "runcrate:NOPE"], {}, "runcrate has no GPU type 'NOPE'; choose one of: BROKEN, "
+                                      "H100 PCIe, L40S, NEVER, POOR, RTX 5090, RTX A6000, STICKY"),
+    (["--rent", "runcrate:L40S:3"], {}, "runcrate has L40S machines of 1 GPU(s), not 3"),
+    (["--rent", "aws:L40S"], {}, "unknown provider 'aws'; choose one of: runcrate"),
+    (["--rent", "runcrate:L40S"], {"RUNCRATE_API_KEY": ""}, "set RUNCRATE_API_KEY to your API key"),
+    (["--rent", "runcrate:L40S"], {"RUNCRATE_API_KEY": "sk-123"}, "is not a Runcrate API key"),
+    (["--rent", "runcrate:L40S", "--rent-max-minutes", "2"], {}, "--rent-max-minutes must be from 5"),
+])
+def test_bad_rentals_fail_before_anything_is_created(sshd, api, tmp_path, monkeypatch, capsys,
+                                                      flags, env, said):
+    for name, value in {"RUNCRATE_API_KEY": KEY, "RUNCRATE_BASE_URL": api.url, **env}.items():
+        monkeypatch.setenv(name, value)
+    before = len(api.instances)
+    assert main(["run", *flags, "--rent-key", str(sshd.folder / "user_key"),
+                 "--out", str(tmp_path / "r.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert len(api.instances) == before
+
+
+def test_a_dry_run_rents_nothing_and_says_what_it_would_cost(sshd, api, monkeypatch, capsys):
+    monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
+    monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
+    before = len(api.requests)
+    assert main(["run", "--rent", "runcrate:L40S", "--rent", "runcrate:H100 PCIe:2",
+                 "--modes", "eager", "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert "stepbench run: would rent runcrate:L40S: 1 x L40S at $0.86/h (us-east)" in out.err
+    assert "would rent runcrate:H100 PCIe:2: 2 x H100 PCIe at $4.6/h" in out.err
+    # The plan of a GPU machine (rented machines have GPUs): the post's model at 2048 tokens.
+    assert out.out.splitlines() == ["eager+sdpa  batch 4 x 2048  bf16  llama-468m  cuda",
+                                    "eager+eager  batch 4 x 2048  bf16  llama-468m  cuda"]
+    assert [r["path"] for r in api.requests[before:]] == ["/api/v1/instances/types"]
+    assert main(["prices", "--from", "aws"]) == 2
+    assert "unknown provider; choose one of: runcrate" in capsys.readouterr().err
+    # The same for SSH hosts: nothing is contacted (the host does not exist).
+    assert main(["run", "--host", "nowhere.invalid", "--modes", "eager", "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["eager+sdpa  batch 4 x 256  bf16  llama-tiny  cpu",
+                                    "eager+eager  batch 4 x 256  bf16  llama-tiny  cpu"]
+    assert "each machine runs the defaults of its own device; shown: cpu's" in out.err
+
+
+def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatch):
+    from stepbench.execute.rent import Lease, RentSettings, parse_rent, ssh_key
+    from stepbench.execute.runcrate import make_provider
+    from stepbench.execute.ssh import EventLoop, HostError, RemoteOptions, SSHExecutor
+
+    monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
+    monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
+    provider = make_provider()
+    key_path, public = ssh_key(str(sshd.folder / "user_key"))
+    loop, notes = EventLoop(), []
+    lease = Lease(parse_rent("runcrate:RTX A6000"), provider, provider.register_key(public),
+                  RentSettings(key_path, public, ready_timeout_s=30), tmp_path, loop)
+    try:
+        spec, config, rental = lease.acquire(notes.append)
+        assert rental["price_per_hour"] == 0.49 and spec.name == "runcrate:RTX A6000"
+        host = SSHExecutor(spec, loop, RemoteOptions(ssh_config=config))
+        host.connect()          # the pinned key is the server's
+        host.close()
+        # The machine shows another key later (another machine at the address, or a man in the
+        # middle): refused.
+        [known] = tmp_path.glob("*.known_hosts")
+        other = (sshd.folder / "other_key.pub").read_text().split()
+        known.write_text(" ".join(known.read_text().split()[:1] + other[:2]) + "\n")
+        with pytest.raises(HostError, match="host key not verified"):
+            SSHExecutor(spec, loop, RemoteOptions(ssh_config=config)).connect()
+    finally:
+        assert lease.release() is None
+        loop.close()
+    assert created(api, "RTX A6000")[0]["status"] == "terminated"
+    assert any(n.startswith("accepted host key SHA256:") for n in notes)
+
+
+def start(api, args) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env_for(api))
+    watchdog = threading.Timer(120, proc.kill)      # a hang fails the test, not the suite
+    watchdog.daemon = True
+    watchdog.start()
+    return proc
+
+
+def wait_for(proc, text: str) -> str:
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"never saw {text!r}; stderr was:\n{''.join(seen)}")
+
+
+def test_ctrl_c_and_sigterm_delete_the_machine(sshd, api, remote_dir, tmp_path):
+    out = tmp_path / "r.jsonl"
+    # Ctrl-C while the machine starts.
+    proc = start(api, [*rent(sshd, remote_dir, "NEVER"), *TINY, "--out", out])
+    wait_for(proc, "waiting for it to start")
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(30) == 130, rest
+    assert "interrupted; the running setups were stopped on every host; every rented machine " \
+           "was deleted" in rest
+    assert "Traceback" not in rest
+    assert api.live() == []
+
+    # SIGTERM while stepbench prepares the machine (part 1's tests stop a running setup there).
+    proc = start(api, [*rent(sshd, remote_dir, "RTX 5090"), *TINY, "--out", out])
+    wait_for(proc, "runcrate:RTX 5090: preparing")
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(60) == 143, rest
+    [instance] = created(api, "RTX 5090")
+    assert f"runcrate:RTX 5090: deleted instance {instance['id']}" in rest
+    assert "stopped by SIGTERM" in rest and "rented 1 machine: runcrate:RTX 5090" in rest
+    assert api.live() == [] and out.read_text() == ""
+    assert len(api.keys) == 1           # the key registered once, then found again
