@@ -578,7 +578,7 @@ def tune_space(args: argparse.Namespace, device: str):
     from stepbench.setup import (ATTENTIONS, COMPILE_MODES, COMPILE_SCOPES, DTYPES, KERNELS,
                                  MODES, OPTIMIZERS, choose, parse_list, parse_switches)
 
-    space, skipped = default_space(device)
+    space, notes = default_space(device)
     for flag, name, valid in (("--modes", "modes", MODES), ("--attn", "attns", ATTENTIONS),
                               ("--compile-mode", "compile_modes", COMPILE_MODES),
                               ("--compile-scope", "compile_scopes", COMPILE_SCOPES),
@@ -591,10 +591,10 @@ def tune_space(args: argparse.Namespace, device: str):
             for value in values:
                 choose(flag[2:].replace("-", " "), value, valid)
             setattr(space, name, values)
-            skipped = [s for s in skipped if not any(s.startswith(v) for v in values)]
+            notes.pop(name, None)       # the flag chose the values: nothing was left out
     if args.checkpointing is not None:
         space.checkpointing = parse_switches("--checkpointing", args.checkpointing)
-    return space, skipped
+    return space, [text for texts in notes.values() for text in texts]
 
 
 # ---------------------------------------------------------------- report

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from stepbench.errors import UserError
-from stepbench.guard import can_be_reference, loss_verdicts
+from stepbench.guard import OK, REFERENCE, can_be_reference, loss_verdicts
 from stepbench.record import Record
 from stepbench.setup import Setup
 
@@ -69,9 +69,10 @@ class Space:
     checkpointing: list[bool]
 
 
-def default_space(device: str) -> tuple[Space, list[str]]:
-    """Every value this machine can run, and a note for each one left out and why."""
-    notes = []
+def default_space(device: str) -> tuple[Space, dict[str, list[str]]]:
+    """Every value this machine can run, and a note for each one left out and why, by the
+    Space field it belongs to."""
+    notes: dict[str, list[str]] = {}
     cuda = device == "cuda"
     attns = ["sdpa", "eager"]
     if cuda:
@@ -81,20 +82,21 @@ def default_space(device: str) -> tuple[Space, list[str]]:
             if importlib.util.find_spec(module) is not None:
                 attns.insert(1, name)
             else:
-                notes.append(f"{name}: not tried ({module} is not installed)")
+                notes.setdefault("attns", []).append(
+                    f"{name}: not tried ({module} is not installed)")
     else:
-        notes.append("flex_attention: not tried (its backward pass needs a CUDA GPU)")
+        notes["attns"] = ["flex_attention: not tried (its backward pass needs a CUDA GPU)"]
     kernels, precisions = ["none"], ["bf16"]
     if cuda and importlib.util.find_spec("liger_kernel") is not None:
         kernels += ["liger-no-flce", "liger"]
     else:
-        notes.append("liger kernels: not tried (" + ("liger-kernel is not installed" if cuda
-                                                      else "they need a CUDA GPU") + ")")
+        notes["kernels"] = ["liger kernels: not tried (" + ("liger-kernel is not installed" if cuda
+                                                      else "they need a CUDA GPU") + ")"]
     if cuda and importlib.util.find_spec("torchao") is not None:
         precisions.append("float8")
     else:
-        notes.append("float8: not tried (" + ("torchao is not installed" if cuda
-                                              else "it needs a CUDA GPU") + ")")
+        notes["precisions"] = ["float8: not tried (" + ("torchao is not installed" if cuda
+                                                        else "it needs a CUDA GPU") + ")"]
     compile_modes = ["default", "reduce-overhead", "max-autotune-no-cudagraphs"] if cuda \
         else ["default"]
     return Space(modes=["eager", "compile"], attns=attns, compile_modes=compile_modes,
@@ -233,11 +235,13 @@ class Tuner:
         return self.verdicts().get((record.setup.key(), record.machine.gpu))
 
     def acceptable(self, record: Record | None) -> bool:
-        """Ran, and its losses do not depart from its reference's (the loss guard)."""
+        """Ran, and the loss guard found its losses in agreement with its reference's (or it is
+        the reference). A setup the guard could not check (no reference ran at its batch, no
+        peers to vote) is not taken either: the search must not pick a wrong loss."""
         if record is None or not record.ok:
             return False
         verdict = self.verdict(record)
-        return verdict is None or not verdict.departs
+        return verdict is not None and verdict.status in (OK, REFERENCE)
 
     def reference(self, batch: int) -> None:
         """Make sure the loss guard has an eager reference at `batch`: the plainest eager setup,
@@ -431,15 +435,25 @@ def representative(records: list[Record]) -> Record:
 
 
 def compare(a: list[Record], b: list[Record]) -> dict | None:
-    """The winner's step times against the runner-up's, as the report tests two rows."""
-    from stepbench.report.findings import compare_rows
-    from stepbench.report.rows import combine
+    """The winner's time per token against the runner-up's (their batches may differ), tested
+    as the report tests two rows: per-process means when there are enough processes for the
+    test to reach p < 0.05, else the pooled step times."""
+    from stepbench.report import stats
 
-    result = compare_rows(combine(a, None), combine(b, None))
-    if result is None:
-        return None
-    return {"ratio": result.ratio, "p_value": result.p_value, "significant": result.significant,
-            "ci": list(result.ci) if result.ci else None}
+    def per_token(records: list[Record], pooled: bool) -> list[float]:
+        return [ms / r.setup.tokens_per_step for r in records
+                for ms in (r.step_times_ms if pooled else [r.step_ms])]
+
+    for pooled in (False, True):
+        x, y = per_token(a, pooled), per_token(b, pooled)
+        if len(x) >= 2 and len(y) >= 2:
+            result = stats.compare(x, y)
+            if result.significant is not None:
+                return {"ratio": result.ratio, "p_value": result.p_value,
+                        "significant": result.significant,
+                        "ci": list(result.ci) if result.ci else None,
+                        "samples": "step times" if pooled else "process means"}
+    return None
 
 
 def label(setup: Setup) -> str:
