@@ -75,7 +75,7 @@ def add_run(sub) -> None:
     p.add_argument("--plan", type=Path, metavar="FILE",
                    help="a TOML plan of the matrix (docs in README, 'Plan files'); flags given "
                         "beside it override its values")
-    p.add_argument("--model", help="preset (llama-468m, llama-small, llama-tiny) or path to an HF "
+    p.add_argument("--model", help="preset (llama-468m, llama-135m, llama-small, llama-tiny) or path to an HF "
                    "config.json / folder; default llama-468m on a GPU, llama-tiny on the CPU")
     p.add_argument("--modes", help=f"comma list of eager, compile (default {d['modes']})")
     p.add_argument("--attn", help="comma list of attention implementations: eager, sdpa, "

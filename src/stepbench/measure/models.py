@@ -21,6 +21,11 @@ PRESETS: dict[str, dict] = {
     # Same architecture, small enough for a CPU: a step of 4 x 256 tokens takes tens of ms.
     "llama-tiny": {**LLAMA_468M, "vocab_size": 4096, "hidden_size": 128, "intermediate_size": 512,
                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4},
+    # SmolLM2-135M's shape (134.5M parameters; tied 49k vocabulary, 3 KV heads): a small model
+    # whose eager step waits on kernel launches on a big GPU (FIELD-NOTES: 2.6x from compile).
+    "llama-135m": {**LLAMA_468M, "vocab_size": 49152, "hidden_size": 576,
+                   "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+                   "num_key_value_heads": 3, "tie_word_embeddings": True},
     # A mid-size preset for small GPUs and quick checks (about 40M parameters).
     "llama-small": {**LLAMA_468M, "hidden_size": 512, "intermediate_size": 2048,
                     "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 8},

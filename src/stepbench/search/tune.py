@@ -8,12 +8,13 @@ try next. The stages (the README's "Searching" says the same for users):
 screen   every attention kernel at the start batch in eager mode (cheap: nothing compiles), then
          torch.compile with each kernel eager mode did not rule out (a failed kernel; the plain
          "eager" attention once a fused kernel beat it);
-batch    the two best (mode, attention) pairs grow by doubling the batch until a probe runs out
-         of memory or the doubling buys less than GAIN more tokens/s; then one bisection step
-         between the best pair's largest fit and its out-of-memory batch;
+batch    the best (mode, attention) pair grows by doubling the batch until a probe runs out of
+         memory or the doubling buys less than GAIN more tokens/s; then one bisection step
+         between its largest fit and its out-of-memory batch;
 options  one change at a time on the best setup so far (CUDA graphs, fused kernels, float8,
          foreach AdamW, per-layer compile, autotuning, activation checkpointing to pass the
          memory limit); a change is kept when it is faster by GAIN and its losses agree;
+batch    the second best pair grows the same way, if the budget allows;
 final    the two best setups measured in full, with repeats (interleaved), and a significance
          test between them.
 
@@ -210,7 +211,8 @@ class Tuner:
                 self.skip(f"{label(setup)}: not tried, the budget has {max(left, 0):.0f} s left "
                           f"for it and it takes about {estimate:.0f} s")
                 return None
-            self.runner.timeout_s = max(1.0, min(self.timeout_s, left))
+            # A probe far slower than others like it (a compile that does not end) is stopped.
+            self.runner.timeout_s = max(1.0, min(self.timeout_s, left, max(3 * estimate, 120.0)))
         record = self.runner.run([setup], 1, search={"kind": "tune", "role": "probe",
                                                      "stage": stage})[0]
         self.use(record, stage)
@@ -265,8 +267,10 @@ class Tuner:
     def run(self) -> TuneResult:
         self.screen()
         if self.objective == "tokens":
-            self.grow()
-        self.options()
+            self.grow(0)        # the best pair first: its options are worth more than the
+        self.options()          # second pair's batches, when the budget is short
+        if self.objective == "tokens":
+            self.grow(1)
         winner, runner_up, comparison, in_full = self.final()
         command = run_command(winner.setup, self.repeats) if winner else None
         return TuneResult(self.objective, self.budget_s, self.spent_s(), winner, runner_up,
@@ -297,35 +301,42 @@ class Tuner:
                                            compile_mode=self.space.compile_modes[0],
                                            compile_scope=self.space.compile_scopes[0]), "screen")
 
-    def grow(self) -> None:
-        """Double the batch of the two best pairs while it fits and pays; then bisect once."""
-        pairs = []
+    def pairs(self) -> list[tuple[tuple[str, str], Record]]:
+        """The screened (mode, attention) pairs that ran and agree, fastest first."""
+        pairs: list[tuple[tuple[str, str], Record]] = []
         for t in sorted((t for t in self.tried if t.stage == "screen" and self.acceptable(t.record)),
                         key=lambda t: -t.record.tokens_per_s):
             pair = (t.record.setup.mode, t.record.setup.attn)
             if pair not in [p for p, _ in pairs]:
                 pairs.append((pair, t.record))
-        for pair, record in pairs[:FINALISTS]:
-            while record.setup.batch * 2 <= BATCH_LIMIT:
-                bigger = self.probe(dataclasses.replace(record.setup, batch=record.setup.batch * 2),
-                                    "batch")
-                if bigger is None:
-                    break
-                if bigger.status == "oom":
-                    self.oom_batch[pair] = bigger.setup.batch
-                    self.skip(f"{pair[0]}+{pair[1]}: batch {bigger.setup.batch} ran out of "
-                              "memory, not grown further")
-                    break
-                self.reference(bigger.setup.batch)
-                if not self.acceptable(bigger) or \
-                        bigger.tokens_per_s < record.tokens_per_s * (1 + GAIN):
-                    break
-                record = bigger
-        best = self.best()
-        top = best and self.oom_batch.get((best.setup.mode, best.setup.attn))
-        if top is not None and top > best.setup.batch + 1:
-            between = self.probe(dataclasses.replace(best.setup,
-                                                     batch=(best.setup.batch + top) // 2), "batch")
+        return pairs
+
+    def grow(self, rank: int) -> None:
+        """Double the batch of the rank-th best pair while it fits and pays; for the best pair,
+        then one bisection step between its largest fit and the batch that did not fit."""
+        pairs = self.pairs()
+        if rank >= len(pairs):
+            return
+        pair, record = pairs[rank]
+        while record.setup.batch * 2 <= BATCH_LIMIT:
+            bigger = self.probe(dataclasses.replace(record.setup, batch=record.setup.batch * 2),
+                                "batch")
+            if bigger is None:
+                return
+            if bigger.status == "oom":
+                self.oom_batch[pair] = bigger.setup.batch
+                self.skip(f"{pair[0]}+{pair[1]}: batch {bigger.setup.batch} ran out of "
+                          "memory, not grown further")
+                break
+            self.reference(bigger.setup.batch)
+            if not self.acceptable(bigger) or \
+                    bigger.tokens_per_s < record.tokens_per_s * (1 + GAIN):
+                return
+            record = bigger
+        top = self.oom_batch.get(pair)
+        if rank == 0 and top is not None and top > record.setup.batch + 1:
+            between = self.probe(dataclasses.replace(record.setup,
+                                                     batch=(record.setup.batch + top) // 2), "batch")
             if between is not None and between.ok:
                 self.reference(between.setup.batch)
 
