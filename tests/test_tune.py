@@ -101,11 +101,12 @@ BASE = Setup(model="llama-468m", mode="eager", attn="sdpa", batch=4, seq=2048, d
              init="device")
 
 
-def tune_with(tmp_path, budget_s: float, name: str = "tune.jsonl", run_id: str = "fake"):
+def tune_with(tmp_path, budget_s: float, name: str = "tune.jsonl", run_id: str = "fake",
+              objective: str = "tokens", base: Setup = BASE):
     store = ResultsFile(tmp_path / name)
     clock = Clock()
     runner = FakeRunner(store, clock, run_id)
-    tuner = Tuner(runner, BASE, Space(**SPACE), budget_s=budget_s, objective="tokens",
+    tuner = Tuner(runner, base, Space(**SPACE), budget_s=budget_s, objective=objective,
                   timeout_s=1800, repeats=3, clock=clock)
     return tuner.run(), runner
 
@@ -149,6 +150,16 @@ def test_the_search_finds_the_fastest_setup_whose_losses_agree(tmp_path):
     # The runner-up is the next best setup, and the two were tested against each other.
     assert result.runner_up.setup != w and result.comparison["significant"] is True
     assert result.spent_s <= 3600
+
+
+def test_fit_finds_the_fastest_setup_that_fits_the_batch_with_checkpointing_if_need_be(tmp_path):
+    # Batch 48 fits no setup without recomputing activations (144 GB and more against 100).
+    result, runner = tune_with(tmp_path, budget_s=3600, objective="fit",
+                               base=dataclasses.replace(BASE, batch=48))
+    assert {r.setup.batch for r in runner.new} == {48}          # the batch is not searched
+    assert not any(r.status == "ok" and not r.setup.checkpointing for r in runner.new)
+    w = result.winner.setup
+    assert w.checkpointing and (w.mode, w.attn, w.batch) == ("compile", "flex_attention", 48)
 
 
 def test_a_small_budget_is_kept_and_what_did_not_fit_is_said(tmp_path):
