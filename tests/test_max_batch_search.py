@@ -6,8 +6,11 @@ answered from the store, as the real Runner does on resume. tests/test_max_batch
 search for real, under a real memory limit.
 """
 
+import json
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +166,57 @@ def test_rerunning_replays_the_decisions_from_the_store():
 def test_setups_that_differ_only_in_batch_are_one_search_from_the_smallest():
     plan = [replace(CPU, batch=b, attn=a) for a in ("sdpa", "eager") for b in (8, 2, 4)]
     assert [(s.attn, s.batch) for s in starts(plan)] == [("sdpa", 2), ("eager", 2)]
+
+
+BAD = [
+    (["--probe-steps", "3"], "--probe-steps sets up the batch search; add --max-batch (or drop it)"),
+    (["--max-batch"], "--max-batch on the CPU needs --memory-limit-gb, the cap to search under"),
+    (["--max-batch", "--memory-limit-gb", "2", "--warmup", "1", "--steps", "2"],
+     "--warmup 1 --steps 2 are the probes' own steps, so the full measurement would be a probe"),
+    (["--max-batch", "--memory-limit-gb", "2", "--parallel", "ddp"],
+     "--max-batch searches the batch of one process; drop --parallel ddp"),
+    (["--max-batch", "--host", "gpu-a"], "--max-batch runs its probes on this machine; drop --host"),
+    (["--max-batch", "--memory-limit-gb", "2", "--batch", "8", "--max-batch-limit", "4"],
+     "--max-batch-limit 4 is below the start batch 8; raise the limit or lower --batch"),
+    (["--max-batch", "--memory-limit-gb", "2", "--memory-margin", "100"],
+     "--memory-margin is a percentage from 0 to 99, got 100"),
+    (["--max-batch", "--memory-limit-gb", "2", "--probe-steps", "0"],
+     "--probe-steps must be an integer >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_combinations_are_one_line_naming_the_fix(args, message, capsys, tmp_path):
+    from stepbench.cli import main
+
+    out = tmp_path / "r.jsonl"
+    assert main(["run", "--device", "cpu", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists() or out.read_text() == ""
+
+
+def test_a_plan_asks_for_the_search_with_a_boolean(tmp_path, capsys):
+    from stepbench.cli import main
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text('device = "cpu"\nmax_batch = 1\n')
+    assert main(["run", "--plan", str(plan), "--dry-run"]) == 2
+    assert "max_batch must be true or false, got 1" in capsys.readouterr().err
+    plan.write_text('device = "cpu"\nmax_batch = true\nmemory_limit_gb = 2\nmax_batch_limit = 64\n'
+                    'probe_steps = 3\n[axes]\nmodes = "eager"\nattn = "sdpa"\nbatch = [8, 2]\n')
+    assert main(["run", "--plan", str(plan), "--dry-run", "--format", "json"]) == 0
+    [item] = json.loads(capsys.readouterr().out)
+    # One search from the smallest batch; no margin on the CPU.
+    assert (item["start_batch"], item["limit"], item["margin"]) == (2, 64, None)
+    assert item["probe"] == {"warmup": 1, "steps": 3}
+    assert item["final"] == {"warmup": 4, "steps": 20, "repeats": 1}
+
+
+def test_the_schema_document_names_every_key_of_the_tags():
+    doc = (Path(__file__).parent.parent / "docs" / "results-schema.md").read_text()
+    section = doc[doc.index("## `search` of `run --max-batch`"):doc.index("## `machine`")]
+    documented = set(re.findall(r"^\| ([a-z_]+) \| (?:both|probe|final) \|", section, re.M))
+    found = search(StandIn(fits_up_to(5)))
+    tags = [p.record.search for p in found.probes] + [r.search for r in found.finals]
+    assert documented == {key for tag in tags for key in tag}
