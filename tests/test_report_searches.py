@@ -95,3 +95,17 @@ def test_no_finding_without_the_eager_twins_search():
     tuned = [replace(r, search={"kind": "tune", "role": "probe"}) for r in records[:2]]
     measured, listed = split(tuned + records)
     assert len(listed) == 2 + 8 + 1 and all(r.search["role"] == "final" for r in measured)
+
+
+def test_a_search_without_a_full_measurement_says_why():
+    records = [r for r in ResultsFile(DATA).read() if r.search and r.search["role"] == "probe"]
+    eager = [r for r in records if r.setup.mode == "eager"]
+    compiled = [r for r in records if r.setup.mode == "compile"]
+    compiled[-1] = replace(compiled[-1], status="error", error="RuntimeError: boom\ntail")
+    table = rows_document([], searched=eager[:3] + compiled).tables[-1]
+    assert table.title == "Details: searches" and len(table.cells) == 3 + len(compiled)
+    assert table.notes[1:] == [
+        "NVIDIA H200 eager+sdpa at seq 2048: the search was stopped before its full measurement; "
+        "run the same command again to resume it.",
+        "NVIDIA H200 compile+sdpa at seq 2048: the search stopped when its probe at batch 44 "
+        "ended error (RuntimeError: boom); no full measurement."]

@@ -168,6 +168,8 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
     tables = [Table(columns, table_cells(rows, columns), _align(columns),
                     notes=footnotes(rows, explain=False))]
     search_table = searches.details_table(list(searched))
+    if not rows and search_table is not None:
+        tables = []         # every search stopped before a full measurement: nothing to rank
     if search_table is not None:
         tables.append(search_table)
     return Document(title, tables, rows=rows, searches=searches.search_dicts(list(searched)))

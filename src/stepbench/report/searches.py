@@ -97,7 +97,32 @@ def details_table(records: list[Record]):
              "free. An attempt is a full measurement that ran out of memory, after which the "
              "search measured the next smaller batch that fit."]
     notes += [summary(r) for r in _last_finals(listed)]
+    notes += [_unfinished(r) for r in _last_probes_without_final(listed)]
     return Table(COLUMNS, cells, "lllrrrlrrr", "Details: searches", notes)
+
+
+def _last_probes_without_final(records: list[Record]) -> list[Record]:
+    """The last probe of each max-batch search that has no full measurement: it stopped."""
+    finished = {_search_key(r) for r in records if kind(r) == MAX_BATCH and role(r) == "final"}
+    last: dict[tuple, Record] = {}
+    for r in records:
+        if kind(r) == MAX_BATCH and role(r) == "probe" and _search_key(r) not in finished:
+            last[_search_key(r)] = r
+    return list(last.values())
+
+
+def _unfinished(probe: Record) -> str:
+    """Why a max-batch search measured nothing, from its last probe."""
+    where = f"{probe.machine.gpu} {probe.setup.name} at seq {probe.setup.seq}"
+    if probe.status == "oom" and (probe.setup.batch == 1 or probe.phase == "starting"):
+        return f"{where}: nothing fit, down to batch {probe.setup.batch}; no full measurement."
+    if probe.status in ("ok", "oom"):
+        return (f"{where}: the search was stopped before its full measurement; run the same "
+                "command again to resume it.")
+    lines = [ln.strip() for ln in (probe.error or "").splitlines() if ln.strip()]
+    why = f" ({lines[0][:160]})" if lines else ""
+    return (f"{where}: the search stopped when its probe at batch {probe.setup.batch} ended "
+            f"{status_text(probe.status)}{why}; no full measurement.")
 
 
 def _last_finals(records: list[Record]) -> list[Record]:
