@@ -18,7 +18,7 @@ def config_file(tmp_path):
 
 
 CASES = [
-    (["--model", "llama-9000"], "unknown model 'llama-9000': not a preset (llama-468m, llama-tiny, llama-small)"),
+    (["--model", "llama-9000"], "unknown model 'llama-9000': not a preset (llama-468m, llama-tiny, llama-135m, llama-small)"),
     (["--attn", "sdp"], "unknown attention 'sdp'; choose one of: eager, sdpa, flex_attention"),
     (["--modes", "eager,jit"], "unknown mode 'jit'; choose one of: eager, compile"),
     (["--compile-mode", "fast"], "unknown compile mode 'fast'; choose one of: default"),

@@ -143,6 +143,23 @@ def add_run(sub) -> None:
                    help="print the setups the flags (and plan) expand to, run nothing")
     p.add_argument("--format", default="table", choices=("table", "markdown", "json"),
                    help="table (default), markdown, or json (the records, alone on stdout)")
+    search = p.add_argument_group(
+        "the largest batch that fits (README, 'Searching')",
+        "Short probes, each its own process, double the batch from --batch until one runs out of "
+        "memory, then bisect; the full measurement (--warmup, --steps, --repeats) runs at the "
+        "batch found. Rerunning the same command resumes the search.")
+    search.add_argument("--max-batch", action="store_true", default=None,
+                        help="for each setup, find the largest batch that fits at its sequence "
+                             "length, then measure that batch")
+    search.add_argument("--max-batch-limit", type=int, metavar="N",
+                        help=f"the largest batch a search tries (default {MAX_BATCH_DEFAULTS['max_batch_limit']})")
+    search.add_argument("--probe-steps", type=int, metavar="N",
+                        help="timed steps of a probe, after 1 warm-up step (default "
+                             f"{MAX_BATCH_DEFAULTS['probe_steps']})")
+    search.add_argument("--memory-margin", type=float, metavar="PERCENT",
+                        help="on a GPU, the share of its memory (or of --memory-limit-gb) that "
+                             "a chosen batch's peak reserved memory must leave free (default "
+                             f"{MAX_BATCH_DEFAULTS['memory_margin']:g})")
     remote = p.add_argument_group(
         "remote machines over SSH (needs the fleet extra: pip install 'stepbench[fleet]')",
         "Run the matrix on every host at once, each setup in its own process there, into the one "
@@ -193,7 +210,10 @@ RUN_DEFAULTS = {"modes": "eager,compile", "attn": "sdpa,eager", "compile_mode": 
                 "compile_scope": "model", "precision": "bf16", "kernels": "none",
                 "checkpointing": "off", "optimizer": "fused", "batch": "4", "warmup": 4,
                 "steps": 20, "repeats": 1, "seed": 0, "device": "auto", "init": "device",
-                "parallel": "none", "nproc": 1, "nnodes": 1, "out": Path(DEFAULT_OUT)}
+                "parallel": "none", "nproc": 1, "nnodes": 1, "out": Path(DEFAULT_OUT),
+                "max_batch": False}
+# --max-batch's options: applied only with it (given without it, they are an error).
+MAX_BATCH_DEFAULTS = {"max_batch_limit": 4096, "probe_steps": 2, "memory_margin": 5.0}
 
 
 def run_settings(args: argparse.Namespace) -> argparse.Namespace:
@@ -217,8 +237,27 @@ def check_run(args: argparse.Namespace, device: str) -> float:
     return timeout
 
 
+def max_batch_options(args: argparse.Namespace):
+    """search.max_batch.Options for `run --max-batch`, None without it."""
+    given = [f"--{k.replace('_', '-')}" for k in MAX_BATCH_DEFAULTS if getattr(args, k) is not None]
+    if not args.max_batch:
+        if given:
+            raise UserError(f"{given[0]} sets up the batch search; add --max-batch (or drop it)")
+        return None
+    if args.host or args.hosts_file or args.rent:
+        raise UserError("--max-batch runs its probes on this machine; drop --host, --hosts-file "
+                        "and --rent, or run `stepbench run --max-batch` on the host itself")
+    from stepbench.search.max_batch import Options
+
+    value = {k: getattr(args, k) if getattr(args, k) is not None else default
+             for k, default in MAX_BATCH_DEFAULTS.items()}
+    return Options(probe_steps=value["probe_steps"], limit=value["max_batch_limit"],
+                   margin=value["memory_margin"] / 100)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     args = run_settings(args)
+    search = max_batch_options(args)
     if args.host or args.hosts_file or args.rent:
         return cmd_run_hosts(args)
     from stepbench.execute.executor import LocalProcess
@@ -231,8 +270,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_distributed_flags(args, device)
     plan = build_plan(args, device)
     timeout = check_run(args, device)
+    if search is not None:
+        search.check(plan)
     if args.dry_run:
-        print_plan(plan, args.format)
+        print_plan(plan, args.format) if search is None else print_searches(plan, search, args)
         return 0
     if args.device == "auto" and device == "cpu":
         model = "" if args.model else " with the llama-tiny preset"
@@ -246,8 +287,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                             gpus=gpus, rendezvous=rendezvous)
     runner = Runner(executor, store, timeout_s=timeout, display=Display(), rerun=args.rerun,
                     measure_peak=not args.no_peak)
+    searched = []
     try:
-        records = runner.run(plan, repeats=args.repeats)
+        if search is None:
+            records = runner.run(plan, repeats=args.repeats)
+        else:
+            from stepbench.search.max_batch import MaxBatch
+
+            found = MaxBatch(runner, search, repeats=args.repeats).run(plan)
+            records = [r for s in found for r in s.finals]
+            searched = [p.record for s in found for p in s.probes] + records
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
         print(f"stepbench run: {how}; the running setup was stopped, finished setups are kept in "
@@ -255,7 +304,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
     finally:
         executor.close()
-    print_records(args, records)
+    print_records(args, records, searched)
     return 0
 
 
@@ -332,15 +381,17 @@ def cmd_run_hosts(args: argparse.Namespace) -> int:
     return report_failures(runs)
 
 
-def print_records(args: argparse.Namespace, records) -> None:
-    """The run's records on stdout: a table (repeats combined) or the JSON array."""
+def print_records(args: argparse.Namespace, records, searched=()) -> None:
+    """The run's records on stdout: a table (repeats combined) or the JSON array. `searched`:
+    every record of `--max-batch`'s searches (for its details table), `records` their full
+    measurements."""
     if args.format == "json":
         print(json.dumps([r.to_dict() for r in records], indent=1))
         return
     from stepbench.report.document import run_document
     from stepbench.report.render import render
 
-    print(render(run_document(records), args.format), end="")
+    print(render(run_document(records, searched), args.format), end="")
     print(f"results: {args.out}", file=sys.stderr)
     if args.repeats > 1:
         print(f"repeats combined, with confidence intervals and findings: stepbench report "
@@ -385,6 +436,19 @@ def print_plan(plan, fmt: str) -> None:
         print(f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  {setup.model_label}"
               f"  {setup.device}")
     print(f"{len(plan)} setups", file=sys.stderr)
+
+
+def print_searches(plan, options, args: argparse.Namespace) -> None:
+    """--dry-run --max-batch: the searches, one a line (or as JSON objects), nothing run."""
+    from stepbench.search.max_batch import describe, describe_line
+
+    items = describe(plan, options, args.repeats)
+    if args.format == "json":
+        print(json.dumps(items, indent=1))
+        return
+    for item in items:
+        print(describe_line(item))
+    print(f"{len(items)} searches", file=sys.stderr)
 
 
 def check_distributed_flags(args: argparse.Namespace, device: str) -> None:

@@ -32,7 +32,9 @@ ALIASES = {"mode": "modes", "dtype": "precision", "attention": "attn"}
 # Settings: one value each, with the type it must have.
 SETTINGS = {"model": str, "device": str, "warmup": int, "steps": int, "seed": int,
             "repeats": int, "timeout": float, "memory_limit_gb": float, "compile_cache": str,
-            "out": str, "init": str, "nproc": int, "nnodes": int, "gpus": str}
+            "out": str, "init": str, "nproc": int, "nnodes": int, "gpus": str,
+            # The largest batch that fits (search/max_batch.py): `max_batch = true` and its options.
+            "max_batch": bool, "max_batch_limit": int, "probe_steps": int, "memory_margin": float}
 
 
 def read_plan(path: Path) -> dict:
@@ -81,10 +83,11 @@ def _axis(path: Path, key: str, value) -> str:
 
 
 def _setting(path: Path, key: str, value, kind):
-    ok = isinstance(value, kind) and not isinstance(value, bool)
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
     if not ok:
-        what = {str: "a string", int: "an integer", float: "a number"}[kind]
+        what = {str: "a string", int: "an integer", float: "a number",
+                bool: "true or false"}[kind]
         raise UserError(f"plan {path}: {key} must be {what}, got {value!r}")
     return value

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stepbench import record as store
 from stepbench.record import Record
-from stepbench.report import table
+from stepbench.report import searches, table
 from stepbench.report.findings import Finding, findings_for, key_findings
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
@@ -64,6 +64,9 @@ class Document:
     # in `findings`, in its place.
     lead: list[tuple[str | None, Finding]] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
+    # Records a search asked for that are not ranked (probes) and its full measurements, for
+    # JSON and CSV (report/searches.py); empty without searches.
+    searches: list[dict] = field(default_factory=list)
     pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
 
     @property
@@ -107,31 +110,47 @@ def report_document(paths: list[str], *, price_file: str | None = None,
     prices.update(parse_price_flags(list(price_flags)))
     energy = parse_energy_price(energy_price)
     records = store.load(paths, warn)
-    rows = build_rows(records, prices, energy)
+    # A search's probes decided something; they are not measurements to rank.
+    measured, _ = searches.split(records)
+    if not measured:
+        warn("every record is a search's probe; the Results table is empty (see Details: "
+             "searches)")
+    rows = build_rows(measured, prices, energy)
     _warn_prices(rows, prices)
     if energy is not None and not any(r.tokens_per_kwh for r in rows):
         warn("--energy-price given, but no record carries an energy measurement (NVML's energy "
              "counter, GPU only); no energy cost is shown")
-    return rows_document(rows, plots=plots)
+    return rows_document(rows, plots=plots, searched=records)
 
 
-def rows_document(rows: list[Row], *, plots: bool = False) -> Document:
-    """The report of rows already built: results table, details, findings, plots."""
+def rows_document(rows: list[Row], *, plots: bool = False,
+                  searched: list[Record] = ()) -> Document:
+    """The report of rows already built: results table, details, findings, plots. `searched`:
+    records among which those of searches (probes, max-batch full measurements) are listed in
+    "Details: searches" (report/searches.py)."""
     tables = [Table(COLUMNS, table_cells(rows, COLUMNS), _align(COLUMNS), "Results",
                     footnotes(rows))]
     tables += details(rows)
+    search_table = searches.details_table(list(searched))
+    if search_table is not None:
+        tables.append(search_table)
     pngs = {}
     if plots:
         from stepbench.report.plots import figures
 
         pngs = figures(rows)
-    groups = findings_for(rows)
+    groups = findings_for(rows) + searches.max_batch_findings(rows)
     return Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
-                    rows=rows, pngs=pngs)
+                    rows=rows, pngs=pngs, searches=searches.search_dicts(list(searched)))
 
 
-def run_document(records: list[Record]) -> Document:
-    """`stepbench run`'s table: one row per setup (repeats combined as the report does)."""
+def run_document(records: list[Record], searched: list[Record] = ()) -> Document:
+    """`stepbench run`'s table: one row per setup (repeats combined as the report does); with
+    `searched` (`run --max-batch`: every record of its searches) also "Details: searches"
+    (and the full measurements that ran out of memory before a smaller batch are listed there,
+    not in the table, as the report does)."""
+    if searched:
+        records, _ = searches.split(records)
     rows = build_rows(records, {})
     head = records[0] if records else None
     title, columns = None, RUN_COLUMNS
@@ -146,8 +165,14 @@ def run_document(records: list[Record]) -> Document:
         # Several machines (SSH hosts): each row names its own.
         title = f"{head.setup.model_label}, {precisions}, on {len(hosts) or 'several'} machines"
         columns = ["GPU"] + RUN_COLUMNS
-    return Document(title, [Table(columns, table_cells(rows, columns), _align(columns),
-                                  notes=footnotes(rows, explain=False))], rows=rows)
+    tables = [Table(columns, table_cells(rows, columns), _align(columns),
+                    notes=footnotes(rows, explain=False))]
+    search_table = searches.details_table(list(searched))
+    if not rows and search_table is not None:
+        tables = []         # every search stopped before a full measurement: nothing to rank
+    if search_table is not None:
+        tables.append(search_table)
+    return Document(title, tables, rows=rows, searches=searches.search_dicts(list(searched)))
 
 
 def peak_document(result: dict) -> Document:

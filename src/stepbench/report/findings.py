@@ -55,10 +55,11 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
 # GPU and the most tokens per dollar answer "where should I run it"; a setup that fits only when
 # compiled changes what can run at all; a comparison within the noise warns against a
 # difference the table seems to show. compile_payback's "not measurably" repeats compile_speed's.
-# A comparison across GPUs comes with its caveat when they ran different software.
+# A comparison across GPUs comes with its caveat when they ran different software. max_batch
+# (report/searches.py) says what compile's memory saving buys at the largest batch that fits.
 LEAD = [("loss_guard", WRONG_LOSS), ("parity", WRONG_LOSS), ("fastest_setup", None),
         ("scaling", None), ("fastest_gpu", None), ("software", None),
-        ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED),
+        ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED), ("max_batch", None),
         ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
 LEAD_MAX = 5     # a lead longer than this is a second list of findings, not a summary
 

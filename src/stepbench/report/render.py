@@ -121,7 +121,15 @@ def render_csv(doc: Document) -> str:
         d["step_ms_ci_low"], d["step_ms_ci_high"] = row.step_ms_ci or (None, None)
         d["noise_flags"] = ";".join(row.noise_flags)
         cells.append(["" if d[k] is None else _csv_value(d[k]) for k in CSV_KEYS])
-    return table.render(CSV_KEYS, cells, "csv")
+    if not doc.searches:
+        return table.render(CSV_KEYS, cells, "csv")
+    # A search's records (probes, max-batch full measurements) after the rows, told apart by
+    # the last column; the rows leave it empty.
+    keys = CSV_KEYS + ["peak_reserved_gb", "search"]
+    cells = [row + ["", ""] for row in cells]
+    for d in doc.searches:
+        cells.append(["" if d.get(k) is None else _csv_value(d[k]) for k in keys])
+    return table.render(keys, cells, "csv")
 
 
 def _csv_value(value) -> str:
@@ -132,12 +140,15 @@ def _csv_value(value) -> str:
 
 def render_json(doc: Document) -> str:
     """{"rows": [...], "findings": [{"kind", "text", "group", "key"}], "notes": [...]}; "key"
-    marks the findings of the lead (Key findings)."""
+    marks the findings of the lead (Key findings). With searches' records also "searches":
+    [...], the records of "Details: searches" (probes are never rows)."""
     lead = {id(f) for _, f in doc.lead}
     data = {"rows": [r.as_dict() for r in doc.rows],
             "findings": [{"kind": f.kind, "text": f.text, "group": heading, "key": id(f) in lead}
                          for heading, findings in doc.findings for f in findings],
             "notes": doc.notes}
+    if doc.searches:
+        data["searches"] = doc.searches
     return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
 
 

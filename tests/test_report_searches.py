@@ -1,0 +1,111 @@
+"""The report's handling of a search's records (report/searches.py).
+
+tests/data/max-batch-h200.jsonl is made up in the shape of `run --max-batch` on an H200 for the
+post's model (no real GPU run behind it): a plain eager + SDPA record at batch 4, then the
+searches of eager+sdpa (batch 4 grew to 24) and compile+sdpa (probes fit up to 40, but the full
+measurement at 40 ran out of memory, so the search measured 32), each probe 1 warm-up + 2 steps.
+"""
+
+import csv
+import io
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from stepbench.record import ResultsFile
+from stepbench.report.document import report_document, rows_document
+from stepbench.report.render import render
+from stepbench.report.rows import build_rows
+from stepbench.report.searches import split
+
+from conftest import run_cli
+
+DATA = Path(__file__).parent / "data" / "max-batch-h200.jsonl"
+FINDING = ("On NVIDIA H200, with sdpa attention: torch.compile lets batch 4 grow to 32 (eager: "
+           "24) and raises tokens/s by 19% over eager at its own largest batch (and 23% over "
+           "eager at batch 4).")
+
+
+def report(fmt: str) -> str:
+    """The report in `fmt`, made in this process (the HTML page without its plots)."""
+    return render(report_document([str(DATA)]), fmt)
+
+
+def test_probes_and_attempts_stay_out_of_the_results_and_the_finding_says_what_compile_buys():
+    proc = run_cli("report", DATA, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [(r["setup"], r["batch"], r["steps"]) for r in data["rows"]] == [
+        ("eager+sdpa", 4, 20), ("eager+sdpa", 24, 20), ("compile+sdpa", 32, 20)]
+    assert all(r["status"] == "ok" for r in data["rows"])     # the OOM attempt at 40 is not a row
+    [finding] = [f for f in data["findings"] if f["kind"] == "max_batch"]
+    assert finding["text"] == FINDING and finding["key"]
+    assert finding["group"] == "llama-468m, largest batch at seq 2048, bf16"
+    # Every record the searches asked for is listed, the probes and the attempt included.
+    searches = data["searches"]
+    assert len(searches) == 19
+    assert [s["search"] for s in searches].count("max_batch attempt") == 1
+    assert searches[-1]["tag"]["stepped_down_from"] == [40]
+    # No finding draws on a probe (1 warm-up + 2 steps): the only workloads are the rows'.
+    assert not any("1+2" in f["text"] or "batch 8 " in f["text"] for f in data["findings"])
+
+
+def test_every_format_shows_the_searches_details():
+    table = report("table")
+    assert FINDING in table
+    results = table[table.index("Results"):table.index("Details: repeats")]
+    assert "compile+sdpa (32x2048)" in results and "40x2048" not in results
+    details = table[table.index("Details: searches"):]
+    assert "compile+sdpa   max_batch attempt             40   2048    4+20   OOM" in details
+    assert ("NVIDIA H200 compile+sdpa at seq 2048: batch 4 grew to 32 (largest seen to fit 40, "
+            "smallest out of memory 44; chosen to leave 5% of 143.8 GB free); the full "
+            "measurement ran out of memory at 40 first.") in details
+    markdown = report("markdown")
+    assert "## Details: searches" in markdown
+    assert "| NVIDIA H200 | eager+sdpa | max_batch probe (bisect) | 25 | 2048 | 1+2 | OOM |" in markdown
+    html = report("html")
+    assert "<h2>Details: searches</h2>" in html and "max_batch probe (double)" in html
+    rows = list(csv.DictReader(io.StringIO(report("csv"))))
+    assert [r["search"] for r in rows[:3]] == ["", "", ""]
+    assert sum(r["search"].startswith("max_batch probe") for r in rows) == 16
+    assert {r["batch"] for r in rows if r["search"] == "max_batch attempt"} == {"40"}
+
+
+def test_a_gain_inside_the_noise_is_called_so():
+    records = ResultsFile(DATA).read()
+    measured, _ = split(records)
+    eager = next(r for r in measured if r.setup.batch == 24)
+    compiled = next(r for r in measured if r.setup.batch == 32)
+    # The compiled setup at eager's tokens/s: the same time per token, step for step.
+    compiled.step_times_ms = [t * 32 / 24 for t in eager.step_times_ms]
+    compiled.step_ms = eager.step_ms * 32 / 24
+    compiled.tokens_per_s = eager.tokens_per_s
+    doc = rows_document(build_rows(measured, {}), searched=records)
+    [text] = [f.text for _, found in doc.findings for f in found if f.kind == "max_batch"]
+    assert text.startswith("On NVIDIA H200, with sdpa attention: torch.compile lets batch 4 "
+                           "grow to 32 (eager: 24) and runs at tokens/s within the noise of "
+                           "eager at its own largest batch (p = 1.00)")
+
+
+def test_no_finding_without_the_eager_twins_search():
+    records = [r for r in ResultsFile(DATA).read() if r.setup.mode == "compile"]
+    doc = rows_document(build_rows(split(records)[0], {}), searched=records)
+    assert not [f for _, found in doc.findings for f in found if f.kind == "max_batch"]
+    # A tune's probes (any search kind) are not rows either.
+    tuned = [replace(r, search={"kind": "tune", "role": "probe"}) for r in records[:2]]
+    measured, listed = split(tuned + records)
+    assert len(listed) == 2 + 8 + 1 and all(r.search["role"] == "final" for r in measured)
+
+
+def test_a_search_without_a_full_measurement_says_why():
+    records = [r for r in ResultsFile(DATA).read() if r.search and r.search["role"] == "probe"]
+    eager = [r for r in records if r.setup.mode == "eager"]
+    compiled = [r for r in records if r.setup.mode == "compile"]
+    compiled[-1] = replace(compiled[-1], status="error", error="RuntimeError: boom\ntail")
+    table = rows_document([], searched=eager[:3] + compiled).tables[-1]
+    assert table.title == "Details: searches" and len(table.cells) == 3 + len(compiled)
+    assert table.notes[1:] == [
+        "NVIDIA H200 eager+sdpa at seq 2048: the search was stopped before its full measurement; "
+        "run the same command again to resume it.",
+        "NVIDIA H200 compile+sdpa at seq 2048: the search stopped when its probe at batch 44 "
+        "ended error (RuntimeError: boom); no full measurement."]
