@@ -1,7 +1,8 @@
-"""The CLI runner the tests share.
+"""The CLI runner the tests share, and the order the test files start in.
 
-A cold torch.compile of the tiny model takes about 20 s on 2 cores, so the suite compiles for real
-in one place only: test_run.py's matrix (cold, then warm from the same setup's cache).
+A cold torch.compile of the tiny model takes 20 to 70 s on 2 cores (more while the other worker
+is busy), so the suite compiles for real in two places only: test_run.py's matrix (cold, then warm
+from the same setup's cache) and test_axes.py's per-layer compile.
 """
 
 import json
@@ -18,12 +19,33 @@ import pytest
 # another process holds can run 20x slower). Children inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # stepbench's own caches (matmul peaks, FLOP counts; measure/cache.py) go to a folder of this
-# session, never to the user's ~/.cache.
-os.environ["STEPBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="stepbench-test-cache-")
+# session, never to the user's ~/.cache: one folder for both xdist workers of a run (named by
+# the run's id; the cache's writers lock and replace atomically), a fresh one otherwise.
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _RUN:
+    os.environ["STEPBENCH_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"stepbench-test-cache-{_RUN}")
+else:
+    os.environ["STEPBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="stepbench-test-cache-")
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
+# The files that wait on real child processes, longest first (seconds on 2 busy cores, roughly).
+# pyproject's addopts hand whole files to the two workers in collection order
+# (--no-loadscope-reorder), so these start first and the many quick files fill in behind them;
+# a file left last that takes minutes would keep one worker busy while the other idles. A new
+# file that runs real setups belongs in this list at its place.
+SLOW_FILES = {
+    "test_run.py": 200, "test_run_outcomes.py": 80, "test_axes.py": 80,
+    "test_distributed.py": 65, "test_remote.py": 55, "test_remote_stops.py": 40,
+    "test_runner.py": 20, "test_gpu_pool.py": 15, "test_plan.py": 12,
+    "test_max_batch.py": 70, "test_tune.py": 50, "test_rent.py": 30,
+}
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps.
 SMALL = ["--device", "cpu", "--seq", "64", "--warmup", "2", "--steps", "5"]
+
+
+def pytest_collection_modifyitems(items):
+    # Stable: within a file, and among the quick files, the order stays as collected.
+    items.sort(key=lambda item: -SLOW_FILES.get(item.path.name, 0))
 
 
 def run_cli(*args, timeout=900, check_json=False) -> subprocess.CompletedProcess:

@@ -5,8 +5,8 @@ One matrix of real child processes (llama-tiny, 4 x 32 tokens, 1 warm-up and 2 t
 through the runner that `stepbench run` uses: the eager reference, autocast-bf16, fp32,
 activation checkpointing with foreach AdamW, one compiled setup (compile scope "layer"; the
 CUDA-graph modes need a GPU, see benchmarks/README.md section e), the values this machine
-cannot run (float8, liger-kernel, flash attention), and one setup whose weights a test-only
-hook spoils, so that its loss departs.
+cannot run (float8 here; liger-kernel and flash attention are refused by the same check, tested
+in this process), and one setup whose weights a test-only hook spoils, so that its loss departs.
 """
 
 import json
@@ -46,6 +46,9 @@ UNSUPPORTED = {
     setup(attn="flash_attention_2"): "flash_attention_2 runs on a CUDA GPU only",
     setup(attn="flash_attention_3"): "flash_attention_3 runs on a CUDA GPU only",
 }
+# The one unsupported value that goes through a real child (the others take the same path: the
+# child's check, then the worker's classification; both are run for each of them below).
+UNSUPPORTED_RUN = setup(dtype="float8")
 SPOILED = setup(attn="eager")
 
 
@@ -57,7 +60,7 @@ def axes_run(tmp_path_factory):
         mp.setenv(DIVERGE_ENV, SPOILED.name)
         try:
             records = Runner(executor, ResultsFile(out), timeout_s=300).run(
-                RUNS + list(UNSUPPORTED))
+                RUNS + [UNSUPPORTED_RUN])
         finally:
             executor.close()
     return out, {r.setup: r for r in records}
@@ -69,11 +72,24 @@ def test_each_value_runs_or_is_unsupported_with_its_reason(axes_run):
         record = by_setup[s]
         assert record.status == "ok", (s.name, record.error)
         assert len(record.losses) == 1 + s.warmup + s.steps and record.step_ms > 0
-    for s, reason in UNSUPPORTED.items():
-        record = by_setup[s]
-        assert record.status == "unsupported", (s.name, record.status, record.error)
-        assert reason in record.error and "use --device cuda" in record.error
-        assert record.software.torch and record.machine.gpu == "cpu"
+    record = by_setup[UNSUPPORTED_RUN]
+    assert record.status == "unsupported", (record.setup.name, record.status, record.error)
+    assert UNSUPPORTED[UNSUPPORTED_RUN] in record.error and "use --device cuda" in record.error
+    assert record.software.torch and record.machine.gpu == "cpu"
+
+
+@pytest.mark.parametrize("s", list(UNSUPPORTED), ids=lambda s: f"{s.attn}-{s.dtype}-{s.kernels}")
+def test_each_value_this_machine_cannot_run_is_refused_with_its_reason(s):
+    # What the child does before it builds anything (measure/step.py build), and how the worker
+    # classifies what it raised: the same path as UNSUPPORTED_RUN's real child above.
+    from stepbench.measure.options import Unsupported, check_supported
+    from stepbench.measure.worker import classify_exception
+
+    with pytest.raises(Unsupported) as caught:
+        check_supported(s)
+    status, error = classify_exception(caught.value)
+    assert status == "unsupported"
+    assert UNSUPPORTED[s] in error and "use --device cuda" in error
 
 
 def test_the_same_weights_give_the_same_first_loss_whatever_the_options(axes_run):
@@ -100,7 +116,7 @@ def test_new_fields_are_written_only_when_set(axes_run):
     ckpt = next(json.loads(w) for w in written if json.loads(w)["name"] == "eager+sdpa+ckpt+foreach")
     assert ckpt["checkpointing"] is True and ckpt["optimizer"] == "foreach"
     # ... and every record reads back as the setup that ran (resume finds them).
-    assert {r.setup for r in ResultsFile(out).read()} == set(RUNS) | set(UNSUPPORTED)
+    assert {r.setup for r in ResultsFile(out).read()} == set(RUNS) | {UNSUPPORTED_RUN}
 
 
 def test_the_loss_guard_flags_the_spoiled_setup_and_passes_the_real_ones(axes_run):

@@ -9,6 +9,7 @@ benchmarks/README.md covers it).
 
 import json
 import os
+import random
 from pathlib import Path
 
 import psutil
@@ -79,8 +80,9 @@ def _leftovers(marker: str) -> list:
 
 def test_a_rank_that_raises_ends_its_job_names_the_rank_and_the_matrix_goes_on(tmp_path):
     out = tmp_path / "r.jsonl"
-    # A seed no other test uses marks this run's processes (it is in every rank's command line).
-    seed = "7345"
+    # A seed no other test uses marks this run's processes (it is in every rank's command line);
+    # drawn at random, so that a suite running beside this one (another checkout's) never shares it.
+    seed = str(random.SystemRandom().randrange(10**6, 10**9))
     env_before = os.environ.get("STEPBENCH_FAULT")
     os.environ["STEPBENCH_FAULT"] = "1:raise:warmup"
     try:
