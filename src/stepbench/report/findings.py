@@ -259,12 +259,14 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
 def compile_cost(rows: list[Row]) -> list[Finding]:
     """Range of compile time: first step minus a warm step, per attention; warm cache apart."""
     compiled = [r for r in rows if r.mode == "compile" and r.ok]
-    cold = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
-            if r.first_step_s is not None and r.compile_cache not in ("warm", "shared")]
     # A cache shared by every process (run --compile-cache, tune) is cold for the first process
-    # of a graph and warm for the later ones: its times are neither.
+    # of a graph and warm for the later ones: inductor's hit counts say which (Row.shared_cache).
+    cold = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
+            if r.first_step_s is not None and r.compile_cache not in ("warm", "shared")
+            or r.compile_cache == "shared" and r.shared_cache == "cold"]
     shared = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
-              if r.first_step_s is not None and r.compile_cache == "shared"]
+              if r.first_step_s is not None and r.compile_cache == "shared"
+              and r.shared_cache != "cold"]
     warm = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
             if r.first_step_s is not None and r.compile_cache == "warm"]
     warm += [(r.first_step_warm_s - r.step_ms / 1000, r) for r in compiled
@@ -286,9 +288,11 @@ def compile_cost(rows: list[Row]) -> list[Finding]:
                 for a in attns)
         out.append(Finding("compile_cost", text + "."))
     if shared:
-        out.append(Finding("compile_cost", "With a compile cache shared by every process "
-                           f"(cold for a graph's first process, warm after) it took "
-                           f"{span([c for c, _ in shared], secs, ' s')}."))
+        how = ("warm from an earlier process's compile of the same graphs"
+               if all(r.shared_cache == "warm" for _, r in shared)
+               else "cold for a graph's first process, warm after")
+        out.append(Finding("compile_cost", f"With a compile cache shared by every process ({how}) "
+                           f"it took {span([c for c, _ in shared], secs, ' s')}."))
     if warm:
         text = ("With a warm compile cache (a later process of the same setup) it took "
                 f"{span([c for c, _ in warm], secs, ' s')}")

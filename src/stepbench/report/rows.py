@@ -70,6 +70,10 @@ class Row:
     # minus 1: +0.031 = the counter counted 3.1% more.
     flop_counter_diff: float | None = None
     compile_cache: str | None = None
+    # Under a cache shared by every process ("shared": run --compile-cache, tune), what inductor's
+    # cache counters say it was for this row's processes: "cold" (no hits), "warm" (only hits),
+    # None (mixed, or not a shared cache).
+    shared_cache: str | None = None
     # torch.compile: most graph breaks and recompilations (after the first step) of any process.
     graph_breaks: int | None = None
     recompiles: int | None = None
@@ -340,6 +344,12 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
     row.recompiles = _most(c.get("recompiles") for c in compiled)
     row.break_reasons = list(dict.fromkeys(b for c in compiled for b in c.get("break_reasons") or []))
     caches = Counter(_cache(r) for r in ok if _cache(r))
+    if set(caches) == {"shared"}:
+        hits = [(r.compile.get("cache_hits"), r.compile.get("cache_misses")) for r in ok]
+        if all(h == 0 for h, _ in hits):
+            row.shared_cache = "cold"
+        elif all(h and m == 0 for h, m in hits):
+            row.shared_cache = "warm"
     if len(caches) == 1:
         row.compile_cache = next(iter(caches))
     elif caches:
