@@ -59,6 +59,17 @@ def run_cli(*args, timeout=900, check_json=False) -> subprocess.CompletedProcess
     return proc
 
 
+def wait_for(proc: subprocess.Popen, text: str) -> str:
+    """A running process's stderr up to its first line holding `text` (a line-by-line wait on a
+    real subprocess: no sleeping, no polling)."""
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"never saw {text!r}; stderr was:\n{''.join(seen)}")
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

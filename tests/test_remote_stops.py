@@ -12,7 +12,7 @@ import time
 
 import psutil
 
-from conftest import SRC, read_jsonl
+from conftest import SRC, read_jsonl, wait_for
 from sshd import processes_with
 
 # Eager SDPA at seq 64: batch 64 (and 48) takes seconds per warm-up step, so those setups are
@@ -32,15 +32,6 @@ def start(sshd, remote_dir, out, batches):
     watchdog.start()
     return proc
 
-
-def wait_for(proc, text: str) -> str:
-    """stderr up to the first line with `text`."""
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if text in line:
-            return "".join(seen)
-    raise AssertionError(f"never saw {text!r}; stderr was:\n{''.join(seen)}")
 
 
 def remote_processes(remote_dir) -> tuple[psutil.Process, psutil.Process]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC, read_jsonl
+from conftest import SRC, read_jsonl, wait_for
 from runcrate_standin import StandIn
 from stepbench.cli import main
 from stepbench.report.prices import load_price_file
@@ -248,14 +248,6 @@ def start(api, args) -> subprocess.Popen:
     watchdog.start()
     return proc
 
-
-def wait_for(proc, text: str) -> str:
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if text in line:
-            return "".join(seen)
-    raise AssertionError(f"never saw {text!r}; stderr was:\n{''.join(seen)}")
 
 
 def test_ctrl_c_and_sigterm_delete_the_machine(sshd, api, remote_dir, tmp_path):
