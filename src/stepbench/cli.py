@@ -63,6 +63,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def stopped(command: str, exc: KeyboardInterrupt, what: str) -> int:
+    """One line for a run stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM / SIGHUP (Stopped,
+    raised by the runner), saying `what` was kept; the exit code: 130, or 128 + the signal."""
+    from stepbench.execute.runner import Stopped
+
+    how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
+    print(f"stepbench {command}: {how}; {what}; run the same command again to resume",
+          file=sys.stderr)
+    return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+
+
 # ---------------------------------------------------------------- run
 
 def add_run(sub) -> None:
@@ -262,7 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return cmd_run_hosts(args)
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
-    from stepbench.execute.runner import Runner, Stopped
+    from stepbench.execute.runner import Runner
     from stepbench.measure.machine import resolve_device
     from stepbench.record import ResultsFile
 
@@ -298,10 +309,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             records = [r for s in found for r in s.finals]
             searched = [p.record for s in found for p in s.probes] + records
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
-        how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
-        print(f"stepbench run: {how}; the running setup was stopped, finished setups are kept in "
-              f"{out}; run the same command again to resume", file=sys.stderr)
-        return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+        return stopped("run", exc, f"the running setup was stopped, finished setups are kept "
+                                   f"in {out}")
     finally:
         executor.close()
     print_records(args, records, searched)
@@ -313,7 +322,6 @@ def cmd_run_hosts(args: argparse.Namespace) -> int:
     (execute/fleet.py, execute/rent.py)."""
     from stepbench.execute.fleet import check_hosts, report_failures, run_on_hosts
     from stepbench.execute.progress import Display
-    from stepbench.execute.runner import Stopped
     from stepbench.record import ResultsFile
 
     # The flags are checked here, once, before any host is contacted.
@@ -357,15 +365,12 @@ def cmd_run_hosts(args: argparse.Namespace) -> int:
         runs = run_on_hosts(args, specs, build_plan, display, store, check_run, rentals, loop)
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
-        how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
         kept = [lease for lease in rentals.leases if lease.delete_failed] if rentals else []
         for lease in kept:
             print(f"stepbench run: host {lease.name}: {lease.delete_failed}", file=sys.stderr)
         deleted = "; every rented machine was deleted" if rentals and not kept else ""
-        print(f"stepbench run: {how}; the running setups were stopped on every host{deleted}, "
-              f"finished setups are kept in {args.out}; run the same command again to resume",
-              file=sys.stderr)
-        return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+        return stopped("run", exc, f"the running setups were stopped on every host{deleted}, "
+                                   f"finished setups are kept in {args.out}")
     finally:
         display.close()
         if rentals:
@@ -585,7 +590,7 @@ def add_tune(sub) -> None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
-    from stepbench.execute.runner import Runner, Stopped
+    from stepbench.execute.runner import Runner
     from stepbench.measure.cache import cache_dir
     from stepbench.measure.machine import resolve_device
     from stepbench.measure.models import PRESETS, build_config
@@ -622,10 +627,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         result = tuner.run()
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
-        how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
-        print(f"stepbench tune: {how}; what it measured is kept in {args.out}; run the same "
-              "command again to resume", file=sys.stderr)
-        return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+        return stopped("tune", exc, f"what it measured is kept in {args.out}")
     finally:
         executor.close()
     if args.format == "json":

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import shlex
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -114,7 +115,6 @@ class Tried:
 
     stage: str
     record: Record
-    note: str = ""
 
 
 @dataclass
@@ -161,12 +161,14 @@ class Tuner:
         self.clock = clock
         self.start = clock()
         self.say = say
-        self.stored = {r.setup.key() for r in runner.store.latest()}
+        # (setup key, repeat) of what the results file already holds: measured for free.
+        self.stored = {(r.setup.key(), r.repeat) for r in runner.store.latest()}
         self.stored_spent_s = 0.0      # wall time of the stored records this tune used
         self.tried: list[Tried] = []
         self.by_key: dict[str, Record] = {}
         self.skipped: list[str] = list(skipped or [])
         self.oom_batch: dict[tuple, int] = {}   # (mode, attn) -> the batch that ran out of memory
+        self._verdicts: dict | None = None      # the loss guard over `tried`, until it grows
 
     # ------------------------------------------------------------ budget
 
@@ -211,15 +213,15 @@ class Tuner:
 
     # ------------------------------------------------------------ measuring
 
-    def probe(self, setup: Setup, stage: str, reserve: bool = True) -> Record | None:
+    def probe(self, setup: Setup, stage: str) -> Record | None:
         """The record of `setup` (stored, or measured now), or None when the budget cannot
         afford it."""
         setup = setup.check()
         key = setup.key()
         if key in self.by_key:
             return self.by_key[key]
-        if key not in self.stored:
-            left = self.left_s() - (self.final_reserve_s() if reserve else 0.0)
+        if (key, 0) not in self.stored:
+            left = self.left_s() - self.final_reserve_s()
             estimate = self.estimate_s(setup)
             if left < estimate:
                 self.skip(f"{label(setup)}: not tried, the budget has {max(left, 0):.0f} s left "
@@ -232,11 +234,12 @@ class Tuner:
         self.use(record, stage)
         return record
 
-    def use(self, record: Record, stage: str, note: str = "") -> None:
+    def use(self, record: Record, stage: str) -> None:
         if record.run_id != self.runner.run_id:
             self.stored_spent_s += record.wall_s or 0.0
         self.by_key.setdefault(record.setup.key(), record)
-        self.tried.append(Tried(stage, record, note))
+        self.tried.append(Tried(stage, record))
+        self._verdicts = None
         self.say(f"{stage}: {label(record.setup)}: {outcome(record)}")
 
     def skip(self, text: str) -> None:
@@ -244,11 +247,10 @@ class Tuner:
             self.skipped.append(text)
             self.say(text)
 
-    def verdicts(self) -> dict:
-        return loss_verdicts([t.record for t in self.tried])
-
     def verdict(self, record: Record):
-        return self.verdicts().get((record.setup.key(), record.machine.gpu))
+        if self._verdicts is None:
+            self._verdicts = loss_verdicts([t.record for t in self.tried])
+        return self._verdicts.get((record.setup.key(), record.machine.gpu))
 
     def acceptable(self, record: Record | None) -> bool:
         """Ran, and the loss guard found its losses in agreement with its reference's (or it is
@@ -271,9 +273,8 @@ class Tuner:
         if record is not None and record.status == "oom":
             self.probe(dataclasses.replace(plain, checkpointing=True), "reference")
 
-    def best(self, records: list[Record] | None = None) -> Record | None:
-        candidates = [r for r in (records if records is not None else
-                                  [t.record for t in self.tried]) if self.acceptable(r)]
+    def best(self) -> Record | None:
+        candidates = [t.record for t in self.tried if self.acceptable(t.record)]
         return max(candidates, key=lambda r: r.tokens_per_s, default=None)
 
     # ------------------------------------------------------------ the stages
@@ -419,11 +420,11 @@ class Tuner:
         results: dict[Setup, list[Record]] = {p: [] for p in plans}
         for repeat in range(self.repeats):     # interleaved: A B, A B, ...
             for plan, finalist in zip(plans, finalists):
-                stored = plan.key() in self.stored_final(repeat)
-                if not stored and self.left_s() < self.final_cost_s(finalist):
+                cost = self.final_cost_s(finalist)
+                if (plan.key(), repeat) not in self.stored and self.left_s() < cost:
                     self.skip(f"final: {label(plan)} #{repeat + 1} not run, the budget has "
                               f"{max(self.left_s(), 0):.0f} s left and it takes about "
-                              f"{self.final_cost_s(finalist):.0f} s")
+                              f"{cost:.0f} s")
                     continue
                 self.runner.timeout_s = max(1.0, min(self.timeout_s, self.left_s()))
                 records = self.runner.run([plan], repeat + 1,
@@ -436,22 +437,14 @@ class Tuner:
         if not measured:
             self.skip("final: nothing measured in full; the winner is the best probe")
             return finalists[0], finalists[1] if len(finalists) > 1 else None, None, False
-        measured.sort(key=lambda item: -mean(r.tokens_per_s for r in item[1]))
+        measured.sort(key=lambda item: -statistics.mean(r.tokens_per_s for r in item[1]))
         winner = representative(measured[0][1])
         runner_up = representative(measured[1][1]) if len(measured) > 1 else None
         comparison = compare(measured[0][1], measured[1][1]) if len(measured) > 1 else None
         return winner, runner_up, comparison, True
 
-    def stored_final(self, repeat: int) -> set[str]:
-        return {r.setup.key() for r in self.runner.store.latest() if r.repeat == repeat}
-
 
 # ---------------------------------------------------------------- helpers
-
-def mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
-
 
 def representative(records: list[Record]) -> Record:
     """The process with the median tokens/s (the lower median for an even count)."""
