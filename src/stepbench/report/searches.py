@@ -219,7 +219,7 @@ def _finding(comp: Row, eager: Row, base: Row | None, start: int) -> Finding:
 def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     """"raises tokens/s by 18% over X" (short: "18% over X"), "reaches 2.1x the tokens/s of X",
     "lowers tokens/s by 5% against X", or within the noise of X."""
-    result = _compare_throughput(new, old)
+    result = compare_throughput(new, old)
     if result is not None and result.significant is False:
         return (f"within the noise of {against}, p = {result.p_value:.2f}" if short else
                 f"runs at tokens/s within the noise of {against} (p = {result.p_value:.2f})")
@@ -234,7 +234,7 @@ def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     return f"{size} below {against}" if short else f"lowers tokens/s by {size} against {against}"
 
 
-def _compare_throughput(a: Row, b: Row) -> stats.Comparison | None:
+def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:
     """Test a's time per token against b's (their batches differ): per-process means first, else
     the per-step times (findings.compare_rows, scaled by each row's tokens per step)."""
     ta, tb = a.config.tokens_per_step, b.config.tokens_per_step

@@ -454,24 +454,15 @@ def representative(records: list[Record]) -> Record:
 
 def compare(a: list[Record], b: list[Record]) -> dict | None:
     """The winner's time per token against the runner-up's (their batches may differ), tested
-    as the report tests two rows: per-process means when there are enough processes for the
-    test to reach p < 0.05, else the pooled step times."""
-    from stepbench.report import stats
+    as the report tests two searched setups (report.searches.compare_throughput)."""
+    from stepbench.report.rows import combine
+    from stepbench.report.searches import compare_throughput
 
-    def per_token(records: list[Record], pooled: bool) -> list[float]:
-        return [ms / r.setup.tokens_per_step for r in records
-                for ms in (r.step_times_ms if pooled else [r.step_ms])]
-
-    for pooled in (False, True):
-        x, y = per_token(a, pooled), per_token(b, pooled)
-        if len(x) >= 2 and len(y) >= 2:
-            result = stats.compare(x, y)
-            if result.significant is not None:
-                return {"ratio": result.ratio, "p_value": result.p_value,
-                        "significant": result.significant,
-                        "ci": list(result.ci) if result.ci else None,
-                        "samples": "step times" if pooled else "process means"}
-    return None
+    result = compare_throughput(combine(a, None), combine(b, None))
+    if result is None:
+        return None
+    return {"ratio": result.ratio, "p_value": result.p_value, "significant": result.significant,
+            "ci": list(result.ci) if result.ci else None}
 
 
 def label(setup: Setup) -> str:
