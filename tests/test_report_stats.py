@@ -371,3 +371,20 @@ def test_a_shared_compile_cache_is_called_neither_cold_nor_warm(capsys):
     assert main(["report", str(tune), "--format", "json"]) == 0
     text = texts(json.loads(capsys.readouterr().out), "compile_cost")
     assert "shared by every process" in text and "cold cache" not in text
+
+
+def test_a_shared_cache_row_with_a_record_that_has_no_compile_details_still_combines():
+    # A setup's processes where one record carries no compile details (an older stepbench's)
+    # and the rest share tune's cache: the row is combined, judged by those that say.
+    from stepbench.record import Record
+    from stepbench.report.rows import combine
+
+    tune = Path(__file__).parent.parent / "benchmarks/results/h200-2026-12-01-tune-135m.jsonl"
+    finals = [Record.from_dict(json.loads(line)) for line in tune.read_text().splitlines()]
+    finals = [r for r in finals if (r.search or {}).get("role") == "final"
+              and r.setup.attn == "flex_attention"]
+    bare = copy.deepcopy(finals[0])
+    bare.compile, bare.repeat = None, len(finals)
+    row = combine(finals + [bare], None)
+    assert row.compile_cache == "shared" and row.shared_cache == "warm"
+    assert row.repeats == len(finals) + 1

@@ -345,7 +345,8 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
     row.break_reasons = list(dict.fromkeys(b for c in compiled for b in c.get("break_reasons") or []))
     caches = Counter(_cache(r) for r in ok if _cache(r))
     if set(caches) == {"shared"}:
-        hits = [(r.compile.get("cache_hits"), r.compile.get("cache_misses")) for r in ok]
+        hits = [(r.compile.get("cache_hits"), r.compile.get("cache_misses")) for r in ok
+                if _cache(r)]
         if all(h == 0 for h, _ in hits):
             row.shared_cache = "cold"
         elif all(h and m == 0 for h, m in hits):
