@@ -129,6 +129,8 @@ class TuneResult:
     command: str | None         # the `stepbench run` that measures the winner again
     comparison: dict | None     # winner against runner-up: ratio, p_value, significant
     measured_in_full: bool      # the winner comes from the final stage, not from a probe
+    reference: Record | None = None   # the loss guard's eager reference at the winner's batch,
+                                      # measured in full (the winner's losses were checked on it)
 
     def to_dict(self) -> dict:
         return {"winner": self.winner.to_dict() if self.winner else None,
@@ -137,6 +139,7 @@ class TuneResult:
                 "command": self.command, "objective": self.objective,
                 "budget_s": self.budget_s, "spent_s": round(self.spent_s, 1),
                 "comparison": self.comparison, "measured_in_full": self.measured_in_full,
+                "reference": self.reference.to_dict() if self.reference else None,
                 "skipped": self.skipped}
 
 
@@ -162,13 +165,22 @@ class Tuner:
         self.start = clock()
         self.say = say
         # (setup key, repeat) of what the results file already holds: measured for free.
-        self.stored = {(r.setup.key(), r.repeat) for r in runner.store.latest()}
-        self.stored_spent_s = 0.0      # wall time of the stored records this tune used
+        stored = runner.store.latest()
+        self.stored = {(r.setup.key(), r.repeat) for r in stored}
+        # The budget counts what an earlier, interrupted tune of this model spent, from the
+        # start (so a resumed tune knows what it has left before it replays anything), and
+        # any other stored record once the tune uses it.
+        mine = [r for r in stored if (r.search or {}).get("kind") == "tune"
+                and (r.setup.model, r.setup.seq, r.setup.device) ==
+                (base.model, base.seq, base.device)]
+        self.stored_spent_s = sum(r.wall_s or 0.0 for r in mine)
+        self.counted = {(r.setup.key(), r.repeat) for r in mine}
         self.tried: list[Tried] = []
         self.by_key: dict[str, Record] = {}
         self.skipped: list[str] = list(skipped or [])
         self.oom_batch: dict[tuple, int] = {}   # (mode, attn) -> the batch that ran out of memory
         self._verdicts: dict | None = None      # the loss guard over `tried`, until it grows
+        self.finalizing = False                 # in the final stage: no reserve kept back
 
     # ------------------------------------------------------------ budget
 
@@ -179,22 +191,30 @@ class Tuner:
         return self.budget_s - self.spent_s()
 
     def estimate_s(self, setup: Setup) -> float:
-        """What a probe of `setup` will take: the slowest like it so far, else the prior."""
+        """What a probe of `setup` will take: the slowest like it so far (same mode, compile
+        mode and steps; of those, the same precision's where there are any: on the H200 a
+        float8 compile took 155 s against 60 s in bf16, and priced every later bf16 probe out
+        of the budget), else the prior."""
         kind = ("autotune" if setup.compile_mode.startswith("max-autotune")
                 else "compile" if setup.mode == "compile" else "eager")
-        like = [t.record.wall_s for t in self.tried if t.record.wall_s
+        like = [t.record for t in self.tried if t.record.wall_s
                 and t.record.setup.mode == setup.mode
                 and t.record.setup.compile_mode == setup.compile_mode
                 and t.record.setup.steps == setup.steps]
-        return max(like) if like else PRIOR_S[setup.device][kind]
+        same_dtype = [r for r in like if r.setup.dtype == setup.dtype]
+        return (max(r.wall_s for r in same_dtype or like) if like
+                else PRIOR_S[setup.device][kind])
 
     def final_reserve_s(self) -> float:
         """Budget kept back for the final stage while probing: two finalists, `repeats` each,
-        as long as the best probe took plus its extra steps (at most half the budget)."""
+        as long as the best probe took plus its extra steps, and the loss guard's reference
+        in full (at most half the budget)."""
         best = self.best()
         if best is None:
             return 0.0
-        return min(self.budget_s / 2, FINALISTS * self.repeats * self.final_cost_s(best))
+        reference = self.reference_probe(best.setup.batch)
+        return min(self.budget_s / 2, FINALISTS * self.repeats * self.final_cost_s(best)
+                   + (self.final_cost_s(reference) if reference else 0.0))
 
     def final_cost_s(self, record: Record) -> float:
         """What a final measurement of `record`'s setup will take: as long as one did, else
@@ -213,30 +233,35 @@ class Tuner:
 
     # ------------------------------------------------------------ measuring
 
-    def probe(self, setup: Setup, stage: str) -> Record | None:
+    def probe(self, setup: Setup, stage: str, role: str = "probe",
+              estimate: float | None = None) -> Record | None:
         """The record of `setup` (stored, or measured now), or None when the budget cannot
-        afford it."""
+        afford it. `role`: "probe" (a short run, kept out of the report's results) or
+        "reference" (the loss guard's reference measured in full, a result like the finals);
+        `estimate`: what it will take, where the probes like it do not say."""
         setup = setup.check()
         key = setup.key()
         if key in self.by_key:
             return self.by_key[key]
         if (key, 0) not in self.stored:
-            left = self.left_s() - self.final_reserve_s()
-            estimate = self.estimate_s(setup)
+            left = self.left_s() - (0.0 if self.finalizing else self.final_reserve_s())
+            estimate = estimate or self.estimate_s(setup)
             if left < estimate:
                 self.skip(f"{label(setup)}: not tried, the budget has {max(left, 0):.0f} s left "
                           f"for it and it takes about {estimate:.0f} s")
                 return None
             # A probe far slower than others like it (a compile that does not end) is stopped.
             self.runner.timeout_s = max(1.0, min(self.timeout_s, left, max(3 * estimate, 120.0)))
-        record = self.runner.run([setup], 1, search={"kind": "tune", "role": "probe",
+        record = self.runner.run([setup], 1, search={"kind": "tune", "role": role,
                                                      "stage": stage})[0]
         self.use(record, stage)
         return record
 
     def use(self, record: Record, stage: str) -> None:
-        if record.run_id != self.runner.run_id:
+        if record.run_id != self.runner.run_id and \
+                (record.setup.key(), record.repeat) not in self.counted:
             self.stored_spent_s += record.wall_s or 0.0
+            self.counted.add((record.setup.key(), record.repeat))
         self.by_key.setdefault(record.setup.key(), record)
         self.tried.append(Tried(stage, record))
         self._verdicts = None
@@ -261,17 +286,31 @@ class Tuner:
         verdict = self.verdict(record)
         return verdict is not None and verdict.status in (OK, REFERENCE)
 
-    def reference(self, batch: int) -> None:
+    def reference(self, batch: int, in_full: bool = False) -> None:
         """Make sure the loss guard has an eager reference at `batch`: the plainest eager setup,
-        with activation checkpointing when that does not fit."""
-        if any(t.record.ok and can_be_reference(t.record.setup) and t.record.setup.batch == batch
-               and t.record.setup.dtype == "bf16" for t in self.tried):
+        with activation checkpointing when that does not fit; `in_full`: one that ran the final
+        stage's steps, so that the finals' losses are compared over all of theirs."""
+        if self.reference_probe(batch, sum(self.final_steps) if in_full else 0):
             return
         attn = "sdpa" if "sdpa" in self.space.attns else self.space.attns[0]
         plain = dataclasses.replace(self.base, mode="eager", attn=attn, batch=batch)
-        record = self.probe(plain, "reference")
+        role, estimate = "probe", None
+        if in_full:
+            plain, role = self.in_full(plain), "reference"
+            short = self.reference_probe(batch)
+            estimate = self.final_cost_s(short) if short else None
+        record = self.probe(plain, "reference", role=role, estimate=estimate)
         if record is not None and record.status == "oom":
-            self.probe(dataclasses.replace(plain, checkpointing=True), "reference")
+            self.probe(dataclasses.replace(plain, checkpointing=True), "reference", role=role,
+                       estimate=estimate)
+
+    def reference_probe(self, batch: int, steps: int = 0) -> Record | None:
+        """The longest-run eager bf16 record at `batch` the loss guard can take as its
+        reference, of at least `steps` steps (warm-up and timed)."""
+        found = [t.record for t in self.tried if t.record.ok and t.record.setup.batch == batch
+                 and can_be_reference(t.record.setup) and t.record.setup.dtype == "bf16"
+                 and t.record.setup.warmup + t.record.setup.steps >= steps]
+        return max(found, key=lambda r: r.setup.warmup + r.setup.steps, default=None)
 
     def best(self) -> Record | None:
         candidates = [t.record for t in self.tried if self.acceptable(t.record)]
@@ -288,8 +327,10 @@ class Tuner:
             self.grow(1)
         winner, runner_up, comparison, in_full = self.final()
         command = run_command(winner.setup, self.repeats) if winner else None
+        reference = (self.reference_probe(winner.setup.batch, sum(self.final_steps))
+                     if winner and in_full else None)
         return TuneResult(self.objective, self.budget_s, self.spent_s(), winner, runner_up,
-                          self.tried, self.skipped, command, comparison, in_full)
+                          self.tried, self.skipped, command, comparison, in_full, reference)
 
     def screen(self) -> None:
         """Every attention kernel at the start batch: eager mode first, then compiled."""
@@ -405,26 +446,36 @@ class Tuner:
         return out
 
     def final(self):
-        """The best setups measured in full, `repeats` processes each, interleaved; the winner
-        is the faster that agrees with its reference, tested against the runner-up."""
-        finalists = []
+        """The best setups measured in full, `repeats` processes each, interleaved, with the
+        loss guard's reference measured in full at their batches: a finalist whose losses
+        depart over the full run (a probe's few steps can hide a slow drift: float8 on the
+        H200) is measured no more, and the next best probe takes its place. The winner is the
+        faster that agrees, tested against the runner-up."""
+        ranked = []
         for record in sorted((t.record for t in self.tried if self.acceptable(t.record)),
                              key=lambda r: -r.tokens_per_s):
-            if record.setup not in [f.setup for f in finalists]:
-                finalists.append(record)
-        finalists = finalists[:FINALISTS]
-        if not finalists:
+            if record.setup not in [r.setup for r in ranked]:
+                ranked.append(record)
+        if not ranked:
             return None, None, None, False
-        plans = [dataclasses.replace(f.setup, warmup=self.final_steps[0],
-                                     steps=self.final_steps[1]) for f in finalists]
-        results: dict[Setup, list[Record]] = {p: [] for p in plans}
-        for repeat in range(self.repeats):     # interleaved: A B, A B, ...
-            for plan, finalist in zip(plans, finalists):
-                cost = self.final_cost_s(finalist)
+        self.finalizing = True
+        waiting = [(self.in_full(r.setup), r) for r in ranked]
+        active, waiting = waiting[:FINALISTS], waiting[FINALISTS:]
+        results: dict[Setup, list[Record]] = {plan: [] for plan, _ in active}
+        stopped: set[Setup] = set()
+        while True:
+            ran = False
+            for plan, probe in list(active):     # interleaved: A B, A B, ...
+                repeat = len(results[plan])
+                if plan in stopped or repeat >= self.repeats:
+                    continue
+                self.reference(plan.batch, in_full=True)
+                cost = self.final_cost_s(probe)
                 if (plan.key(), repeat) not in self.stored and self.left_s() < cost:
                     self.skip(f"final: {label(plan)} #{repeat + 1} not run, the budget has "
                               f"{max(self.left_s(), 0):.0f} s left and it takes about "
                               f"{cost:.0f} s")
+                    stopped.add(plan)
                     continue
                 self.runner.timeout_s = max(1.0, min(self.timeout_s, self.left_s()))
                 records = self.runner.run([plan], repeat + 1,
@@ -432,16 +483,31 @@ class Tuner:
                 record = next(r for r in records if r.repeat == repeat)
                 self.use(record, "final")
                 results[plan].append(record)
-        measured = [(p, [r for r in rs if r.ok]) for p, rs in results.items()]
+                ran = True
+                if not self.acceptable(record):
+                    why = (self.verdict(record).describe(plan.name) if record.ok
+                           and self.verdict(record) else record.status)
+                    self.skip(f"final: {label(plan)} dropped: {why}")
+                    active.remove((plan, probe))
+                    if waiting:
+                        active.append(waiting.pop(0))
+                        results.setdefault(active[-1][0], [])
+            if not ran:
+                break
+        measured = [(plan, [r for r in results[plan] if r.ok]) for plan, _ in active]
         measured = [(p, rs) for p, rs in measured if rs and all(self.acceptable(r) for r in rs)]
         if not measured:
             self.skip("final: nothing measured in full; the winner is the best probe")
-            return finalists[0], finalists[1] if len(finalists) > 1 else None, None, False
+            return ranked[0], ranked[1] if len(ranked) > 1 else None, None, False
         measured.sort(key=lambda item: -statistics.mean(r.tokens_per_s for r in item[1]))
         winner = representative(measured[0][1])
         runner_up = representative(measured[1][1]) if len(measured) > 1 else None
         comparison = compare(measured[0][1], measured[1][1]) if len(measured) > 1 else None
         return winner, runner_up, comparison, True
+
+    def in_full(self, setup: Setup) -> Setup:
+        """`setup` with the final stage's warm-up and timed steps."""
+        return dataclasses.replace(setup, warmup=self.final_steps[0], steps=self.final_steps[1])
 
 
 # ---------------------------------------------------------------- helpers
@@ -546,6 +612,12 @@ def summary(result: TuneResult) -> list[str]:
         if second is not None:
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} tokens/s"
                        f"{versus(result.comparison)}.")
+        ref = result.reference
+        if ref is not None and ref.ok:
+            out.append(f"Measured in full at batch {winner.setup.batch}, the winner ran at "
+                       f"{winner.tokens_per_s / ref.tokens_per_s:.2f}x the tokens/s of "
+                       f"{label(ref.setup)}, the loss guard's reference "
+                       f"({winner.tokens_per_s:,.0f} against {ref.tokens_per_s:,.0f}).")
         plain, probe = plainest(result), probe_of(result, winner.setup)
         if plain is not None and probe is not None and plain.ok and probe is not plain:
             out.append(f"In the short probes the winner ran at {probe.tokens_per_s / plain.tokens_per_s:.2f}x "
