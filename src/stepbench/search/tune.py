@@ -294,14 +294,14 @@ class Tuner:
             return
         attn = "sdpa" if "sdpa" in self.space.attns else self.space.attns[0]
         plain = dataclasses.replace(self.base, mode="eager", attn=attn, batch=batch)
-        role, estimate = "probe", None
+        stage, role, estimate = "reference", "probe", None
         if in_full:
-            plain, role = self.in_full(plain), "reference"
+            plain, stage, role = self.in_full(plain), "final reference", "reference"
             short = self.reference_probe(batch)
             estimate = self.final_cost_s(short) if short else None
-        record = self.probe(plain, "reference", role=role, estimate=estimate)
+        record = self.probe(plain, stage, role=role, estimate=estimate)
         if record is not None and record.status == "oom":
-            self.probe(dataclasses.replace(plain, checkpointing=True), "reference", role=role,
+            self.probe(dataclasses.replace(plain, checkpointing=True), stage, role=role,
                        estimate=estimate)
 
     def reference_probe(self, batch: int, steps: int = 0) -> Record | None:
