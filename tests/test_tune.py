@@ -52,7 +52,7 @@ def gpu_model(s: Setup) -> tuple[str, float | None, float, float]:
 
 
 def losses(s: Setup, first: float) -> list[float]:
-    """One loss a step; float8's drifts 0.5% a step away (as on the H200: within 0.5% after 8
+    """One loss a step; float8's drifts 0.5% a step away (as on the H200: within 1.2% after 8
     steps, 14% apart after 25), so only a long run shows it."""
     drift = 0.005 if s.dtype == "float8" else 0.0
     return [first * (1 + drift * i) for i in range(s.warmup + s.steps + 1)]
