@@ -613,7 +613,7 @@ def summary(result: TuneResult) -> list[str]:
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} tokens/s"
                        f"{versus(result.comparison)}.")
         ref = result.reference
-        if ref is not None and ref.ok:
+        if ref is not None and ref.ok and ref.setup.key() != winner.setup.key():
             out.append(f"Measured in full at batch {winner.setup.batch}, the winner ran at "
                        f"{winner.tokens_per_s / ref.tokens_per_s:.2f}x the tokens/s of "
                        f"{label(ref.setup)}, the loss guard's reference "
