@@ -238,6 +238,27 @@ def test_a_finalist_whose_losses_drift_apart_over_the_full_run_is_dropped(tmp_pa
     assert f"{result.winner.tokens_per_s / refs[-1].tokens_per_s:.2f}x" in line
 
 
+def test_without_a_reference_in_full_the_tune_says_its_finals_were_checked_over_fewer_steps(
+        tmp_path):
+    class ReferenceFails(FakeRunner):
+        def run(self, plan, repeats=1, search=None):
+            if (search or {}).get("role") != "reference":
+                return super().run(plan, repeats, search)
+            record = Record(run_id=self.run_id, repeat=0, setup=plan[0], status="error",
+                            error="RuntimeError: no", wall_s=5.0, search=search)
+            self.clock.now += 5.0
+            self.store.append(record)
+            return [record]
+
+    store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
+    tuner = Tuner(ReferenceFails(store, clock), BASE, Space(**SPACE), budget_s=3600,
+                  objective="tokens", timeout_s=1800, repeats=3, clock=clock)
+    result = tuner.run()
+    assert result.measured_in_full and result.reference is None
+    assert "final: no eager reference measured in full at batch 32; the finals there are " \
+        "checked over the probes' steps only" in result.skipped
+
+
 def test_the_guard_checks_a_long_run_against_the_longest_reference(tmp_path):
     from stepbench.guard import loss_verdicts
 

@@ -470,6 +470,10 @@ class Tuner:
                 if plan in stopped or repeat >= self.repeats:
                     continue
                 self.reference(plan.batch, in_full=True)
+                if self.reference_probe(plan.batch, sum(self.final_steps)) is None:
+                    self.skip(f"final: no eager reference measured in full at batch "
+                              f"{plan.batch}; the finals there are checked over the probes' "
+                              "steps only")
                 cost = self.final_cost_s(probe)
                 if (plan.key(), repeat) not in self.stored and self.left_s() < cost:
                     self.skip(f"final: {label(plan)} #{repeat + 1} not run, the budget has "
