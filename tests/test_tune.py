@@ -259,6 +259,32 @@ def test_without_a_reference_in_full_the_tune_says_its_finals_were_checked_over_
         "checked over the probes' steps only" in result.skipped
 
 
+def test_a_finalist_that_departed_is_never_the_winner_even_when_no_final_ran(tmp_path,
+                                                                              monkeypatch):
+    # float8 departs over the full run; every other final times out (say, the machine went
+    # bad): no final is measured, and the fallback to the best probe must not pick float8,
+    # whose probe is the fastest.
+    monkeypatch.setitem(FLOAT8, "runs", True)
+
+    class FinalsTimeOut(FakeRunner):
+        def run(self, plan, repeats=1, search=None):
+            if (search or {}).get("role") == "final" and plan[0].dtype != "float8":
+                self.timeout_s = 1.0
+            return super().run(plan, repeats, search)
+
+    store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
+    tuner = Tuner(FinalsTimeOut(store, clock), BASE, Space(**SPACE), budget_s=3600,
+                  objective="tokens", timeout_s=1800, repeats=3, clock=clock)
+    result = tuner.run()
+    finals = [t.record for t in result.tried if t.stage == "final"]
+    assert any(r.setup.dtype == "float8" and r.ok for r in finals)
+    assert all(r.status == "timeout" for r in finals
+               if r.setup.dtype != "float8" and r.search["role"] == "final")
+    assert result.winner is None and result.runner_up is None and not result.measured_in_full
+    assert "final: nothing measured in full; every finalist failed or departed from its " \
+        "reference, so there is no winner" in result.skipped
+
+
 def test_the_guard_checks_a_long_run_against_the_longest_reference(tmp_path):
     from stepbench.guard import loss_verdicts
 

@@ -463,6 +463,7 @@ class Tuner:
         active, waiting = waiting[:FINALISTS], waiting[FINALISTS:]
         results: dict[Setup, list[Record]] = {plan: [] for plan, _ in active}
         stopped: set[Setup] = set()
+        dropped: set[Setup] = set()      # the probes' setups whose finals failed or departed
         while True:
             ran = False
             for plan, probe in list(active):     # interleaved: A B, A B, ...
@@ -493,6 +494,7 @@ class Tuner:
                            and self.verdict(record) else record.status)
                     self.skip(f"final: {label(plan)} dropped: {why}")
                     active.remove((plan, probe))
+                    dropped.add(probe.setup)
                     if waiting:
                         active.append(waiting.pop(0))
                         results.setdefault(active[-1][0], [])
@@ -501,8 +503,15 @@ class Tuner:
         measured = [(plan, [r for r in results[plan] if r.ok]) for plan, _ in active]
         measured = [(p, rs) for p, rs in measured if rs and all(self.acceptable(r) for r in rs)]
         if not measured:
-            self.skip("final: nothing measured in full; the winner is the best probe")
-            return ranked[0], ranked[1] if len(ranked) > 1 else None, None, False
+            # Never a setup whose finals failed or departed: the best of the rest, from its
+            # probe, or none.
+            rest = [r for r in ranked if r.setup not in dropped]
+            self.skip("final: nothing measured in full; " + (
+                "the winner is the best probe" if rest else
+                "every finalist failed or departed from its reference, so there is no winner"))
+            if not rest:
+                return None, None, None, False
+            return rest[0], rest[1] if len(rest) > 1 else None, None, False
         measured.sort(key=lambda item: -statistics.mean(r.tokens_per_s for r in item[1]))
         winner = representative(measured[0][1])
         runner_up = representative(measured[1][1]) if len(measured) > 1 else None
