@@ -30,6 +30,7 @@ Objective "fit": the fastest setup at the given batch whose step fits under --me
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib.util
 import shlex
@@ -286,12 +287,15 @@ class Tuner:
         verdict = self.verdict(record)
         return verdict is not None and verdict.status in (OK, REFERENCE)
 
-    def reference(self, batch: int, in_full: bool = False) -> None:
+    def reference(self, batch: int, in_full: bool = False) -> Record | None:
         """Make sure the loss guard has an eager reference at `batch`: the plainest eager setup,
         with activation checkpointing when that does not fit; `in_full`: one that ran the final
-        stage's steps, so that the finals' losses are compared over all of theirs."""
-        if self.reference_probe(batch, sum(self.final_steps) if in_full else 0):
-            return
+        stage's steps, so that the finals' losses are compared over all of theirs. Returns it,
+        or None when none could run."""
+        steps = sum(self.final_steps) if in_full else 0
+        found = self.reference_probe(batch, steps)
+        if found is not None:
+            return found
         attn = "sdpa" if "sdpa" in self.space.attns else self.space.attns[0]
         plain = dataclasses.replace(self.base, mode="eager", attn=attn, batch=batch)
         stage, role, estimate = "reference", "probe", None
@@ -303,6 +307,7 @@ class Tuner:
         if record is not None and record.status == "oom":
             self.probe(dataclasses.replace(plain, checkpointing=True), stage, role=role,
                        estimate=estimate)
+        return self.reference_probe(batch, steps)
 
     def reference_probe(self, batch: int, steps: int = 0) -> Record | None:
         """The longest-run eager bf16 record at `batch` the loss guard can take as its
@@ -461,7 +466,7 @@ class Tuner:
         self.finalizing = True
         waiting = [(self.in_full(r.setup), r) for r in ranked]
         active, waiting = waiting[:FINALISTS], waiting[FINALISTS:]
-        results: dict[Setup, list[Record]] = {plan: [] for plan, _ in active}
+        results: dict[Setup, list[Record]] = collections.defaultdict(list)
         stopped: set[Setup] = set()
         dropped: set[Setup] = set()      # the probes' setups whose finals failed or departed
         while True:
@@ -470,8 +475,7 @@ class Tuner:
                 repeat = len(results[plan])
                 if plan in stopped or repeat >= self.repeats:
                     continue
-                self.reference(plan.batch, in_full=True)
-                if self.reference_probe(plan.batch, sum(self.final_steps)) is None:
+                if self.reference(plan.batch, in_full=True) is None:
                     self.skip(f"final: no eager reference measured in full at batch "
                               f"{plan.batch}; the finals there are checked over the probes' "
                               "steps only")
@@ -497,7 +501,6 @@ class Tuner:
                     dropped.add(probe.setup)
                     if waiting:
                         active.append(waiting.pop(0))
-                        results.setdefault(active[-1][0], [])
             if not ran:
                 break
         measured = [(plan, [r for r in results[plan] if r.ok]) for plan, _ in active]
