@@ -57,6 +57,8 @@ def test_every_format_shows_the_searches_details():
     assert "compile+sdpa (32x2048)" in results and "40x2048" not in results
     details = table[table.index("Details: searches"):]
     assert "compile+sdpa   max_batch attempt             40   2048    4+20   OOM" in details
+    # Both searches measured in full (4+20) after their probes (1+2): neither is called stopped.
+    assert "stopped" not in details
     assert ("NVIDIA H200 compile+sdpa at seq 2048: batch 4 grew to 32 (largest seen to fit 40, "
             "smallest out of memory 44; chosen to leave 5% of 143.8 GB free); the full "
             "measurement ran out of memory at 40 first.") in details

@@ -30,8 +30,10 @@ def kind(record: Record) -> str | None:
 
 
 def _search_key(record: Record) -> tuple:
-    """One max-batch search: the setup but its batch, where it ran, where it started."""
-    return (dataclasses.replace(record.setup, batch=1).key(), record.machine.gpu, record.host,
+    """One max-batch search: the setup but its batch and its steps (a probe runs fewer than the
+    full measurement), where it ran, where it started."""
+    setup = dataclasses.replace(record.setup, batch=1, warmup=0, steps=0)
+    return (setup.key(), record.machine.gpu, record.host,
             (record.search or {}).get("start_batch"))
 
 
