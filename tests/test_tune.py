@@ -285,6 +285,38 @@ def test_a_finalist_that_departed_is_never_the_winner_even_when_no_final_ran(tmp
         "reference, so there is no winner" in result.skipped
 
 
+def test_one_slow_step_in_a_probe_does_not_stop_the_batch_from_growing(tmp_path):
+    # On the H200 (llama-135m), a batch-32 probe timed 201, 198, 208, 205 and 1351 ms: its mean
+    # was 2.1x its median. Here compiled flex attention's batch-16 probe has such a last step:
+    # by its mean it is slower than batch 8 and the growth would stop there.
+    class Hiccup(FakeRunner):
+        def run(self, plan, repeats=1, search=None):
+            out = super().run(plan, repeats, search)
+            s = plan[0]
+            if (search or {}).get("role") == "probe" and (s.mode, s.attn, s.batch, s.kernels) \
+                    == ("compile", "flex_attention", 16, "none") and len(self.new) and \
+                    self.new[-1].setup == s:
+                r = self.new[-1]
+                r.step_times_ms[-1] *= 8
+                r.step_ms = sum(r.step_times_ms) / len(r.step_times_ms)
+                r.tokens_per_s = s.batch * s.seq / r.step_ms * 1e3
+            return out
+
+    store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
+    tuner = Tuner(Hiccup(store, clock), BASE, Space(**SPACE), budget_s=3600, objective="tokens",
+                  timeout_s=1800, repeats=3, clock=clock)
+    lines: list[str] = []
+    tuner.say = lines.append
+    result = tuner.run()
+    [spiky] = [t.record for t in result.tried if t.stage == "batch" and t.record.setup.batch == 16
+               and t.record.setup.attn == "flex_attention"]
+    eight = next(t.record for t in result.tried if t.stage == "batch"
+                 and t.record.setup.batch == 8 and t.record.setup.attn == "flex_attention")
+    assert spiky.tokens_per_s < eight.tokens_per_s      # its mean: slower than batch 8
+    assert result.winner.setup.batch == 32             # its median step: grown on, as before
+    assert any("by its median step, which the search goes by" in line for line in lines)
+
+
 def test_the_guard_checks_a_long_run_against_the_longest_reference(tmp_path):
     from stepbench.guard import loss_verdicts
 
