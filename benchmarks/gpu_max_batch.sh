@@ -19,11 +19,10 @@
 # is ended, finished ones are kept) when DEADLINE_S seconds of the script have passed, so one
 # device call never runs past its limit; run the script again with the same OUT (and SETUPS
 # less what finished) and every search resumes from its stored probes, running only what is
-# missing. Not yet run on a GPU. Expected from the batch-4 records of
-# results/h200-2026-11-30-matrix.jsonl (peak reserved 18, 14, 57 and 39 GB of 151 GB; a process
-# takes 20-25 s, a compiled one 65-95 s with a cold compile): eager:sdpa about 9 probes to a
-# batch near 38, 4 min; compile:sdpa about 9 probes near 56, 10 min; eager:eager 6 probes near
-# 10, 3 min; compile:eager 6 probes near 14, 8 min. Run the SDPA pair first.
+# missing. On an H200 (results/h200-2026-12-01-max-batch.*, benchmarks/README.md section g) the
+# four searches took 6-8 probes each, 14-19 s a probe eager and 59-84 s compiled (a shared cache
+# still compiles each new batch's graph): eager:sdpa to 36, compile:sdpa to 48, eager:eager to
+# 10, compile:eager to 15; about 25 minutes in all with the full measurements, over four calls.
 # Writes OUT/max-batch.jsonl, OUT/report.md, OUT/run.log, OUT/env.txt.
 set -uo pipefail
 out=${OUT:?set OUT to a folder}
