@@ -153,3 +153,34 @@ def test_example_report_markdown_is_what_the_code_writes_now(capsys):
                  str(ROOT / "benchmarks" / "prices.toml"), "--energy-price", "0.15",
                  "--format", "markdown"]) == 0
     assert capsys.readouterr().out == (ROOT / "benchmarks" / "report" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["468m", "135m"])
+def test_the_tunes_printed_in_the_readmes_are_what_their_json_renders_now(name, capsys):
+    """The README's tune example and benchmarks/README.md section g are tune_table.py's output
+    for the stored H200 tunes: rerun it after a deliberate change to the tune's output."""
+    tune_table = load("tune_table")
+    path = str(RESULTS / f"h200-2026-12-01-tune-{name}.json")
+    assert tune_table.main([path, "--format", "markdown"]) == 0
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("**Tried**\n\n| Stage |")
+    section_g = (ROOT / "benchmarks" / "README.md").read_text()
+    assert markdown.replace("**Tried**\n\n", "").rstrip("\n") in section_g
+    assert tune_table.main([path]) == 0
+    table = capsys.readouterr().out
+    assert "Winner: compile+flex_attention batch 16 bf16" in table
+    if name == "468m":
+        assert "```\n" + table + "```" in (ROOT / "README.md").read_text()
+        assert "float8 dropped: compile+flex_attention's loss at step 25 is 1.567" in table
+
+
+def test_the_max_batch_findings_quoted_in_section_g_are_what_the_report_says_now():
+    from stepbench.report.document import report_document
+    from stepbench.report.render import render
+
+    markdown = render(report_document([str(RESULTS / "h200-2026-12-01-max-batch.jsonl")]),
+                      "markdown")
+    quoted = [line for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines()
+              if "torch.compile lets batch 4 grow to" in line]
+    assert len(quoted) == 2 and all(line in markdown for line in quoted)
+    assert "stopped before its full measurement" not in markdown

@@ -144,6 +144,22 @@ class TuneResult:
                 "reference": self.reference.to_dict() if self.reference else None,
                 "skipped": self.skipped}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "TuneResult":
+        """A tune's `--format json` object read back, to render it again (each tried record's
+        stage is in its `search` tag: a probe's stage, else its role, "final")."""
+        def record(value):
+            return Record.from_dict(value) if value else None
+
+        tried = []
+        for value in data["tried"]:
+            r = Record.from_dict(value)
+            tag = r.search or {}
+            tried.append(Tried(tag.get("stage") or tag.get("role") or "?", r))
+        return cls(data["objective"], data["budget_s"], data["spent_s"], record(data["winner"]),
+                   record(data["runner_up"]), tried, list(data["skipped"]), data["command"],
+                   data["comparison"], data["measured_in_full"], record(data.get("reference")))
+
 
 class Tuner:
     """The search. `runner` is a Runner (or anything with its run(), run_id, timeout_s and
