@@ -8,6 +8,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -90,6 +91,7 @@ class FakeRunner:
                 steps = [ms * (1 + 0.002 * ((i + repeat) % 5)) for i in range(s.steps)] if ms else []
                 record = Record(run_id=self.run_id, repeat=repeat, setup=s, status=status,
                                 step_ms=sum(steps) / len(steps) if steps else None,
+                                step_ms_median=statistics.median(steps) if steps else None,
                                 step_times_ms=steps, tokens_per_s=tokens,
                                 peak_memory_gb=None if status != "ok" else 1.0,
                                 losses=losses(s, loss) if tokens else [],
@@ -299,6 +301,7 @@ def test_one_slow_step_in_a_probe_does_not_stop_the_batch_from_growing(tmp_path)
                 r = self.new[-1]
                 r.step_times_ms[-1] *= 8
                 r.step_ms = sum(r.step_times_ms) / len(r.step_times_ms)
+                r.step_ms_median = statistics.median(r.step_times_ms)
                 r.tokens_per_s = s.batch * s.seq / r.step_ms * 1e3
             return out
 
