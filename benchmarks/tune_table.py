@@ -15,10 +15,10 @@ from stepbench.search.tune import TuneResult, render
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", help="a tune's --format json output")
+    parser.add_argument("json", type=argparse.FileType(), help="a tune's --format json output")
     parser.add_argument("--format", choices=["table", "markdown"], default="table")
     args = parser.parse_args(argv)
-    with open(args.json) as f:
+    with args.json as f:
         result = TuneResult.from_dict(json.load(f))
     print(render(result, args.format), end="")
     return 0
