@@ -75,15 +75,16 @@ def lanes(plan: list[tuple[Setup, int]], count: int) -> list[list[tuple[Setup, i
 def run_lane(lane: list[tuple[Setup, int]], gpu: int | None, store: ResultsFile, end: float,
              skipped: list[Setup]) -> None:
     executor = LocalProcess(gpus=None if gpu is None else [gpu])
+    runner, display = Runner(executor, store, measure_peak=False), Display()
     try:
         for setup, limit in lane:
             left = end - time.monotonic()
             if left < min(limit, 60):
                 skipped.append(setup)
                 continue
-            Runner(executor, store, timeout_s=min(limit, left), display=Display(),
-                   measure_peak=False).run([setup])
+            runner.run([setup], timeout_s=min(limit, left), display=display)
     finally:
+        display.close()
         executor.close()
 
 

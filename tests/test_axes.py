@@ -59,8 +59,8 @@ def axes_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(DIVERGE_ENV, SPOILED.name)
         try:
-            records = Runner(executor, ResultsFile(out), timeout_s=300).run(
-                RUNS + [UNSUPPORTED_RUN])
+            records = Runner(executor, ResultsFile(out)).run(RUNS + [UNSUPPORTED_RUN],
+                                                             timeout_s=300)
         finally:
             executor.close()
     return out, {r.setup: r for r in records}

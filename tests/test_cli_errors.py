@@ -38,7 +38,7 @@ CASES = [
     (["--attn", "sdpa,,eager"], "--attn needs a comma-separated list without empty items"),
     (["--steps", "0"], "--steps must be an integer >= 1, got 0"),
     (["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
-    (["--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["--repeats", "0"], "--repeats must be an integer >= 1, got 0"),
     (["--memory-limit-gb", "-1"], "--memory-limit-gb must be > 0, got -1"),
     (["--device", "cuda"], "--device cuda was asked for, but torch sees no CUDA GPU here; use --device cpu"),
     (["--model", "/nonexistent/config.json"], "no such file; pass a preset name or the path of an HF config.json"),

@@ -55,7 +55,7 @@ def plan(batches):
 
 def run(executor, out, setups, **kwargs):
     try:
-        return Runner(executor, ResultsFile(out), timeout_s=60, **kwargs).run(setups)
+        return Runner(executor, ResultsFile(out), **kwargs).run(setups, timeout_s=60)
     finally:
         executor.close()
 

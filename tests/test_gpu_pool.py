@@ -60,7 +60,7 @@ def run_pool(tmp_path, gpus, plan, sleep_s=0.6):
     log, out = tmp_path / "log.jsonl", tmp_path / "r.jsonl"
     executor = FakePool(log, gpus, sleep_s)
     try:
-        records = Runner(executor, ResultsFile(out), timeout_s=60, measure_peak=False).run(plan)
+        records = Runner(executor, ResultsFile(out), measure_peak=False).run(plan, timeout_s=60)
     finally:
         executor.close()
     return records, [json.loads(line) for line in log.read_text().splitlines()]
@@ -137,7 +137,7 @@ def test_real_cpu_setups_run_side_by_side_and_keep_their_own_results(tmp_path):
                   warmup=0, steps=2) for attn, batch in (("sdpa", 2), ("eager", 3))]
     executor = LocalProcess(gpus=[0, 1])
     try:
-        records = Runner(executor, ResultsFile(out), timeout_s=300).run(plan)
+        records = Runner(executor, ResultsFile(out)).run(plan, timeout_s=300)
     finally:
         executor.close()
     assert [(r.status, r.setup.attn, r.setup.batch) for r in records] == [("ok", "sdpa", 2), ("ok", "eager", 3)]

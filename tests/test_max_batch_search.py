@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from stepbench.execute.runner import NullDisplay
 from stepbench.record import Machine, Record
-from stepbench.search.max_batch import MaxBatch, Options, starts
+from stepbench.search.max_batch import MaxBatch, starts
+from stepbench.settings import MaxBatchOptions
 from stepbench.setup import Setup
 
 CPU = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=4, seq=128, device="cpu",
@@ -26,15 +26,14 @@ GPU = Setup(model="llama-468m", mode="compile", attn="sdpa", batch=4, seq=2048, 
 
 
 class StandIn:
-    """The Runner's interface: `run(plan, repeats, search)` -> records, and a display."""
+    """The Runner's interface: `run(plan, repeats=, timeout_s=, tag=, display=)` -> records."""
 
     def __init__(self, status, peak_gb=lambda setup: None, gpu_memory_gb=None):
         self.status, self.peak_gb, self.gpu_memory_gb = status, peak_gb, gpu_memory_gb
-        self.display = NullDisplay()
         self.store: dict[tuple, Record] = {}
         self.started = 0          # "processes" started
 
-    def run(self, plan, repeats=1, search=None):
+    def run(self, plan, *, repeats=1, timeout_s=None, tag=None, display=None):
         out = []
         for setup in plan:
             for repeat in range(repeats):
@@ -46,7 +45,7 @@ class StandIn:
                         run_id="r", repeat=repeat, setup=setup, status=status,
                         step_ms=10.0 * setup.batch if status == "ok" else None,
                         peak_reserved_gb=self.peak_gb(setup) if status == "ok" else None,
-                        phase="done" if status == "ok" else "first_step", search=search,
+                        phase="done" if status == "ok" else "first_step", search=tag,
                         machine=Machine(gpu="cpu" if setup.device == "cpu" else "NVIDIA H200",
                                         gpu_memory_gb=self.gpu_memory_gb))
                 out.append(self.store[key])
@@ -58,7 +57,8 @@ def fits_up_to(limit):
 
 
 def search(runner, setup=CPU, repeats=1, **options):
-    [found] = MaxBatch(runner, Options(**options), repeats=repeats).run([setup])
+    [found] = MaxBatch(runner, MaxBatchOptions(**options), repeats=repeats,
+                       timeout_s=60).run([setup])
     return found
 
 

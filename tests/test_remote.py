@@ -13,7 +13,8 @@ import pytest
 from conftest import read_jsonl, run_cli
 from stepbench.cli import main
 from stepbench.errors import UserError
-from stepbench.execute.ssh import parse_host, quote_command, read_hosts_file
+from stepbench.execute.ssh import parse_host, quote_command
+from stepbench.settings import read_hosts_file
 
 QWEN = str(Path(__file__).parent / "data" / "tiny-qwen2")
 # Eager only, 1 warm-up and 2 timed steps: the remote path, not the measurement, is under test.

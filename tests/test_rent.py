@@ -210,7 +210,8 @@ def test_a_dry_run_rents_nothing_and_says_what_it_would_cost(sshd, api, monkeypa
 def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatch):
     from stepbench.execute.rent import Lease, RentSettings, parse_rent, ssh_key
     from stepbench.execute.runcrate import make_provider
-    from stepbench.execute.ssh import EventLoop, HostError, RemoteOptions, SSHExecutor
+    from stepbench.execute.ssh import EventLoop, HostError, SSHExecutor
+    from stepbench.settings import Remote
 
     monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
     monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
@@ -222,7 +223,7 @@ def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatc
     try:
         spec, config, rental = lease.acquire(notes.append)
         assert rental["price_per_hour"] == 0.49 and spec.name == "runcrate:RTX A6000"
-        host = SSHExecutor(spec, loop, RemoteOptions(ssh_config=config))
+        host = SSHExecutor(spec, loop, Remote(ssh_config=config))
         host.connect()          # the pinned key is the server's
         host.close()
         # The machine shows another key later (another machine at the address, or a man in the
@@ -231,7 +232,7 @@ def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatc
         other = (sshd.folder / "other_key.pub").read_text().split()
         known.write_text(" ".join(known.read_text().split()[:1] + other[:2]) + "\n")
         with pytest.raises(HostError, match="host key not verified"):
-            SSHExecutor(spec, loop, RemoteOptions(ssh_config=config)).connect()
+            SSHExecutor(spec, loop, Remote(ssh_config=config)).connect()
     finally:
         assert lease.release() is None
         loop.close()

@@ -40,7 +40,7 @@ class ScriptExecutor(LocalProcess):
 
 def run_plan(plan, out, timeout_s, executor):
     try:
-        return Runner(executor, ResultsFile(out), timeout_s=timeout_s).run(plan)
+        return Runner(executor, ResultsFile(out)).run(plan, timeout_s=timeout_s)
     finally:
         executor.close()
 

@@ -15,10 +15,12 @@ import time
 
 import pytest
 
-from stepbench.cli import build_parser, build_plan, main, run_settings
+from stepbench.cli import build_parser, main
+from stepbench.cli.run import settings_of
 from stepbench.guard import DEPARTS, UNCHECKED
 from stepbench.record import Record, ResultsFile, resume_key
-from stepbench.search.tune import Space, Tried, Tuner, parse_budget, run_command
+from stepbench.search.tune import Tried, Tuner
+from stepbench.settings import parse_budget
 from stepbench.setup import Setup
 
 # ---------------------------------------------------------------- a model of a GPU
@@ -68,13 +70,13 @@ class Clock:
 
 
 class FakeRunner:
-    """The Runner's interface (run, run_id, timeout_s, store), measuring with gpu_model."""
+    """The Runner's interface (run, run_id, store), measuring with gpu_model."""
 
     def __init__(self, store: ResultsFile, clock: Clock, run_id: str = "fake"):
-        self.store, self.clock, self.run_id, self.timeout_s = store, clock, run_id, 0.0
+        self.store, self.clock, self.run_id = store, clock, run_id
         self.new: list[Record] = []
 
-    def run(self, plan, repeats=1, search=None):
+    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
         done = {r.resume_key(): r for r in self.store.latest()}
         out = []
         for repeat in range(repeats):
@@ -84,8 +86,8 @@ class FakeRunner:
                     out.append(done[key])
                     continue
                 status, tokens, loss, wall = gpu_model(s)
-                if wall > self.timeout_s:
-                    status, tokens, wall = "timeout", None, self.timeout_s
+                if wall > timeout_s:
+                    status, tokens, wall = "timeout", None, timeout_s
                 self.clock.now += wall
                 ms = s.batch * s.seq / tokens * 1e3 if tokens else None
                 steps = [ms * (1 + 0.002 * ((i + repeat) % 5)) for i in range(s.steps)] if ms else []
@@ -96,18 +98,18 @@ class FakeRunner:
                                 peak_memory_gb=None if status != "ok" else 1.0,
                                 losses=losses(s, loss) if tokens else [],
                                 loss_first=loss if tokens else None, wall_s=wall,
-                                search=search)
+                                search=tag)
                 self.store.append(record)
                 self.new.append(record)
                 out.append(record)
         return out
 
 
-SPACE = dict(modes=["eager", "compile"], attns=["sdpa", "flex_attention", "eager"],
-             compile_modes=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
-             compile_scopes=["model", "layer"], precisions=["bf16", "float8"],
-             kernels=["none", "liger-no-flce", "liger"], optimizers=["fused", "foreach"],
-             checkpointing=[False, True])
+SPACE = {"mode": ["eager", "compile"], "attn": ["sdpa", "flex_attention", "eager"],
+         "compile_mode": ["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+         "compile_scope": ["model", "layer"], "dtype": ["bf16", "float8"],
+         "kernels": ["none", "liger-no-flce", "liger"], "optimizer": ["fused", "foreach"],
+         "checkpointing": [False, True]}
 BASE = Setup(model="llama-468m", mode="eager", attn="sdpa", batch=4, seq=2048, device="cuda",
              init="device")
 
@@ -117,7 +119,7 @@ def tune_with(tmp_path, budget_s: float, name: str = "tune.jsonl", run_id: str =
     store = ResultsFile(tmp_path / name)
     clock = Clock()
     runner = FakeRunner(store, clock, run_id)
-    tuner = Tuner(runner, base, Space(**SPACE), budget_s=budget_s, objective=objective,
+    tuner = Tuner(runner, base, dict(SPACE), budget_s=budget_s, objective=objective,
                   timeout_s=1800, repeats=3, clock=clock)
     return tuner.run(), runner
 
@@ -188,7 +190,7 @@ def test_a_probe_is_priced_by_the_slowest_like_it_of_its_own_precision(tmp_path)
     # bf16 ones, float8 by float8, and a precision not seen yet by the slowest of any.
     store = ResultsFile(tmp_path / "t.jsonl")
     clock = Clock()
-    tuner = Tuner(FakeRunner(store, clock), BASE, Space(**SPACE), budget_s=3600,
+    tuner = Tuner(FakeRunner(store, clock), BASE, dict(SPACE), budget_s=3600,
                   objective="tokens", timeout_s=1800, repeats=3, clock=clock)
     base = dataclasses.replace(tuner.base, mode="compile", attn="flex_attention")
     for setup, wall in [(base, 76.0), (dataclasses.replace(base, batch=8), 98.0),
@@ -243,17 +245,17 @@ def test_a_finalist_whose_losses_drift_apart_over_the_full_run_is_dropped(tmp_pa
 def test_without_a_reference_in_full_the_tune_says_its_finals_were_checked_over_fewer_steps(
         tmp_path):
     class ReferenceFails(FakeRunner):
-        def run(self, plan, repeats=1, search=None):
-            if (search or {}).get("role") != "reference":
-                return super().run(plan, repeats, search)
+        def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
+            if (tag or {}).get("role") != "reference":
+                return super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag)
             record = Record(run_id=self.run_id, repeat=0, setup=plan[0], status="error",
-                            error="RuntimeError: no", wall_s=5.0, search=search)
+                            error="RuntimeError: no", wall_s=5.0, search=tag)
             self.clock.now += 5.0
             self.store.append(record)
             return [record]
 
     store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
-    tuner = Tuner(ReferenceFails(store, clock), BASE, Space(**SPACE), budget_s=3600,
+    tuner = Tuner(ReferenceFails(store, clock), BASE, dict(SPACE), budget_s=3600,
                   objective="tokens", timeout_s=1800, repeats=3, clock=clock)
     result = tuner.run()
     assert result.measured_in_full and result.reference is None
@@ -269,13 +271,13 @@ def test_a_finalist_that_departed_is_never_the_winner_even_when_no_final_ran(tmp
     monkeypatch.setitem(FLOAT8, "runs", True)
 
     class FinalsTimeOut(FakeRunner):
-        def run(self, plan, repeats=1, search=None):
-            if (search or {}).get("role") == "final" and plan[0].dtype != "float8":
-                self.timeout_s = 1.0
-            return super().run(plan, repeats, search)
+        def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
+            if (tag or {}).get("role") == "final" and plan[0].dtype != "float8":
+                timeout_s = 1.0
+            return super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag)
 
     store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
-    tuner = Tuner(FinalsTimeOut(store, clock), BASE, Space(**SPACE), budget_s=3600,
+    tuner = Tuner(FinalsTimeOut(store, clock), BASE, dict(SPACE), budget_s=3600,
                   objective="tokens", timeout_s=1800, repeats=3, clock=clock)
     result = tuner.run()
     finals = [t.record for t in result.tried if t.stage == "final"]
@@ -292,10 +294,10 @@ def test_one_slow_step_in_a_probe_does_not_stop_the_batch_from_growing(tmp_path)
     # was 2.1x its median. Here compiled flex attention's batch-16 probe has such a last step:
     # by its mean it is slower than batch 8 and the growth would stop there.
     class Hiccup(FakeRunner):
-        def run(self, plan, repeats=1, search=None):
-            out = super().run(plan, repeats, search)
+        def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
+            out = super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag)
             s = plan[0]
-            if (search or {}).get("role") == "probe" and (s.mode, s.attn, s.batch, s.kernels) \
+            if (tag or {}).get("role") == "probe" and (s.mode, s.attn, s.batch, s.kernels) \
                     == ("compile", "flex_attention", 16, "none") and len(self.new) and \
                     self.new[-1].setup == s:
                 r = self.new[-1]
@@ -306,7 +308,7 @@ def test_one_slow_step_in_a_probe_does_not_stop_the_batch_from_growing(tmp_path)
             return out
 
     store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
-    tuner = Tuner(Hiccup(store, clock), BASE, Space(**SPACE), budget_s=3600, objective="tokens",
+    tuner = Tuner(Hiccup(store, clock), BASE, dict(SPACE), budget_s=3600, objective="tokens",
                   timeout_s=1800, repeats=3, clock=clock)
     lines: list[str] = []
     tuner.say = lines.append
@@ -350,11 +352,11 @@ def test_a_tune_resumes_from_its_records_and_decides_the_same(tmp_path):
     # and knows it from the start, before it replays anything.
     assert again.spent_s >= sum(t.record.wall_s for t in first.tried)
     store = ResultsFile(tmp_path / "tune.jsonl")
-    fresh = Tuner(FakeRunner(store, Clock(), "third"), BASE, Space(**SPACE), budget_s=3600,
+    fresh = Tuner(FakeRunner(store, Clock(), "third"), BASE, dict(SPACE), budget_s=3600,
                   objective="tokens", timeout_s=1800, repeats=3, clock=Clock())
     assert fresh.spent_s() == pytest.approx(sum(r.wall_s for r in store.latest()))
     other = Tuner(FakeRunner(store, Clock(), "fourth"), dataclasses.replace(BASE, seq=1024),
-                  Space(**SPACE), budget_s=3600, objective="tokens", timeout_s=1800, repeats=3,
+                  dict(SPACE), budget_s=3600, objective="tokens", timeout_s=1800, repeats=3,
                   clock=Clock())
     assert other.spent_s() == 0       # another tune (here another sequence length) in the file
 
@@ -363,10 +365,9 @@ def test_the_command_measures_the_winner_again():
     winner = Setup(model="llama-468m", mode="compile", attn="flex_attention", batch=32, seq=2048,
                    device="cuda", compile_mode="reduce-overhead", kernels="liger-no-flce",
                    optimizer="foreach", checkpointing=True, init="device", warmup=4, steps=20)
-    command = run_command(winner, repeats=3)
-    args = build_parser().parse_args(command.split()[1:])
-    settings = run_settings(args)
-    assert [s.key() for s in build_plan(settings, "cuda")] == [winner.key()]
+    command = winner.command(repeats=3)
+    settings = settings_of(build_parser().parse_args(command.split()[1:]))
+    assert [s.key() for s in settings.resolved("cuda").plan()] == [winner.key()]
     assert settings.repeats == 3
 
 
@@ -380,7 +381,7 @@ def test_budget_durations(text, seconds):
     (["--budget", "soon"], "--budget takes a duration like 20m"),
     (["--budget", "0s"], "--budget must be more than 0 seconds"),
     (["--budget", "1m", "--objective", "fit"], "--objective fit needs --memory-limit-gb"),
-    (["--budget", "1m", "--attn", "sdp"], "unknown attn 'sdp'"),
+    (["--budget", "1m", "--attn", "sdp"], "unknown attention 'sdp'"),
 ])
 def test_bad_tune_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path):
     code = main(["tune", "--device", "cpu", "--out", str(tmp_path / "t.jsonl"), *argv])
@@ -431,8 +432,8 @@ def test_a_real_tune_keeps_its_budget_skips_a_departing_setup_and_resumes(tmp_pa
     assert any(t["setup"]["name"] == "eager+eager" for t in result["tried"])
     assert all(r.search and r.search["kind"] == "tune" for r in records)
     # The command it prints measures the winner's setup.
-    settings = run_settings(build_parser().parse_args(result["command"].split()[1:]))
-    assert build_plan(settings, "cpu")[0].key() == \
+    settings = settings_of(build_parser().parse_args(result["command"].split()[1:]))
+    assert settings.resolved("cpu").plan()[0].key() == \
         Setup.from_dict(result["winner"]["setup"]).key()
     # A third time, everything is stored: the same answer, no process started.
     replay = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)

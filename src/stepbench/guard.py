@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from stepbench.axes import AXES
 from stepbench.record import Record
 from stepbench.setup import Setup
 
@@ -98,11 +99,10 @@ def _pct(fraction: float | None) -> str:
 
 
 def peers_key(setup: Setup, gpu: str) -> tuple:
-    """What must be equal for two setups to start from the same weights and tokens."""
-    # `init`: weights drawn on the device and on the CPU are other weights for one seed. `parallel`:
-    # a distributed job's ranks train other tokens than one process, whose losses it reports.
-    return (gpu, setup.model, setup.seed, setup.batch, setup.seq, setup.device, setup.init,
-            setup.parallel, setup.nproc, setup.nnodes)
+    """What must be equal for two setups to start from the same weights and tokens: the
+    registry's `start` fields (model, seed, batch, seq, device, where the weights are drawn, how
+    the job is spread: its ranks train other tokens than one process)."""
+    return (gpu, *(getattr(setup, a.name) for a in AXES if a.start))
 
 
 def losses_of(record: Record) -> list[float]:
@@ -131,18 +131,21 @@ def compare(a: list[float], b: list[float], tolerance: float,
 
 
 def _rank(setup: Setup, steps: int, index: int):
-    """Plainest first: the precision of the post (bf16), sdpa, fused AdamW, no checkpointing;
-    of equally plain ones, the one that ran the most steps, so that a longer run is checked
-    over all its steps (a tune's 25-step finals against a 25-step reference, not the 8 steps of
-    its probes': on the H200 float8 agreed within 1.2% after 8 steps and was 14% apart after
-    25)."""
-    return (setup.dtype != "bf16", setup.attn != "sdpa", setup.checkpointing,
-            setup.optimizer != "fused", -steps, index)
+    """Plainest first, by the registry's `plain` values (bf16, sdpa, no checkpointing, fused
+    AdamW; axes.AXES, in their `plain_rank` order); of equally plain ones, the one that ran the
+    most steps, so that a longer run is checked over all its steps (a tune's 25-step finals
+    against a 25-step reference, not against its probes' 8)."""
+    plainness = tuple(getattr(setup, a.name) not in a.plain for a in PLAIN_AXES)
+    return (*plainness, -steps, index)
 
 
 def can_be_reference(setup: Setup) -> bool:
-    """Eager mode, the model's own kernels, no float8: the plainest way to run the step."""
-    return setup.mode == "eager" and setup.kernels == "none" and setup.dtype != "float8"
+    """Every field at a value a reference may have (the registry's `reference` values): eager
+    mode, the model's own kernels, no float8: the plainest way to run the step."""
+    return all(getattr(setup, a.name) in a.reference for a in AXES if a.reference)
+
+
+PLAIN_AXES = sorted((a for a in AXES if a.plain), key=lambda a: a.plain_rank)
 
 
 def loss_verdicts(records: list[Record]) -> dict[tuple[str, str], Verdict]:

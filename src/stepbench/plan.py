@@ -23,18 +23,23 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from stepbench.axes import AXES as REGISTRY
 from stepbench.errors import UserError
+from stepbench.settings import OPTIONS, RUN
 
-# Axes: a list (or one value) each; the `run` flag of the same name.
-AXES = ("modes", "attn", "compile_mode", "compile_scope", "precision", "kernels",
-        "checkpointing", "optimizer", "batch", "seq", "parallel")
-ALIASES = {"mode": "modes", "dtype": "precision", "attention": "attn"}
-# Settings: one value each, with the type it must have.
-SETTINGS = {"model": str, "device": str, "warmup": int, "steps": int, "seed": int,
-            "repeats": int, "timeout": float, "memory_limit_gb": float, "compile_cache": str,
-            "out": str, "init": str, "nproc": int, "nnodes": int, "gpus": str,
-            # The largest batch that fits (search/max_batch.py): `max_batch = true` and its options.
-            "max_batch": bool, "max_batch_limit": int, "probe_steps": int, "memory_margin": float}
+
+def _axes() -> dict[str, object]:
+    """Plan key (and alias) -> the Axis of a matrix axis: a list, or one value."""
+    return {key: a for a in REGISTRY if a.many for key in (a.key, *a.aliases)}
+
+
+def _settings() -> dict[str, type]:
+    """Plan key -> the type of a setting: the setups' one-value fields, and the options of
+    `run` a plan may hold (settings.OPTIONS)."""
+    types = {key: a.kind for a in REGISTRY if not a.many for key in (a.key, *a.aliases)}
+    types.update({o.key: str if o.kind is Path else o.kind for o in OPTIONS
+                  if o.plan and RUN in o.defaults})
+    return types
 
 
 def read_plan(path: Path) -> dict:
@@ -47,13 +52,15 @@ def read_plan(path: Path) -> dict:
                         "file to --plan") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"plan {path} is not valid TOML ({exc}); fix the file") from None
+    AXES, SETTINGS = _axes(), _settings()
     axes = data.pop("axes", {})
     if not isinstance(axes, dict):
         raise UserError(f"plan {path}: 'axes' must be a table ([axes]); fix the file")
     settings = {}
     for where, table in (("top", data), ("axes", axes)):
         for raw_key, value in table.items():
-            key = ALIASES.get(raw_key.replace("-", "_"), raw_key.replace("-", "_"))
+            key = raw_key.replace("-", "_")
+            key = AXES[key].key if key in AXES else key
             if key in settings:
                 raise UserError(f"plan {path}: {raw_key!r} is given twice; keep one")
             if key in AXES:
@@ -64,7 +71,8 @@ def read_plan(path: Path) -> dict:
                 raise UserError(f"plan {path}: {raw_key!r} is a setting, not an axis; move it "
                                 "above [axes]")
             else:
-                valid = ", ".join([*AXES, *SETTINGS])
+                valid = ", ".join(dict.fromkeys(k for k in [*AXES, *SETTINGS]
+                                                if k == getattr(AXES.get(k), "key", k)))
                 raise UserError(f"plan {path}: unknown key {raw_key!r}; choose one of: {valid}")
     if "model" in settings and not Path(settings["model"]).is_absolute():
         beside = path.parent / settings["model"]

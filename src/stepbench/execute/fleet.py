@@ -12,7 +12,6 @@ thread creates it first, points the host's executor at it, and deletes it last, 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from stepbench.errors import UserError
 from stepbench.record import Record, ResultsFile
-from stepbench.setup import DEVICE_DEFAULTS
+from stepbench.settings import RunSettings
 
 EXIT_HOST_FAILED = 1
 
@@ -35,24 +34,6 @@ class HostRun:
     name: str
     records: list[Record] = field(default_factory=list)
     failure: str | None = None          # the host's one line, when it could not finish
-
-
-def host_names(args: argparse.Namespace) -> list[str]:
-    names = list(args.host or [])
-    if args.hosts_file:
-        names += read_hosts(args.hosts_file)
-    seen = set()
-    for name in names:
-        if name in seen:
-            raise UserError(f"host {name!r} is given twice; name each host once")
-        seen.add(name)
-    return names
-
-
-def read_hosts(path: Path) -> list[str]:
-    from stepbench.execute.ssh import read_hosts_file
-
-    return read_hosts_file(path)
 
 
 def model_copies(model: str | None) -> list[dict]:
@@ -67,21 +48,18 @@ def model_copies(model: str | None) -> list[dict]:
     return [{"local": model, "sha": hashlib.sha256(text.encode()).hexdigest()[:16], "text": text}]
 
 
-def check_hosts(args: argparse.Namespace) -> list:
-    """The hosts the flags name, as HostSpecs; a UserError for a bad one, a missing SSH config
-    or a missing asyncssh, before anything else is done."""
+def check_hosts(settings: RunSettings) -> list:
+    """The hosts the settings name, as HostSpecs; a UserError for a bad one or a missing
+    asyncssh, before anything else is done."""
     from stepbench.execute.ssh import parse_host, require_asyncssh
 
-    specs = [parse_host(name) for name in host_names(args)]
+    specs = [parse_host(name) for name in settings.remote.hosts]
     require_asyncssh()
-    if args.ssh_config is not None and not args.ssh_config.is_file():
-        raise UserError(f"SSH config {args.ssh_config} not found; pass the file that defines "
-                        "your host aliases (default ~/.ssh/config)")
     return specs
 
 
-def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, store: ResultsFile,
-                 check_settings, rentals=None, loop=None) -> list[HostRun]:
+def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile,
+                 rentals=None, loop=None) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
     (`rentals`, execute/rent.py: each is created, run and deleted in its host's thread); returns
     what each host did, in the order named. Raises KeyboardInterrupt (or runner.Stopped) after
@@ -89,13 +67,11 @@ def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, sto
     from stepbench.execute import bundle
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, new_run_id, stop_signals
-    from stepbench.execute.ssh import (EventLoop, HostError, HostSpec, HostStopped, RemoteOptions,
-                                      SSHExecutor)
+    from stepbench.execute.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
+    from stepbench.measure.models import check_models
 
-    options = RemoteOptions(ssh_config=args.ssh_config, python=args.remote_python,
-                            setup=args.remote_setup, dir=args.remote_dir,
-                            compile_cache=str(args.compile_cache) if args.compile_cache else None)
-    models = model_copies(args.model)
+    options = settings.remote
+    models = model_copies(settings.values["model"])
     wheel = bundle.build()
     run_id = new_run_id()
     loop = loop or EventLoop()
@@ -116,19 +92,21 @@ def run_on_hosts(args: argparse.Namespace, specs: list, build_plan, display, sto
             view.note("connecting")
             host.connect()
             view.note("preparing (installs stepbench there once per version)")
-            info = host.prepare(wheel, models, args.device)
+            info = host.prepare(wheel, models, settings.device, settings.compile_cache)
             probe = info["probe"]
             device = probe["device"]
             where = "the CPU" if device == "cpu" else probe["gpu"]
             view.note(f"runs on {where}, torch {probe['software'].get('torch')}"
                       + (f" (installed stepbench into {info['env']})" if info["installed"] else ""))
-            plan = build_plan(args, device)
-            timeout = check_settings(args, device)
-            runner = Runner(host, store, timeout_s=timeout, display=view, rerun=args.rerun,
-                            measure_peak=not args.no_peak, run_id=run_id)
-            result.records = runner.run(plan, repeats=args.repeats)
+            there = settings.resolved(device)
+            plan = there.plan()
+            check_models(plan)
+            runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
+                            run_id=run_id)
+            result.records = runner.run(plan, repeats=there.repeats, timeout_s=there.timeout_s,
+                                        display=view)
             if host.lost:
-                missing = len(plan) * args.repeats - len(result.records)
+                missing = len(plan) * there.repeats - len(result.records)
                 result.failure = (f"{host.lost}; {missing} setup{'s' if missing != 1 else ''} "
                                   "not run; run the same command again to resume")
         except (HostError, UserError) as exc:
@@ -201,7 +179,3 @@ def report_failures(runs: list[HostRun]) -> int:
     for run in failed:
         print(f"stepbench run: host {run.name}: {run.failure}", file=sys.stderr)
     return EXIT_HOST_FAILED if failed else 0
-
-
-def timeout_for(args: argparse.Namespace, device: str) -> float:
-    return args.timeout if args.timeout is not None else DEVICE_DEFAULTS[device]["timeout_s"]

@@ -89,6 +89,10 @@ class Display:
     def note(self, text: str) -> None:
         self._print(f"stepbench: {text}")
 
+    def line(self, text: str) -> None:
+        """A whole line of the command's own (on a terminal, above the live block)."""
+        self._print(text)
+
     # `prefix` names the host a line is about (HostView): several hosts run the same jobs at once.
     def skip(self, job: Job, record: Record, prefix: str = "") -> None:
         self._print(f"stepbench: {prefix}{job_name(job)}: already in the results file "
@@ -143,6 +147,9 @@ class HostView:
 
     def note(self, text: str) -> None:
         self.display.note(self.prefix + text)
+
+    def line(self, text: str) -> None:
+        self.display.line(text)
 
     def skip(self, job: Job, record: Record) -> None:
         self.display.skip(job, record, self.prefix)

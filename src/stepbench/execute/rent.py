@@ -33,6 +33,7 @@ from typing import Callable, Protocol
 
 from stepbench.errors import UserError
 from stepbench.execute.ssh import EventLoop, HostError, HostSpec, HostStopped, require_asyncssh
+from stepbench.settings import Rent
 
 # How long to wait for an instance to have an address and answer SSH (--rent-timeout).
 READY_TIMEOUT_S = 900
@@ -411,24 +412,20 @@ class Rentals:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def prepare_rentals(texts: list[str], args, loop: EventLoop, note: Callable[[str], None]) -> Rentals:
+def prepare_rentals(rent: Rent, loop: EventLoop, note: Callable[[str], None]) -> Rentals:
     """Parse the --rent flags, check the key and the API, look up each GPU's price and register
     the SSH key: every error a UserError, before any machine is created."""
-    specs = [parse_rent(text) for text in texts]
+    specs = [parse_rent(text) for text in rent.specs]
     names = [s.name for s in specs]
     for name in names:
         if names.count(name) > 1:
             raise UserError(f"--rent {name!r} is given twice; to rent two of one GPU type give "
                             "them a count instead (--rent 'runcrate:L40S:2' is one machine with "
                             "2 GPUs)")
-    if not 5 <= args.rent_max_minutes <= 10080:
-        raise UserError(f"--rent-max-minutes must be from 5 to 10080, got {args.rent_max_minutes}")
-    if args.rent_timeout <= 0:
-        raise UserError(f"--rent-timeout must be > 0 seconds, got {args.rent_timeout:g}")
     require_asyncssh()
-    key_path, public_key = ssh_key(args.rent_key)
-    settings = RentSettings(key_path, public_key, args.rent_timeout, args.rent_max_minutes,
-                            args.rent_template)
+    key_path, public_key = ssh_key(rent.key)
+    settings = RentSettings(key_path, public_key, rent.timeout_s, rent.max_minutes,
+                            rent.template)
     providers: dict[str, Provider] = {}
     key_ids: dict[str, str] = {}
     offers: dict[str, Offer] = {}

@@ -17,6 +17,7 @@ import secrets
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from stepbench.execute.executor import Executor, Job, Outcome
@@ -29,6 +30,7 @@ class NullDisplay:
     """The display interface the runner calls; this one shows nothing (tests, JSON runs)."""
 
     def note(self, text: str) -> None: ...
+    def line(self, text: str) -> None: ...
     def skip(self, job: Job, record: Record) -> None: ...
     def start(self, job: Job, index: int, total: int, where: str | None = None) -> None: ...
     def message(self, job: Job, message: dict) -> None: ...
@@ -37,15 +39,13 @@ class NullDisplay:
 
 
 class Runner:
-    """Runs plans on one executor into one results file."""
+    """Runs plans on one executor into one results file. What changes from one plan to the next
+    (repeats, timeout, why a search asked, where progress shows) is given to each `run`."""
 
-    def __init__(self, executor: Executor, store: ResultsFile, *, timeout_s: float,
-                 display=None, rerun: bool = False, measure_peak: bool = True,
-                 run_id: str | None = None):
+    def __init__(self, executor: Executor, store: ResultsFile, *, rerun: bool = False,
+                 measure_peak: bool = True, run_id: str | None = None):
         self.executor = executor
         self.store = store
-        self.timeout_s = timeout_s
-        self.display = display or NullDisplay()
         self.rerun = rerun              # measure again what the file already has; the new wins
         self.measure_peak = measure_peak
         self.run_id = run_id or new_run_id()
@@ -54,13 +54,14 @@ class Runner:
         # A rented machine's provider and price (execute/rent.py), kept with each record.
         self.rental = getattr(executor, "rental", None)
         self._lock = threading.Lock()
-        self.search: dict | None = None
 
-    def run(self, plan: list[Setup], repeats: int = 1, search: dict | None = None) -> list[Record]:
-        """Every setup `repeats` times, interleaved (A B C A B C); returns this plan's records,
-        old and new, in plan order. `search` tags the new records (Record.search): why a search
-        asked for them."""
-        self.search = search
+    def run(self, plan: list[Setup], *, repeats: int = 1, timeout_s: float,
+            tag: dict | None = None, display=None) -> list[Record]:
+        """Every setup `repeats` times, interleaved (A B C A B C), each process stopped after
+        `timeout_s`; returns this plan's records, old and new, in plan order. `tag` marks the new
+        records (Record.search): why a search asked for them. `display` shows progress; whoever
+        made it closes it."""
+        display = display or NullDisplay()
         jobs = [Job(setup, repeat) for repeat in range(repeats) for setup in plan]
         done = {} if self.rerun else {r.resume_key(): r for r in self.store.latest()}
         records: dict[int, Record] = {}
@@ -73,33 +74,32 @@ class Runner:
             key = next((k for k in keys if k in done), None)
             if key is not None:
                 records[index] = done[key]
-                self.display.skip(job, done[key])
+                display.skip(job, done[key])
             else:
                 todo.append((index, job))
         if len(self.executor.slots) > 1:
             # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
-        try:
-            with stop_signals():
-                self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak)) for i, j in todo],
-                              len(jobs), records)
-        finally:
-            self.display.close()
+        call = _Call(timeout_s, tag, display)
+        with stop_signals():
+            self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak)) for i, j in todo],
+                          len(jobs), records, call)
         return [records[i] for i in sorted(records)]
 
-    def _run_all(self, todo: list[tuple[int, Job]], total: int, records: dict[int, Record]) -> None:
+    def _run_all(self, todo: list[tuple[int, Job]], total: int, records: dict[int, Record],
+                 call: "_Call") -> None:
         slots = SlotPool(self.executor.slots)
         running: dict[int, dict] = {}     # index -> placement of each job in flight
 
         def one(index: int, job: Job, slot: str) -> None:
             try:
-                self.display.start(job, index + 1, total, where=self._where(job, slot))
+                call.display.start(job, index + 1, total, where=self._where(job, slot))
                 with self._lock:
                     running[index] = {"concurrent": 1}
                     for placement in running.values():   # jobs in flight alongside each other
                         placement["concurrent"] = max(placement["concurrent"], len(running))
-                outcome = self.executor.run(job, slot, self.timeout_s,
-                                            lambda message: self.display.message(job, message))
+                outcome = self.executor.run(job, slot, call.timeout_s,
+                                            lambda message: call.display.message(job, message))
                 with self._lock:
                     outcome.placement["concurrent"] = running.pop(index)["concurrent"]
                 if outcome.stopped:
@@ -108,13 +108,13 @@ class Runner:
                     baseline = baseline_record(self.store, job.setup,
                                                self.executor.gpu_name(job.setup, slot), self.host)
                     record = make_record(job, outcome, run_id=self.run_id,
-                                         timeout_s=self.timeout_s,
+                                         timeout_s=call.timeout_s,
                                          gpu=self.executor.gpu_name(job.setup, slot),
                                          baseline=baseline, host=self.host,
-                                         rental=self.rental, search=self.search)
+                                         rental=self.rental, search=call.tag)
                     self.store.append(record)
                     records[index] = record
-                self.display.finish(job, record)
+                call.display.finish(job, record)
             finally:
                 slots.release(slot)
 
@@ -140,6 +140,15 @@ class Runner:
         if getattr(self.executor, "gpus", None) is None or job.setup.device != "cuda":
             return None
         return f"GPU{'s' if ',' in slot else ''} {slot}"
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one `Runner.run` was given for its jobs."""
+
+    timeout_s: float
+    tag: dict | None
+    display: object
 
 
 class SlotPool:

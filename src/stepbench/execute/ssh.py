@@ -38,6 +38,7 @@ from stepbench.execute import hostprep
 from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
                                         _take, now_iso)
 from stepbench.execute.hostside import EXIT_EVENT
+from stepbench.settings import Remote
 from stepbench.setup import Setup
 
 CONNECT_TIMEOUT_S = 30          # unless the SSH config sets ConnectTimeout
@@ -83,32 +84,6 @@ def parse_host(text: str) -> HostSpec:
         raise UserError(f"--host {text!r} is not a host; pass an SSH config alias or "
                         "user@host[:port]")
     return HostSpec(name, host, user or None, int(port) if port else None)
-
-
-def read_hosts_file(path: Path) -> list[str]:
-    """One host a line (alias or user@host[:port]); blank lines and # comments are skipped."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read hosts file {path} ({getattr(exc, 'strerror', None) or exc}); "
-                        "pass a text file with one host a line") from None
-    hosts = [line.split("#", 1)[0].strip() for line in lines]
-    hosts = [h for h in hosts if h]
-    if not hosts:
-        raise UserError(f"hosts file {path} names no host; write one alias or user@host[:port] "
-                        "a line")
-    return hosts
-
-
-@dataclass(frozen=True)
-class RemoteOptions:
-    """How to reach and use every host (the run command's --ssh-config and --remote-* flags)."""
-
-    ssh_config: Path | None = None      # None: ~/.ssh/config, as ssh reads it
-    python: str = "python3"             # the Python there that holds torch
-    setup: str | None = None            # shell code run before each command there
-    dir: str = ".cache/stepbench"       # relative to the home folder there
-    compile_cache: str | None = None    # a folder there shared by every compiled setup
 
 
 class HostError(Exception):
@@ -168,7 +143,7 @@ class _Exit:
 class SSHExecutor:
     """Runs setups on one SSH host, one at a time (its slot is the host)."""
 
-    def __init__(self, spec: HostSpec, loop: EventLoop, options: RemoteOptions):
+    def __init__(self, spec: HostSpec, loop: EventLoop, options: Remote):
         self.spec, self.loop, self.options = spec, loop, options
         self.host = spec.name
         self.slots = [spec.name]
@@ -185,11 +160,13 @@ class SSHExecutor:
     def connect(self) -> None:
         self.loop.call(self._until_stopped(self._connect()))
 
-    def prepare(self, wheel, models: list[dict], device: str) -> dict:
-        """Install stepbench there (once per version), copy the model configs, probe the device."""
+    def prepare(self, wheel, models: list[dict], device: str,
+                compile_cache: Path | None = None) -> dict:
+        """Install stepbench there (once per version), copy the model configs, probe the device;
+        `compile_cache`: a folder there shared by every compiled setup (--compile-cache)."""
         args = {"dir": self.options.dir, "version": __version__, "wheel_name": wheel.filename,
                 "requires": list(wheel.requires), "models": models, "device": device,
-                "compile_cache": self.options.compile_cache}
+                "compile_cache": str(compile_cache) if compile_cache else None}
         source = Path(hostprep.__file__).read_text()
         command = quote_command([self.options.python, "-c", source, json.dumps(args)],
                                 self.options.setup)

@@ -144,3 +144,11 @@ def synthetic_batch(vocab_size: int, batch: int, seq: int, seed: int, device: st
 
     gen = torch.Generator().manual_seed(seed + 1)
     return torch.randint(0, vocab_size, (batch, seq), generator=gen).to(device)
+
+
+def check_models(plan) -> None:
+    """Every model of `plan` that is a config file, read and checked against its sequence lengths
+    before anything runs (a preset is known good, and checking it would import transformers)."""
+    for model, seq in dict.fromkeys((s.model, s.seq) for s in plan):
+        if model not in PRESETS:
+            build_config(model, seq)

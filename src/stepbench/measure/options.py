@@ -12,23 +12,17 @@ already classifies so).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 
 import torch
 
+from stepbench.axes import AXES
 from stepbench.setup import Setup
 
 # Weights (and so gradients and optimizer state) per precision: autocast-bf16 keeps fp32 master
 # weights; float8 keeps bf16 weights and casts to float8 inside each converted linear layer.
 WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
                  "autocast-bf16": torch.float32, "float8": torch.bfloat16}
-# torchao's float8 matmuls need a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell).
-FLOAT8_MIN_CAPABILITY = (8, 9)
-# transformers' attention names that need a package of their own: (module, pip name).
-FLASH_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
-                  "flash_attention_3": ("flash_attn_interface", "flash-attn 3 (built from "
-                                        "flash-attention's hopper/ folder)")}
 # Test-only: the name of a setup (Setup.name) whose weights are spoiled after the build, so that
 # its loss departs from its peers'; tests use it to show the loss guard at work.
 DIVERGE_ENV = "STEPBENCH_TEST_DIVERGE"
@@ -39,32 +33,12 @@ class Unsupported(NotImplementedError):
 
 
 def check_supported(setup: Setup) -> None:
-    """Raise Unsupported, with the reason and the fix, when `setup` cannot run here."""
-    if setup.attn in FLASH_PACKAGES:
-        module, package = FLASH_PACKAGES[setup.attn]
-        if setup.device != "cuda":
-            raise Unsupported(f"{setup.attn} runs on a CUDA GPU only; use --device cuda")
-        _require(module, package, setup.attn)
-    if setup.kernels != "none":
-        if setup.device != "cuda":
-            raise Unsupported(f"--kernels {setup.kernels}: liger-kernel's Triton kernels need a "
-                              "CUDA GPU; use --device cuda or --kernels none")
-        _require("liger_kernel", "liger-kernel", f"--kernels {setup.kernels}")
-    if setup.dtype == "float8":
-        if setup.device != "cuda":
-            raise Unsupported("float8 training needs a CUDA GPU of compute capability 8.9 or "
-                              "newer; use --device cuda or another --precision")
-        _require("torchao", "torchao", "--precision float8")
-        capability = torch.cuda.get_device_capability()
-        if capability < FLOAT8_MIN_CAPABILITY:
-            raise Unsupported(f"float8 training needs compute capability 8.9 or newer; this GPU "
-                              f"has {capability[0]}.{capability[1]}")
-
-
-def _require(module: str, package: str, what: str) -> None:
-    if importlib.util.find_spec(module) is None:
-        raise Unsupported(f"{what} needs {package}, which is not installed here "
-                          f"(pip install {package.split(' ')[0]})")
+    """Raise Unsupported, with the reason and the fix, when a field of `setup` holds a value
+    this machine cannot run (the registry's reasons, axes.Axis.unsupported)."""
+    for a in AXES:
+        reason = a.why_not(getattr(setup, a.name), setup.device)
+        if reason is not None:
+            raise Unsupported(reason)
 
 
 def weight_dtype(setup: Setup) -> torch.dtype:

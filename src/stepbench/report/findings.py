@@ -85,10 +85,10 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
     workloads = list(dict.fromkeys(r.workload for r in rows))
     if len(workloads) < 2:
         return {w: (None, None) for w in workloads}
-    parts = {"model": lambda w: w.model_label, "shape": lambda w: f"batch {w.batch} x {w.seq}",
+    parts = {"model": lambda w: w.model_label, "batch": lambda w: f"batch {w.batch} x {w.seq}",
              "dtype": lambda w: w.dtype}
     parts.update({name: p for name, p in LABEL_PARTS.items() if name not in parts})
-    always = ("model", "shape", "dtype")
+    always = ("model", "batch", "dtype")
     varying = [name for name, p in parts.items() if len({p(w) for w in workloads}) > 1]
     return {w: (", ".join(parts[n](w) for n in parts if n in always or n in varying),
                 ", ".join(parts[n](w) for n in varying)) for w in workloads}

@@ -18,6 +18,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
+from stepbench.axes import AXES
 from stepbench.guard import TOLERANCE, Verdict, loss_verdicts
 from stepbench.noise import noise_flags_for
 from stepbench.record import Record
@@ -456,25 +457,16 @@ def _loss_difference(compiled: Record, eager: Record) -> float | None:
     return None if lc is None or not le else abs(lc - le) / abs(le)
 
 
-# Parts of a row's label beyond the setup name, shown where rows differ in them.
-LABEL_PARTS = {
-    "model": lambda s: s.model_label,
-    "shape": lambda s: f"{s.batch}x{s.seq}",
-    "dtype": lambda s: s.dtype,
-    "steps": lambda s: f"{s.warmup}+{s.steps} steps",
-    "seed": lambda s: f"seed {s.seed}",
-    "memory": lambda s: "no limit" if s.memory_limit_gb is None else f"{s.memory_limit_gb:g} GB limit",
-    "device": lambda s: s.device,
-    "init": lambda s: f"weights drawn on {s.init}",
-    "parallel": lambda s: s.parallel_label,
-}
+# Parts of a row's label beyond the setup name, shown where rows differ in them: the registry's
+# `detail` of each axis (axes.AXES): "llama-tiny", "4x2048" (batch), "bf16", "4+20 steps" ...
+LABEL_PARTS = {a.name: a.detail for a in AXES if a.detail is not None}
 
 
 def setup_labels(rows: list[Row], shown: list[str] = ()) -> dict[int, str]:
     """Setup name, plus what tells rows apart where they differ beyond it (model, batch x seq,
     dtype, steps, seed, memory limit); batch x seq is left out when the table `shown` them."""
     parts = [lambda r, p=p: p(r.config) for name, p in LABEL_PARTS.items()
-             if not (name == "shape" and shown)]
+             if not (name == "batch" and shown)]
     varying = [part for part in parts if len({part(r) for r in rows}) > 1]
     return {id(r): r.setup + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
             for r in rows}

@@ -32,7 +32,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from stepbench.errors import UserError
+from stepbench.execute.runner import NullDisplay
 from stepbench.record import Record
+from stepbench.settings import MaxBatchOptions
 from stepbench.setup import Setup
 
 KIND = "max_batch"
@@ -41,38 +43,23 @@ PROBE_WARMUP = 1            # steps before the timed window of a probe
 DECIDES = ("ok", "oom")
 
 
-@dataclass(frozen=True)
-class Options:
-    """How the searches probe: `run --probe-steps`, `--max-batch-limit`, `--memory-margin`."""
-
-    probe_steps: int = 2        # timed steps of a probe (after PROBE_WARMUP warm-up steps)
-    limit: int = 4096           # the largest batch a search tries
-    margin: float = 0.05        # GPU: share of the capacity a chosen batch's peak must leave free
-
-    def check(self, plan: list[Setup]) -> "Options":
-        """Raise a UserError naming the fix for settings no search can use."""
-        for flag, value in (("--probe-steps", self.probe_steps), ("--max-batch-limit", self.limit)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UserError(f"{flag} must be an integer >= 1, got {value!r}")
-        if not 0 <= self.margin < 1:
-            raise UserError(f"--memory-margin is a percentage from 0 to 99, got "
-                            f"{self.margin * 100:g}")
-        for setup in starts(plan):
-            if setup.device == "cpu" and setup.memory_limit_gb is None:
-                raise UserError("--max-batch on the CPU needs --memory-limit-gb, the cap to search "
-                                "under; without it the batch grows until this machine runs out "
-                                "of memory")
-            if setup.distributed:
-                raise UserError("--max-batch searches the batch of one process; drop --parallel "
-                                f"{setup.parallel} (or run the search with --parallel none)")
-            if setup.batch > self.limit:
-                raise UserError(f"--max-batch-limit {self.limit} is below the start batch "
-                                f"{setup.batch}; raise the limit or lower --batch")
-            if (setup.warmup, setup.steps) == (PROBE_WARMUP, self.probe_steps):
-                raise UserError(
-                    f"--warmup {setup.warmup} --steps {setup.steps} are the probes' own steps, so "
-                    "the full measurement would be a probe; raise --steps or change --probe-steps")
-        return self
+def check_searches(options: MaxBatchOptions, plan: list[Setup]) -> None:
+    """Raise a UserError naming the fix for a plan no search can run."""
+    for setup in starts(plan):
+        if setup.device == "cpu" and setup.memory_limit_gb is None:
+            raise UserError("--max-batch on the CPU needs --memory-limit-gb, the cap to search "
+                            "under; without it the batch grows until this machine runs out "
+                            "of memory")
+        if setup.distributed:
+            raise UserError("--max-batch searches the batch of one process; drop --parallel "
+                            f"{setup.parallel} (or run the search with --parallel none)")
+        if setup.batch > options.limit:
+            raise UserError(f"--max-batch-limit {options.limit} is below the start batch "
+                            f"{setup.batch}; raise the limit or lower --batch")
+        if (setup.warmup, setup.steps) == (PROBE_WARMUP, options.probe_steps):
+            raise UserError(
+                f"--warmup {setup.warmup} --steps {setup.steps} are the probes' own steps, so "
+                "the full measurement would be a probe; raise --steps or change --probe-steps")
 
 
 def starts(plan: list[Setup]) -> list[Setup]:
@@ -108,7 +95,7 @@ class Search:
     """One setup's search: its probes, what it chose and its full measurement."""
 
     setup: Setup                # the run's setup at the start batch
-    options: Options
+    options: MaxBatchOptions
     probes: list[Probe] = field(default_factory=list)
     chosen: int | None = None   # the largest batch that fit (within the margin, on a GPU)
     finals: list[Record] = field(default_factory=list)   # full measurements, every attempt
@@ -194,26 +181,23 @@ class Search:
 
 
 class MaxBatch:
-    """Runs the searches of a plan through one Runner (its executor, results file and display)."""
+    """Runs the searches of a plan through one Runner (its executor and results file), showing
+    progress on `display`."""
 
-    def __init__(self, runner, options: Options, repeats: int = 1):
+    def __init__(self, runner, options: MaxBatchOptions, *, repeats: int = 1,
+                 timeout_s: float, display=None):
         self.runner = runner
         self.options = options
         self.repeats = repeats
+        self.timeout_s = timeout_s
+        self.display = display or NullDisplay()
 
     def run(self, plan: list[Setup]) -> list[Search]:
-        display = self.runner.display
-        # The Runner closes its display at the end of every plan; a search runs many plans.
-        self.runner.display = _KeepOpen(display)
-        try:
-            return [self.search(setup) for setup in starts(plan)]
-        finally:
-            self.runner.display = display
-            display.close()
+        return [self.search(setup) for setup in starts(plan)]
 
     def search(self, setup: Setup) -> Search:
         s = Search(setup, self.options)
-        self.runner.display.note(
+        self.display.note(
             f"max-batch {s.label}: from batch {setup.batch}, probes of {PROBE_WARMUP} warm-up + "
             f"{self.options.probe_steps} timed steps")
         lo, hi = self._bracket(s)
@@ -232,7 +216,7 @@ class MaxBatch:
                                               "--seq or raise --memory-limit-gb")
             else:
                 self._measure(s)
-        self.runner.display.note(s.summary())
+        self.display.note(s.summary())
         return s
 
     def _bracket(self, s: Search) -> tuple[int | None, int | None]:
@@ -301,22 +285,11 @@ class MaxBatch:
         s.reason = "the full measurement ran out of memory at every batch that fit"
 
     def _one(self, setup: Setup, repeats: int, tag: dict) -> list[Record]:
-        records = self.runner.run([setup], repeats, search=tag)
+        records = self.runner.run([setup], repeats=repeats, timeout_s=self.timeout_s, tag=tag,
+                                  display=self.display)
         if len(records) < repeats:      # stopped before a record was kept
             raise KeyboardInterrupt("stopped")
         return records
-
-
-class _KeepOpen:
-    """The runner's display with close() left to the search."""
-
-    def __init__(self, display):
-        self._display = display
-
-    def close(self) -> None: ...
-
-    def __getattr__(self, name):
-        return getattr(self._display, name)
 
 
 def _first_line(record: Record) -> str:
@@ -325,7 +298,7 @@ def _first_line(record: Record) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def describe(plan: list[Setup], options: Options, repeats: int) -> list[dict]:
+def describe(plan: list[Setup], options: MaxBatchOptions, repeats: int) -> list[dict]:
     """What `run --max-batch --dry-run` would search, one object per search."""
     return [{"setup": setup.to_dict(), "start_batch": setup.batch, "limit": options.limit,
              "probe": {"warmup": PROBE_WARMUP, "steps": options.probe_steps},

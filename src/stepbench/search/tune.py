@@ -33,19 +33,17 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib.util
-import shlex
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from stepbench.errors import UserError
+from stepbench.axes import AXES, axis
 from stepbench.guard import OK, REFERENCE, can_be_reference, loss_verdicts
 from stepbench.record import Record
+from stepbench.settings import SEARCHED
 from stepbench.setup import Setup
 
-OBJECTIVES = ("tokens", "fit")
 GAIN = 0.03            # a doubling or an option must buy this much more tokens/s to count
 BATCH_LIMIT = 4096     # no batch search beyond this
 # A probe: warm-up and timed steps (a GPU's steps are short; a CPU's are not).
@@ -55,60 +53,41 @@ PROBE_STEPS = {"cuda": (2, 5), "cpu": (1, 3)}
 PRIOR_S = {"cuda": {"eager": 30.0, "compile": 90.0, "autotune": 420.0},
            "cpu": {"eager": 12.0, "compile": 40.0, "autotune": 120.0}}
 FINALISTS = 2
-# A compile's first step with the inductor cache warm, as a share of its cold one (H200, 135M and
-# 468M Llama: 6-12 s against 53-74 s; FIELD-NOTES: 6.6 s against 70.8 s).
+# A compile's first step with the inductor cache warm, as a share of its cold one
+# (benchmarks/README.md, section g).
 WARM_COMPILE_SHARE = 0.25
 FUSED_ATTENTIONS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
-
-@dataclass
-class Space:
-    """What the tune may vary: the attention kernels and modes it screens, and the option values
-    it tries one at a time on the best setup (each list's first value is the starting one)."""
-
-    modes: list[str]
-    attns: list[str]
-    compile_modes: list[str]
-    compile_scopes: list[str]
-    precisions: list[str]
-    kernels: list[str]
-    optimizers: list[str]
-    checkpointing: list[bool]
+# What the tune may vary: axis name -> the values it searches, the start value first (the
+# registry's axes with a `tune` stage, axes.AXES).
+Space = dict
 
 
 def default_space(device: str) -> tuple[Space, dict[str, list[str]]]:
-    """Every value this machine can run, and a note for each one left out and why, by the
-    Space field it belongs to."""
-    notes: dict[str, list[str]] = {}
-    cuda = device == "cuda"
-    attns = ["sdpa", "eager"]
-    if cuda:
-        attns.insert(1, "flex_attention")
-        for name, module in (("flash_attention_2", "flash_attn"),
-                             ("flash_attention_3", "flash_attn_interface")):
-            if importlib.util.find_spec(module) is not None:
-                attns.insert(1, name)
-            else:
-                notes.setdefault("attns", []).append(
-                    f"{name}: not tried ({module} is not installed)")
-    else:
-        notes["attns"] = ["flex_attention: not tried (its backward pass needs a CUDA GPU)"]
-    kernels, precisions = ["none"], ["bf16"]
-    if cuda and importlib.util.find_spec("liger_kernel") is not None:
-        kernels += ["liger-no-flce", "liger"]
-    else:
-        notes["kernels"] = ["liger kernels: not tried (" + ("liger-kernel is not installed" if cuda
-                                                      else "they need a CUDA GPU") + ")"]
-    if cuda and importlib.util.find_spec("torchao") is not None:
-        precisions.append("float8")
-    else:
-        notes["precisions"] = ["float8: not tried (" + ("torchao is not installed" if cuda
-                                                        else "it needs a CUDA GPU") + ")"]
-    compile_modes = ["default", "reduce-overhead", "max-autotune-no-cudagraphs"] if cuda \
-        else ["default"]
-    return Space(modes=["eager", "compile"], attns=attns, compile_modes=compile_modes,
-                 compile_scopes=["model", "layer"], precisions=precisions, kernels=kernels,
-                 optimizers=["fused", "foreach"], checkpointing=[False, True]), notes
+    """Every value of every searched axis this machine can run, and, by axis, a note for each
+    value left out and why."""
+    space, notes = {}, {}
+    for a in AXES:
+        if a.tune in SEARCHED:
+            space[a.name], notes[a.name] = a.searched(device)
+    return space, notes
+
+
+def space_for(settings) -> tuple[Space, list[str]]:
+    """The search space of a tune's settings: what this machine runs, narrowed by the axis flags
+    given (a narrowed axis has no notes: the flag chose its values)."""
+    space, notes = default_space(settings.device)
+    for name, values in settings.space.items():
+        space[name] = list(values)
+        notes.pop(name)
+    return space, [text for texts in notes.values() for text in texts]
+
+
+def start(settings, space: Space) -> Setup:
+    """The setup a tune starts from: eager mode, each searched axis at its start value, the
+    others as the settings hold them."""
+    fields = {**settings.values, **{name: values[0] for name, values in space.items()}}
+    return Setup(**{**fields, "mode": "eager"}).check()
 
 
 @dataclass
@@ -162,15 +141,16 @@ class TuneResult:
 
 
 class Tuner:
-    """The search. `runner` is a Runner (or anything with its run(), run_id, timeout_s and
-    store): the tune only proposes setups and reads the records it returns."""
+    """The search. `runner` is a Runner (or anything with its run(), run_id and store): the tune
+    only proposes setups and reads the records it returns."""
 
     def __init__(self, runner, base: Setup, space: Space, *, budget_s: float, objective: str,
                  timeout_s: float, repeats: int = 3, final_steps: tuple[int, int] = (4, 20),
                  probe_steps: tuple[int, int] | None = None, skipped: list[str] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Callable[[], float] = time.monotonic, display=None,
                  say: Callable[[str], None] = lambda text: None):
         self.runner = runner
+        self.display = display
         self.space = space
         self.budget_s = budget_s
         self.objective = objective
@@ -269,9 +249,11 @@ class Tuner:
                           f"for it and it takes about {estimate:.0f} s")
                 return None
             # A probe far slower than others like it (a compile that does not end) is stopped.
-            self.runner.timeout_s = max(1.0, min(self.timeout_s, left, max(3 * estimate, 120.0)))
-        record = self.runner.run([setup], 1, search={"kind": "tune", "role": role,
-                                                     "stage": stage})[0]
+            timeout = max(1.0, min(self.timeout_s, left, max(3 * estimate, 120.0)))
+        else:
+            timeout = self.timeout_s
+        record = self.runner.run([setup], timeout_s=timeout, display=self.display,
+                                 tag={"kind": "tune", "role": role, "stage": stage})[0]
         self.use(record, stage)
         return record
 
@@ -313,7 +295,8 @@ class Tuner:
         found = self.reference_probe(batch, steps)
         if found is not None:
             return found
-        attn = "sdpa" if "sdpa" in self.space.attns else self.space.attns[0]
+        attns, plainest = self.space["attn"], axis("attn").plain[0]
+        attn = plainest if plainest in attns else attns[0]
         plain = dataclasses.replace(self.base, mode="eager", attn=attn, batch=batch)
         stage, role, estimate = "reference", "probe", None
         if in_full:
@@ -348,7 +331,7 @@ class Tuner:
         if self.objective == "tokens":
             self.grow(1)
         winner, runner_up, comparison, in_full = self.final()
-        command = run_command(winner.setup, self.repeats) if winner else None
+        command = winner.setup.command(self.repeats) if winner else None
         reference = (self.reference_probe(winner.setup.batch, sum(self.final_steps))
                      if winner and in_full else None)
         return TuneResult(self.objective, self.budget_s, self.spent_s(), winner, runner_up,
@@ -357,15 +340,15 @@ class Tuner:
     def screen(self) -> None:
         """Every attention kernel at the start batch: eager mode first, then compiled."""
         eager: dict[str, Record] = {}
-        if "eager" in self.space.modes:
-            for attn in self.space.attns:
+        if "eager" in self.space["mode"]:
+            for attn in self.space["attn"]:
                 record = self.probe(dataclasses.replace(self.base, mode="eager", attn=attn),
                                     "screen")
                 if record is not None:
                     eager[attn] = record
-        if "compile" not in self.space.modes:
+        if "compile" not in self.space["mode"]:
             return
-        for attn in self.space.attns:
+        for attn in self.space["attn"]:
             seen = eager.get(attn)
             if seen is not None and seen.status not in ("ok", "oom"):
                 self.skip(f"{attn}: not compiled, it failed in eager mode ({seen.status})")
@@ -375,9 +358,7 @@ class Tuner:
             if attn == "eager" and faster:
                 self.skip(f"eager attention: not compiled, {faster[0]} was faster in eager mode")
                 continue
-            self.probe(dataclasses.replace(self.base, mode="compile", attn=attn,
-                                           compile_mode=self.space.compile_modes[0],
-                                           compile_scope=self.space.compile_scopes[0]), "screen")
+            self.probe(self.compiled(attn), "screen")
 
     def pairs(self) -> list[tuple[tuple[str, str], Record]]:
         """The screened (mode, attention) pairs that ran and agree, fastest first."""
@@ -422,7 +403,7 @@ class Tuner:
         """One change at a time on the best setup so far; a change that is faster and agrees
         is kept, and the next change is tried on top of it."""
         best = self.best()
-        if best is None and self.objective == "fit" and True in self.space.checkpointing:
+        if best is None and self.objective == "fit" and True in self.space["checkpointing"]:
             # Nothing fits the batch: recomputing activations may make it fit.
             for t in [t for t in self.tried if t.record.status == "oom"]:
                 self.probe(dataclasses.replace(t.record.setup, checkpointing=True), "option")
@@ -443,29 +424,36 @@ class Tuner:
                          f"{rate(best):,.0f} tokens/s)")
                 best = record
 
+    def compiled(self, attn: str) -> Setup:
+        """The start setup compiled with `attn`, every compile-only axis at its start value."""
+        first = {name: values[0] for name, values in self.space.items()}
+        return Setup(**{**self.base.fields_all(), **first, "mode": "compile", "attn": attn})
+
     def changes(self, best: Record) -> list[dict]:
-        """The options to try on `best`, most promising and cheapest first; autotuning last
-        (it compiles for minutes)."""
-        s, space = best.setup, self.space
-        out: list[dict] = []
-        if s.mode == "compile":
-            out += [{"compile_mode": m} for m in space.compile_modes[1:]
-                    if not m.startswith("max-autotune")]
-        out += [{"kernels": k} for k in space.kernels if k != s.kernels]
-        out += [{"dtype": p} for p in space.precisions if p != s.dtype]
-        out += [{"optimizer": o} for o in space.optimizers if o != s.optimizer]
-        if s.mode == "compile":
-            out += [{"compile_scope": c} for c in space.compile_scopes if c != s.compile_scope]
-        oom = self.oom_batch.get((s.mode, s.attn))
-        if True in space.checkpointing and not s.checkpointing:
-            if self.objective == "tokens" and oom is not None:
-                out.append({"checkpointing": True, "batch": oom})
-            elif self.objective == "fit":
-                out.append({"checkpointing": True})
-        if s.mode == "compile":
-            out += [{"compile_mode": m} for m in space.compile_modes[1:]
-                    if m.startswith("max-autotune")]
-        return out
+        """The options to try on `best`, one axis at a time, in the registry's `tune_order`
+        (the most promising and cheapest first): each value other than the best's and the start
+        value; expensive values (autotuning compiles for minutes) after all the rest.
+        Checkpointing ("memory") only where it may make a batch fit."""
+        s, fields = best.setup, best.setup.fields_all()
+        cheap: list[dict] = []
+        dear: list[dict] = []
+        for a in sorted((a for a in AXES if a.tune == "option" and a.name in self.space),
+                        key=lambda a: a.tune_order):
+            if a.applies is not None and not a.applies(fields):
+                continue
+            values = self.space[a.name]
+            for value in values:
+                if value != getattr(s, a.name) and value != values[0]:
+                    (dear if value in a.expensive else cheap).append({a.name: value})
+        memory = [a for a in AXES if a.tune == "memory" and a.name in self.space]
+        for a in memory:
+            if True in self.space[a.name] and not getattr(s, a.name):
+                oom = self.oom_batch.get((s.mode, s.attn))
+                if self.objective == "tokens" and oom is not None:
+                    cheap.append({a.name: True, "batch": oom})
+                elif self.objective == "fit":
+                    cheap.append({a.name: True})
+        return cheap + dear
 
     def final(self):
         """The best setups measured in full, `repeats` processes each, interleaved, with the
@@ -503,9 +491,10 @@ class Tuner:
                               f"{cost:.0f} s")
                     stopped.add(plan)
                     continue
-                self.runner.timeout_s = max(1.0, min(self.timeout_s, self.left_s()))
-                records = self.runner.run([plan], repeat + 1,
-                                          search={"kind": "tune", "role": "final"})
+                records = self.runner.run(
+                    [plan], repeats=repeat + 1, display=self.display,
+                    timeout_s=max(1.0, min(self.timeout_s, self.left_s())),
+                    tag={"kind": "tune", "role": "final"})
                 record = next(r for r in records if r.repeat == repeat)
                 self.use(record, "final")
                 results[plan].append(record)
@@ -589,28 +578,6 @@ def outcome(record: Record) -> str:
                      "step, which the search goes by)")
         return text
     return record.status
-
-
-def run_command(setup: Setup, repeats: int) -> str:
-    """The `stepbench run` whose one setup is `setup` (same identity), with `repeats`."""
-    flags = ["--model", setup.model, "--device", setup.device, "--modes", setup.mode,
-             "--attn", setup.attn, "--batch", str(setup.batch), "--seq", str(setup.seq),
-             "--precision", setup.dtype, "--warmup", str(setup.warmup),
-             "--steps", str(setup.steps), "--seed", str(setup.seed), "--init", setup.init]
-    if setup.mode == "compile":
-        flags += ["--compile-mode", setup.compile_mode, "--compile-scope", setup.compile_scope]
-    if setup.kernels != "none":
-        flags += ["--kernels", setup.kernels]
-    if setup.checkpointing:
-        flags += ["--checkpointing", "on"]
-    if setup.optimizer != "fused":
-        flags += ["--optimizer", setup.optimizer]
-    if setup.memory_limit_gb is not None:
-        flags += ["--memory-limit-gb", f"{setup.memory_limit_gb:g}"]
-    if repeats > 1:
-        flags += ["--repeats", str(repeats)]
-    return shlex.join(["stepbench", "run", *flags])
-
 
 
 # ---------------------------------------------------------------- output
@@ -712,18 +679,3 @@ def probe_of(result: TuneResult, setup: Setup) -> Record | None:
 def duration(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes} min {secs} s" if minutes else f"{secs} s"
-
-
-def parse_budget(text: str) -> float:
-    """Seconds in "20m", "90s", "1h30m" or a plain number of seconds."""
-    import re
-
-    match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*",
-                         str(text))
-    if not match or not any(match.groups()):
-        raise UserError(f"--budget takes a duration like 20m, 90s or 1h30m, got {text!r}")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise UserError(f"--budget must be more than 0 seconds, got {text!r}")
-    return total

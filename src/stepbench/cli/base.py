@@ -1,0 +1,38 @@
+"""What every command shares: the argument parser's one-line errors, exit codes, and the line a
+command ends with when a signal stops it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line: the problem and where the choices are, without the
+    usage block (eight lines for `run`) that buries them."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
+def given(args: argparse.Namespace) -> dict:
+    """The flags as settings keys (argparse's dest), None for those not given."""
+    return {k: v for k, v in vars(args).items() if k not in ("handler", "command")}
+
+
+def say(command: str, text: str) -> None:
+    print(f"stepbench {command}: {text}", file=sys.stderr)
+
+
+def stopped(command: str, exc: KeyboardInterrupt, what: str) -> int:
+    """One line for a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM / SIGHUP
+    (Stopped, raised by the runner), saying `what` was kept; the exit code: 130, or 128 + the
+    signal."""
+    from stepbench.execute.runner import Stopped
+
+    how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
+    say(command, f"{how}; {what}; run the same command again to resume")
+    return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED

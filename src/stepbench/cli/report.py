@@ -1,0 +1,146 @@
+"""`stepbench report` (result files from any number of machines as one table, findings and
+plots), `stepbench peak` (the device's matmul rate) and `stepbench prices` (a provider's hourly
+prices as a price file)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from stepbench.errors import UserError
+
+
+# ---------------------------------------------------------------- report
+
+REPORT_FORMATS = ("table", "markdown", "csv", "json", "html")
+
+
+def add(sub) -> None:
+    p = sub.add_parser(
+        "report", help="join result files into one table with cost per token, findings, plots",
+        description="Join result files from any number of machines into one table (GPU x "
+                    "setup) with cost per token and findings written from the numbers.")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="results files (*.jsonl) or folders of them")
+    p.add_argument("--prices", metavar="FILE",
+                   help="price list, .toml ([prices] \"GPU name\" = dollars per hour) or .csv "
+                        "(gpu,price_per_hour); see docs/report.md")
+    p.add_argument("--price", action="append", default=[], metavar="GPU=DOLLARS",
+                   help='price of one GPU per hour, repeatable, over the price file: '
+                        '--price "NVIDIA H100 PCIe=3.86"')
+    p.add_argument("--energy-price", metavar="DOLLARS_PER_KWH",
+                   help="price of electricity in dollars per kWh: adds the GPU's energy cost "
+                        "per million tokens to the details (records with NVML energy only)")
+    p.add_argument("--format", choices=REPORT_FORMATS, default="table",
+                   help="output format (default: table)")
+    p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
+    p.add_argument("--plots", metavar="DIR", help="also write the plots as PNG files into DIR")
+    p.set_defaults(handler=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from stepbench.report.document import report_document, warn
+    from stepbench.report.render import render, write_output
+
+    doc = report_document(args.files, price_file=args.prices, price_flags=args.price,
+                          energy_price=args.energy_price, plots=bool(args.plots) or args.format == "html")
+    text = render(doc, args.format)
+    if args.plots:
+        for path in doc.write_plots(Path(args.plots)):
+            warn(f"wrote {path}", prefix="")
+    if args.out:
+        write_output(text, Path(args.out))
+        warn(f"wrote {args.out}", prefix="")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# ---------------------------------------------------------------- peak
+
+def add_peak(sub) -> None:
+    p = sub.add_parser(
+        "peak", help="measure the dense matmul rate of this device and compare it with the "
+                     "datasheet peak",
+        description="Measure the dense matmul rate (TFLOP/s) of this device on random n x n "
+                    "matrices and print it next to the vendor's dense datasheet peak.")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="where to measure; auto: cuda when available, else cpu "
+                        "(default: %(default)s)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32", "tf32"), default="bf16",
+                   help="matrix dtype; fp32 uses CUDA cores, tf32 tensor cores on fp32 "
+                        "tensors (CUDA only) (default: %(default)s)")
+    p.add_argument("--size", type=int, default=None, metavar="N",
+                   help="matrix size n (default: 8192 on cuda, 1024 on cpu)")
+    p.add_argument("--repeats", type=int, default=None, metavar="R",
+                   help="timed repeats; the median is reported (default: 20 on cuda, 5 on cpu)")
+    p.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                   help="run products back to back for SECONDS before timing, to measure "
+                        "the rate under the GPU's power cap instead of the burst rate at "
+                        "full boost clock (CUDA only) (default: %(default)s)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table for people, json (one object) for scripts (default: %(default)s)")
+    p.set_defaults(handler=cmd_peak)
+
+
+def cmd_peak(args: argparse.Namespace) -> int:
+    from stepbench.measure.peaks import measure_peak
+
+    result = measure_peak(args.device, args.dtype, args.size, args.repeats, args.sustained)
+    if args.format == "json":
+        print(json.dumps(result))
+    else:
+        from stepbench.report.render import render
+        from stepbench.report.document import peak_document
+
+        print(render(peak_document(result), "table"), end="")
+    return 0
+
+
+# ---------------------------------------------------------------- prices
+
+def add_prices(sub) -> None:
+    p = sub.add_parser(
+        "prices", help="write a provider's hourly GPU prices as a price file for report --prices",
+        description="Ask a GPU provider for today's hourly prices of its instance types and "
+                    "write them in the price-file format `stepbench report --prices` reads "
+                    "(dollars per GPU-hour, the cheapest offer of each GPU type).")
+    p.add_argument("--from", dest="provider", required=True, metavar="PROVIDER",
+                   help="the provider: runcrate (its API key from the environment: "
+                        "RUNCRATE_API_KEY)")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="write the TOML price file here (default: stdout)")
+    p.set_defaults(handler=cmd_prices)
+
+
+def cmd_prices(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    from stepbench.execute.rent import PROVIDERS, ProviderError, price_file, provider
+
+    if args.provider not in PROVIDERS:
+        raise UserError(f"--from {args.provider!r}: unknown provider; choose one of: "
+                        + ", ".join(PROVIDERS))
+    chosen = provider(args.provider)
+    try:
+        offers = chosen.prices()
+    except ProviderError as exc:
+        raise UserError(str(exc)) from None
+    if not offers:
+        raise UserError(f"{args.provider} lists no instance types right now; try again later")
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = price_file(offers, args.provider, when)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.out.write_text(text)
+    except OSError as exc:
+        raise UserError(f"cannot write {args.out} ({exc.strerror}); pass a writable --out path") \
+            from None
+    count = sum(1 for line in text.splitlines() if line.startswith('"'))
+    print(f"wrote {args.out}: {count} GPU types from {args.provider}; use it with stepbench "
+          f"report --prices {args.out}", file=sys.stderr)
+    return 0

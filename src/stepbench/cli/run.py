@@ -1,0 +1,251 @@
+"""`stepbench run`: the matrix of setups, each in its own process, on this machine, on SSH hosts
+or on rented machines; with --max-batch, the largest batch of each that fits."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from stepbench.cli.base import say, stopped
+from stepbench.cli.flags import add_axis_flags, add_option, add_options, option_keys
+from stepbench.settings import DEFAULT_OUT, MAX_BATCH_KEYS, RUN, RunSettings
+
+HOST_KEYS = ("host", "hosts_file", "ssh_config", "remote_python", "remote_setup", "remote_dir")
+
+
+def add(sub) -> None:
+    p = sub.add_parser(
+        "run", help="run the matrix of setups, each in its own process",
+        description="Run each setup (mode x attention x precision x ... x batch x seq) in its own "
+                    "process and record step time, tokens/s, peak memory and first-step (compile) "
+                    "time. Axis flags take comma lists; every combination runs.")
+    p.add_argument("--plan", type=Path, metavar="FILE",
+                   help="a TOML plan of the matrix (docs in README, 'Plan files'); flags given "
+                        "beside it override its values")
+    add_axis_flags(p, RUN)
+    add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS)))
+    p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
+                   help="table (default), markdown, or json (the records, alone on stdout)")
+    search = p.add_argument_group(
+        "the largest batch that fits (README, 'Searching')",
+        "Short probes, each its own process, double the batch from --batch until one runs out of "
+        "memory, then bisect; the full measurement (--warmup, --steps, --repeats) runs at the "
+        "batch found. Rerunning the same command resumes the search.")
+    add_option(search, "max_batch")
+    add_options(search, RUN, MAX_BATCH_KEYS)
+    remote = p.add_argument_group(
+        "remote machines over SSH (needs the fleet extra: pip install 'stepbench[fleet]')",
+        "Run the matrix on every host at once, each setup in its own process there, into the one "
+        "results file here; records are tagged with the host's name. Device, model and sequence "
+        "defaults are worked out on each host; --compile-cache names a folder there.")
+    remote.add_argument("--host", action="append", metavar="NAME",
+                        help="an SSH config alias or user@host[:port]; repeatable")
+    remote.add_argument("--hosts-file", type=Path, metavar="FILE",
+                        help="a file of hosts, one alias or user@host[:port] a line (# comments)")
+    remote.add_argument("--ssh-config", type=Path, metavar="FILE",
+                        help="the OpenSSH config to read instead of ~/.ssh/config")
+    remote.add_argument("--remote-python", metavar="PATH",
+                        help="the Python on the hosts that has torch; stepbench installs itself "
+                             "into an environment that uses its packages (default python3)")
+    remote.add_argument("--remote-setup", metavar="SHELL",
+                        help="shell code run on each host before each stepbench command there, "
+                             "in the same shell, e.g. 'module load cuda' or 'source "
+                             "~/torch/bin/activate'")
+    remote.add_argument("--remote-dir", metavar="DIR",
+                        help="where stepbench keeps its environment and work files on the hosts "
+                             "(default ~/.cache/stepbench)")
+    rent = p.add_argument_group(
+        "rented GPUs (needs the runcrate extra: pip install 'stepbench[runcrate]')",
+        "Create one machine per --rent, run the matrix there as on an SSH host, and delete it "
+        "whatever happens (done, failed, timed out, Ctrl-C, SIGTERM). API key from "
+        "RUNCRATE_API_KEY. Records carry the provider's hourly price.")
+    rent.add_argument("--rent", action="append", metavar="PROVIDER:GPU[:COUNT]",
+                      help="rent a machine with this GPU type (and count, default 1) and run "
+                           "there, e.g. runcrate:L40S or 'runcrate:RTX 5090'; repeatable")
+    rent.add_argument("--rent-key", metavar="FILE",
+                      help="the SSH private key to log in with; its public key is registered "
+                           "with the provider once (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
+    rent.add_argument("--rent-timeout", type=float, metavar="SECONDS",
+                      help="how long a machine may take to start and answer SSH before it is "
+                           "deleted (default 900)")
+    rent.add_argument("--rent-max-minutes", type=int, metavar="MINUTES",
+                      help="the provider deletes each machine after this many minutes whatever "
+                           "happens here: the safety net if stepbench cannot (default 120)")
+    rent.add_argument("--rent-template", metavar="NAME",
+                      help="the provider's machine image (template); it must have Python 3.11+ "
+                           "with torch (default: the provider's default)")
+    p.set_defaults(handler=cmd_run)
+
+
+def settings_of(args) -> RunSettings:
+    """The run's settings: defaults, then the plan file's values, then the flags given."""
+    from stepbench.cli.base import given
+    from stepbench.plan import read_plan
+
+    flags = given(args)
+    plan = flags.pop("plan", None)
+    return RunSettings.build(flags, read_plan(plan) if plan is not None else None)
+
+
+def cmd_run(args) -> int:
+    settings = settings_of(args)
+    if settings.remote_run:
+        return run_hosts(settings)
+    from stepbench.execute import pool
+    from stepbench.execute.executor import LocalProcess
+    from stepbench.execute.progress import Display
+    from stepbench.execute.runner import Runner
+    from stepbench.measure.machine import resolve_device
+    from stepbench.measure.models import check_models
+    from stepbench.record import ResultsFile
+    from stepbench.search.max_batch import MaxBatch, check_searches
+
+    local = settings.resolved(resolve_device(settings.device))
+    plan = local.plan()
+    check_models(plan)
+    if local.max_batch is not None:
+        check_searches(local.max_batch, plan)
+    if local.dry_run:
+        print_plan(plan, local.format) if local.max_batch is None else \
+            print_searches(plan, local)
+        return 0
+    if settings.device == "auto" and local.device == "cpu":
+        model = "" if settings.values["model"] else " with the llama-tiny preset"
+        say("run", f"no CUDA GPU found; running on the CPU{model} (pass --device cuda on a GPU "
+                   "machine)")
+    gpus = pool.gpu_pool(local, plan)
+    rendezvous = pool.rendezvous(local, gpus, plan)
+    store = ResultsFile(local.out).check_writable()
+    executor = LocalProcess(compile_cache=local.compile_cache, gpus=gpus, rendezvous=rendezvous)
+    runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak)
+    display = Display()
+    searched = []
+    try:
+        if local.max_batch is None:
+            records = runner.run(plan, repeats=local.repeats, timeout_s=local.timeout_s,
+                                 display=display)
+        else:
+            found = MaxBatch(runner, local.max_batch, repeats=local.repeats,
+                             timeout_s=local.timeout_s, display=display).run(plan)
+            records = [r for s in found for r in s.finals]
+            searched = [p.record for s in found for p in s.probes] + records
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
+        display.close()
+        return stopped("run", exc, f"the running setup was stopped, finished setups are kept "
+                                   f"in {local.out}")
+    finally:
+        display.close()
+        executor.close()
+    print_records(local, records, searched)
+    return 0
+
+
+def run_hosts(settings: RunSettings) -> int:
+    """`run --host ... --rent ...`: the plan on every host and rented machine at once
+    (execute/fleet.py, execute/rent.py)."""
+    from stepbench.execute.fleet import check_hosts, report_failures, run_on_hosts
+    from stepbench.execute.progress import Display
+    from stepbench.measure.models import check_models
+    from stepbench.record import ResultsFile
+
+    # The flags are checked here, once, before any host is contacted.
+    specs = check_hosts(settings)
+    shown = "cpu" if settings.device == "auto" else settings.device
+    check_models(settings.resolved(shown).plan())
+    if settings.dry_run:
+        # Nothing is contacted, nothing rented: the plan, and what each rental would cost now.
+        if settings.rent.specs:
+            from stepbench.execute.rent import quote_rentals
+
+            for line in quote_rentals(settings.rent.specs):
+                say("run", line)
+        if settings.device == "auto":
+            shown = "cuda" if settings.rent.specs and not specs else shown
+            say("run", f"each machine runs the defaults of its own device; shown: {shown}'s")
+        print_plan(settings.resolved(shown).plan(), settings.format)
+        return 0
+    store = ResultsFile(settings.out).check_writable()
+    display = Display()
+    rentals = loop = None
+    if settings.rent.specs:
+        from stepbench.execute.rent import prepare_rentals
+        from stepbench.execute.ssh import EventLoop
+
+        loop = EventLoop()
+        try:
+            # Prices, the API key and the SSH key are checked before any machine is created.
+            rentals = prepare_rentals(settings.rent, loop, display.note)
+        except BaseException:
+            loop.close()
+            raise
+    try:
+        runs = run_on_hosts(settings, specs, display, store, rentals, loop)
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
+        display.close()
+        kept = [lease for lease in rentals.leases if lease.delete_failed] if rentals else []
+        for lease in kept:
+            say("run", f"host {lease.name}: {lease.delete_failed}")
+        deleted = "; every rented machine was deleted" if rentals and not kept else ""
+        return stopped("run", exc, f"the running setups were stopped on every host{deleted}, "
+                                   f"finished setups are kept in {settings.out}")
+    finally:
+        display.close()
+        if rentals:
+            from stepbench.execute.rent import cost_summary
+
+            summary = cost_summary(rentals.leases)
+            if summary:
+                say("run", summary)
+            rentals.close()
+    records = [record for run in runs for record in run.records]
+    if records or settings.format == "json":
+        print_records(settings, records)
+    return report_failures(runs)
+
+
+def print_records(settings: RunSettings, records, searched=()) -> None:
+    """The run's records on stdout: a table (repeats combined) or the JSON array. `searched`:
+    every record of `--max-batch`'s searches (for its details table), `records` their full
+    measurements."""
+    if settings.format == "json":
+        print(json.dumps([r.to_dict() for r in records], indent=1))
+        return
+    from stepbench.report.document import run_document
+    from stepbench.report.render import render
+
+    print(render(run_document(records, searched), settings.format), end="")
+    print(f"results: {settings.out}", file=sys.stderr)
+    if settings.repeats > 1:
+        print(f"repeats combined, with confidence intervals and findings: stepbench report "
+              f"{settings.out}", file=sys.stderr)
+    elif len({r.host for r in records}) > 1:
+        print(f"the hosts compared, with findings and cost per token: stepbench report "
+              f"{settings.out}", file=sys.stderr)
+
+
+def print_plan(plan, fmt: str) -> None:
+    """--dry-run: the setups, one a line (or their `setup` objects as JSON), nothing run."""
+    if fmt == "json":
+        print(json.dumps([s.to_dict() for s in plan], indent=1))
+        return
+    for setup in plan:
+        print(f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  {setup.model_label}"
+              f"  {setup.device}")
+    print(f"{len(plan)} setups", file=sys.stderr)
+
+
+def print_searches(plan, settings: RunSettings) -> None:
+    """--dry-run --max-batch: the searches, one a line (or as JSON objects), nothing run."""
+    from stepbench.search.max_batch import describe, describe_line
+
+    items = describe(plan, settings.max_batch, settings.repeats)
+    if settings.format == "json":
+        print(json.dumps(items, indent=1))
+        return
+    for item in items:
+        print(describe_line(item))
+    print(f"{len(items)} searches", file=sys.stderr)
+
+
+__all__ = ["add", "cmd_run", "DEFAULT_OUT"]

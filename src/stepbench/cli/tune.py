@@ -1,0 +1,74 @@
+"""`stepbench tune`: the fastest setup of one model on this machine within a time budget."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from stepbench.cli.base import given, say, stopped
+from stepbench.cli.flags import add_axis_flags, add_options
+from stepbench.settings import TUNE, TuneSettings
+
+
+def add(sub) -> None:
+    p = sub.add_parser(
+        "tune", help="search the axes for the fastest setup of a model within a time budget",
+        description="Search for the fastest setup of one model on this machine within a time "
+                    "budget: short probes first (attention kernels, eager and compiled), then "
+                    "larger batches, then one option at a time, then the best two measured in "
+                    "full with repeats. Every probe is a record in --out: a tune resumes, and "
+                    "`stepbench report` shows it. Axis flags narrow the search to their values.")
+    p.add_argument("--budget", required=True, help="time for the whole search: 20m, 90s, 1h30m")
+    p.add_argument("--objective", choices=("tokens", "fit"), default=None,
+                   help="tokens: the most tokens/s, the batch grown from --batch; fit: the "
+                        "fastest setup whose step at --batch fits --memory-limit-gb (default "
+                        "tokens)")
+    add_axis_flags(p, TUNE)
+    add_options(p, TUNE, ("device", "repeats", "timeout", "compile_cache", "out"))
+    p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
+                   help="table (default), markdown, or json: one object with winner, runner_up, "
+                        "tried and command")
+    p.set_defaults(handler=cmd_tune)
+
+
+def cmd_tune(args) -> int:
+    from stepbench.execute.executor import LocalProcess
+    from stepbench.execute.progress import Display
+    from stepbench.execute.runner import Runner
+    from stepbench.measure.cache import cache_dir
+    from stepbench.measure.machine import resolve_device
+    from stepbench.measure.models import check_models
+    from stepbench.record import ResultsFile
+    from stepbench.search import tune
+
+    settings = TuneSettings.build(given(args))
+    settings = settings.resolved(resolve_device(settings.device))
+    space, skipped = tune.space_for(settings)
+    base = tune.start(settings, space)
+    check_models([base])
+    store = ResultsFile(settings.out).check_writable()
+    executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor")
+    runner = Runner(executor, store)
+    display = Display()
+    tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
+                       objective=settings.objective, timeout_s=settings.timeout_s,
+                       repeats=settings.repeats, final_steps=(base.warmup, base.steps),
+                       skipped=skipped, display=display,
+                       say=lambda text: display.line(f"stepbench tune: {text}"))
+    try:
+        result = tuner.run()
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
+        display.close()
+        return stopped("tune", exc, f"what it measured is kept in {settings.out}")
+    finally:
+        display.close()
+        executor.close()
+    if settings.format == "json":
+        print(json.dumps(result.to_dict(), indent=1, default=str))
+    else:
+        print(tune.render(result, settings.format), end="")
+        print(f"results: {settings.out} (stepbench report {settings.out})", file=sys.stderr)
+    return 0 if result.winner is not None else 1
+
+
+__all__ = ["add", "cmd_tune", "say"]

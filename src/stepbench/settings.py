@@ -1,0 +1,400 @@
+"""A command's settings as one frozen, typed value, built and checked once: defaults, then the plan
+file, then the flags. Every command and executor takes it; nothing below the CLI sees argparse.
+
+The setups' own fields (the axes) are declared in the registry (axes.py); this module declares
+the rest of what `run` and `tune` take (repeats, timeout, the results file, where the setups run)
+in OPTIONS, from which the CLI makes its flags and the plan file takes its settings. Defaults
+that depend on the device (model, sequence, timeout) are filled in by `resolved(device)`, once
+the device is known: on this machine, or on each SSH host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from stepbench.axes import AXES, Axis
+from stepbench.errors import UserError
+from stepbench.setup import TIMEOUT_S, matrix
+
+DEFAULT_OUT = "stepbench-results.jsonl"
+DEFAULT_TUNE_OUT = "stepbench-tune.jsonl"
+DEVICE_CHOICES = ("auto", "cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A setting of a command that is not a field of the setups it runs."""
+
+    key: str
+    kind: type                  # int, float, str, Path or bool (a switch)
+    help: str
+    defaults: Mapping[str, Any]  # command -> default; a command not named has no such flag
+    plan: bool = False          # may be written in a plan file
+    least: float | None = None  # numbers: the smallest value it takes (floats: above it)
+    metavar: str | None = None
+    choices: tuple = ()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    def check(self, value):
+        if value is None or self.least is None:
+            return value
+        if self.kind is int and value < self.least:
+            raise UserError(f"{self.flag} must be an integer >= {self.least:g}, got {value}")
+        if self.kind is float and not value > self.least:
+            raise UserError(f"{self.flag} must be > {self.least:g} seconds, got {value:g}"
+                            if self.key == "timeout" else
+                            f"{self.flag} must be > {self.least:g}, got {value:g}")
+        return value
+
+
+RUN, TUNE = "run", "tune"
+OPTIONS = [
+    Option("device", str, "where to run: auto (CUDA when torch sees a GPU), cuda or cpu",
+           {RUN: "auto", TUNE: "auto"}, plan=True, choices=DEVICE_CHOICES),
+    Option("repeats", int, "processes per setup, interleaved across setups",
+           {RUN: 1}, plan=True, least=1),
+    Option("repeats", int, "processes per finalist in the final measurement", {TUNE: 3},
+           least=1),
+    Option("timeout", float, "seconds per setup before its process group is killed (default "
+           "1800 on a GPU, 600 on the CPU; tune: at most the budget left)",
+           {RUN: None, TUNE: None}, plan=True, least=0),
+    Option("compile_cache", Path, "share this inductor cache folder across setups and runs "
+           "(run's default: a fresh folder per setup, so the first compile is cold; tune's: "
+           "~/.cache/stepbench/inductor)", {RUN: None, TUNE: None}, plan=True),
+    Option("out", Path, "results file, JSON Lines, appended; rerun to resume",
+           {RUN: Path(DEFAULT_OUT), TUNE: Path(DEFAULT_TUNE_OUT)}, plan=True),
+    Option("gpus", str, "run setups concurrently, one per GPU of this pool (all, the first N, "
+           "or these CUDA indices); each setup's process sees only its GPU(s)", {RUN: None},
+           plan=True, metavar="all|N|I,J,..."),
+    Option("node_rank", int, "this host's rank among --nnodes hosts (torchrun --node-rank)",
+           {RUN: None}, least=0),
+    Option("rdzv_endpoint", str, "node 0's address and a free port there, where the hosts of a "
+           "job meet (torchrun --rdzv-endpoint; default: a free port on this host)", {RUN: None},
+           metavar="HOST:PORT"),
+    Option("no_peak", bool, "on a GPU, skip measuring the matmul rate (used for mfu_measured)",
+           {RUN: False}),
+    Option("rerun", bool, "measure every setup again even if the results file has it; the new "
+           "record is appended and replaces the old one in resume and report", {RUN: False}),
+    Option("dry_run", bool, "print the setups the flags (and plan) expand to, run nothing",
+           {RUN: False}),
+    # The largest batch that fits (search/max_batch.py).
+    Option("max_batch", bool, "for each setup, find the largest batch that fits at its "
+           "sequence length, then measure that batch", {RUN: False}, plan=True),
+    Option("max_batch_limit", int, "the largest batch a search tries", {RUN: 4096}, plan=True,
+           least=1, metavar="N"),
+    Option("probe_steps", int, "timed steps of a probe, after 1 warm-up step", {RUN: 2},
+           plan=True, least=1, metavar="N"),
+    Option("memory_margin", float, "on a GPU, the share of its memory (or of "
+           "--memory-limit-gb) that a chosen batch's peak reserved memory must leave free",
+           {RUN: 5.0}, plan=True, metavar="PERCENT"),
+]
+MAX_BATCH_KEYS = ("max_batch_limit", "probe_steps", "memory_margin")
+
+
+def option(key: str, command: str = RUN) -> Option:
+    return next(o for o in OPTIONS if o.key == key and command in o.defaults)
+
+
+# ---------------------------------------------------------------- the parts of a run's settings
+
+@dataclass(frozen=True)
+class MaxBatchOptions:
+    """How `run --max-batch` probes (search/max_batch.py)."""
+
+    probe_steps: int = 2        # timed steps of a probe (after one warm-up step)
+    limit: int = 4096           # the largest batch a search tries
+    margin: float = 0.05        # GPU: share of the capacity a chosen batch's peak must leave free
+
+
+@dataclass(frozen=True)
+class Remote:
+    """SSH hosts (`run --host`, execute/ssh.py) and how to use them."""
+
+    hosts: tuple[str, ...] = ()         # as named on the command line and in --hosts-file
+    ssh_config: Path | None = None      # None: ~/.ssh/config, as ssh reads it
+    python: str = "python3"             # the Python there that holds torch
+    setup: str | None = None            # shell code run before each command there
+    dir: str = ".cache/stepbench"       # relative to the home folder there
+
+
+@dataclass(frozen=True)
+class Rent:
+    """Rented machines (`run --rent`, execute/rent.py)."""
+
+    specs: tuple[str, ...] = ()         # PROVIDER:GPU[:COUNT], as given
+    key: str | None = None              # the SSH private key to log in with
+    timeout_s: float = 900.0            # to start and answer SSH
+    max_minutes: int = 120              # the provider deletes the machine after this
+    template: str | None = None
+
+
+def _frozen(values: Mapping) -> Mapping:
+    return MappingProxyType(dict(values))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything `stepbench run` was asked for, checked. `values` holds every axis: a tuple for
+    a matrix axis, one value for the rest; None where the device decides (model, seq) until
+    `resolved`."""
+
+    values: Mapping[str, Any]
+    device: str = "auto"                # auto, cuda or cpu; resolved: cuda or cpu
+    repeats: int = 1
+    timeout_s: float | None = None      # None: the device's default (TIMEOUT_S)
+    compile_cache: Path | None = None
+    out: Path = Path(DEFAULT_OUT)
+    rerun: bool = False
+    measure_peak: bool = True
+    gpus: str | None = None             # --gpus as given: all, N or I,J,...
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    max_batch: MaxBatchOptions | None = None
+    remote: Remote = field(default_factory=Remote)
+    rent: Rent = field(default_factory=Rent)
+    dry_run: bool = False
+    format: str = "table"
+
+    @property
+    def remote_run(self) -> bool:
+        """On SSH hosts or rented machines, not here."""
+        return bool(self.remote.hosts or self.rent.specs)
+
+    @property
+    def nnodes(self) -> int:
+        return self.values["nnodes"]
+
+    @property
+    def nproc(self) -> int:
+        return self.values["nproc"]
+
+    def resolved(self, device: str) -> "RunSettings":
+        """These settings on `device` (cuda or cpu): its model, sequence and timeout where none
+        were given; the checks that depend on the device."""
+        values = dict(self.values, device=device)
+        for a in AXES:
+            if values.get(a.name) is None and not a.optional:
+                values[a.name] = a.default_for(device)
+        if self.gpus is not None and device != "cuda":
+            raise UserError("--gpus needs CUDA GPUs, and this run is on the CPU; drop --gpus (or "
+                            "pass --device cuda on a GPU machine)")
+        timeout = self.timeout_s if self.timeout_s is not None else TIMEOUT_S[device]
+        return dataclasses.replace(self, values=_frozen(values), device=device, timeout_s=timeout)
+
+    def plan(self) -> list:
+        """The setups, checked, in the matrix's order (settings must be `resolved`)."""
+        if self.device not in ("cuda", "cpu"):
+            raise ValueError("plan() needs resolved settings")
+        return matrix(self.values)
+
+    @classmethod
+    def build(cls, flags: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> "RunSettings":
+        """Defaults, then the plan file's values (plan.read_plan), then the flags (by key; None
+        for a flag not given): parsed and checked."""
+        given = {**(plan or {}), **{k: v for k, v in flags.items() if v is not None}}
+        # The device is an option here ("auto" too), a field of the setups once resolved.
+        values = {a.name: _axis_value(a, given.get(a.key), RUN) for a in AXES
+                  if a.name != "device"}
+        values["device"] = None
+        opts = _options(given, RUN)
+        settings = cls(
+            values=_frozen(values), device=opts["device"], repeats=opts["repeats"],
+            timeout_s=opts["timeout"], compile_cache=_path(opts["compile_cache"]),
+            out=Path(opts["out"]), rerun=opts["rerun"], measure_peak=not opts["no_peak"],
+            gpus=opts["gpus"], node_rank=opts["node_rank"], rdzv_endpoint=opts["rdzv_endpoint"],
+            max_batch=_max_batch(opts, given), remote=_remote(given), rent=_rent(given),
+            dry_run=opts["dry_run"], format=given.get("format") or "table")
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """What can be judged before the device is known."""
+        v = self.values
+        if "compile" not in v["mode"] and set(v["compile_scope"]) != {"model"}:
+            raise UserError(f"--compile-scope {','.join(v['compile_scope'])} needs torch.compile; "
+                            "eager mode compiles nothing: add compile to --modes or drop "
+                            "--compile-scope")
+        if v["parallel"] == ("none",) and (v["nproc"] != 1 or v["nnodes"] != 1):
+            raise UserError(f"--nproc {v['nproc']} --nnodes {v['nnodes']} needs a way to spread "
+                            "the step: add --parallel ddp or --parallel fsdp2")
+        nnodes, rank = v["nnodes"], self.node_rank
+        if nnodes > 1 and (rank is None or not self.rdzv_endpoint):
+            raise UserError(f"--nnodes {nnodes} needs --node-rank (0 on the host given as the "
+                            "endpoint) and --rdzv-endpoint HOST:PORT of node 0, on every host")
+        if nnodes > 1 and not 0 <= rank < nnodes:
+            raise UserError(f"--node-rank must be from 0 to {nnodes - 1}, got {rank}")
+        if nnodes == 1 and rank not in (None, 0):
+            raise UserError("--node-rank needs --nnodes 2 or more")
+        if self.remote_run and (self.gpus is not None or v["nproc"] != 1 or nnodes != 1
+                                or v["parallel"] != ("none",)):
+            raise UserError("--host and --rent run one setup at a time on each machine's first "
+                            "GPU; drop --gpus, --nproc, --nnodes and --parallel, or run "
+                            "stepbench on the machine itself")
+        if self.max_batch is not None and self.remote_run:
+            raise UserError("--max-batch runs its probes on this machine; drop --host, "
+                            "--hosts-file and --rent, or run `stepbench run --max-batch` on the "
+                            "host itself")
+
+
+def _axis_value(a: Axis, raw, command: str):
+    """An axis's value from a flag's or plan's raw value (None: its default); a matrix axis of
+    `run` is a tuple, the rest one value."""
+    if raw is None:
+        if a.default is None or isinstance(a.default, dict):
+            return None             # the device decides (model, seq), or none (memory limit)
+        value = a.default_for("cuda")
+        return value if command == RUN or not isinstance(value, tuple) else value[0]
+    if a.many and command == RUN:
+        return a.parse(raw)
+    if isinstance(raw, str) and a.kind is not str:
+        return a.parse(raw)[0]
+    return a.check(float(raw) if a.kind is float and isinstance(raw, int) else raw)
+
+
+def _options(given: dict, command: str) -> dict:
+    opts = {}
+    for o in OPTIONS:
+        if command in o.defaults:
+            value = given.get(o.key)
+            opts[o.key] = o.check(o.defaults[command] if value is None else value)
+    if opts.get("device") not in DEVICE_CHOICES:
+        raise UserError(f"unknown device {opts.get('device')!r}; choose one of: "
+                        + ", ".join(DEVICE_CHOICES))
+    return opts
+
+
+def _path(value) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _max_batch(opts: dict, given: dict) -> MaxBatchOptions | None:
+    named = [option(k).flag for k in MAX_BATCH_KEYS if given.get(k) is not None]
+    if not opts["max_batch"]:
+        if named:
+            raise UserError(f"{named[0]} sets up the batch search; add --max-batch (or drop it)")
+        return None
+    margin = opts["memory_margin"]
+    if not 0 <= margin < 100:
+        raise UserError(f"--memory-margin is a percentage from 0 to 99, got {margin:g}")
+    return MaxBatchOptions(probe_steps=opts["probe_steps"], limit=opts["max_batch_limit"],
+                           margin=margin / 100)
+
+
+def _remote(given: dict) -> Remote:
+    hosts = list(given.get("host") or [])
+    if given.get("hosts_file"):
+        hosts += read_hosts_file(Path(given["hosts_file"]))
+    seen = set()
+    for name in hosts:
+        if name in seen:
+            raise UserError(f"host {name!r} is given twice; name each host once")
+        seen.add(name)
+    config = given.get("ssh_config")
+    if config is not None and not Path(config).is_file():
+        raise UserError(f"SSH config {config} not found; pass the file that defines your host "
+                        "aliases (default ~/.ssh/config)")
+    return Remote(hosts=tuple(hosts), ssh_config=_path(config),
+                  python=given.get("remote_python") or "python3",
+                  setup=given.get("remote_setup"),
+                  dir=given.get("remote_dir") or ".cache/stepbench")
+
+
+def read_hosts_file(path: Path) -> list[str]:
+    """One host a line (alias or user@host[:port]); blank lines and # comments are skipped."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read hosts file {path} ({getattr(exc, 'strerror', None) or exc}); "
+                        "pass a text file with one host a line") from None
+    hosts = [h for h in (line.split("#", 1)[0].strip() for line in lines) if h]
+    if not hosts:
+        raise UserError(f"hosts file {path} names no host; write one alias or user@host[:port] "
+                        "a line")
+    return hosts
+
+
+def _rent(given: dict) -> Rent:
+    rent = Rent(specs=tuple(given.get("rent") or ()), key=given.get("rent_key"),
+                timeout_s=given.get("rent_timeout") or Rent.timeout_s,
+                max_minutes=given.get("rent_max_minutes") or Rent.max_minutes,
+                template=given.get("rent_template"))
+    if not 5 <= rent.max_minutes <= 10080:
+        raise UserError(f"--rent-max-minutes must be from 5 to 10080, got {rent.max_minutes}")
+    if rent.timeout_s <= 0:
+        raise UserError(f"--rent-timeout must be > 0 seconds, got {rent.timeout_s:g}")
+    return rent
+
+
+# ---------------------------------------------------------------- tune
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """Everything `stepbench tune` was asked for, checked. `values`: the axes it does not
+    search, one value each (None where the device decides); `space`: the searched axes the
+    flags narrowed, axis name -> values (the others: every value this machine runs)."""
+
+    values: Mapping[str, Any]
+    space: Mapping[str, tuple]
+    budget_s: float
+    objective: str = "tokens"
+    device: str = "auto"
+    repeats: int = 3
+    timeout_s: float | None = None
+    compile_cache: Path | None = None
+    out: Path = Path(DEFAULT_TUNE_OUT)
+    format: str = "table"
+
+    @classmethod
+    def build(cls, flags: Mapping[str, Any]) -> "TuneSettings":
+        given = {k: v for k, v in flags.items() if v is not None}
+        values, space = {}, {}
+        for a in AXES:
+            if a.tune in SEARCHED:
+                if given.get(a.key) is not None:
+                    space[a.name] = a.parse(given[a.key])
+            elif a.name != "device":
+                values[a.name] = _axis_value(a, given.get(a.key), TUNE)
+        values["device"] = None
+        opts = _options(given, TUNE)
+        objective = given.get("objective") or "tokens"
+        if objective == "fit" and values.get("memory_limit_gb") is None:
+            raise UserError("--objective fit needs --memory-limit-gb N, the memory the step must "
+                            "fit in")
+        return cls(values=_frozen(values), space=_frozen(space),
+                   budget_s=parse_budget(given.get("budget")), objective=objective,
+                   device=opts["device"], repeats=opts["repeats"], timeout_s=opts["timeout"],
+                   compile_cache=_path(opts["compile_cache"]), out=Path(opts["out"]),
+                   format=given.get("format") or "table")
+
+    def resolved(self, device: str) -> "TuneSettings":
+        values = dict(self.values, device=device)
+        for a in AXES:
+            if a.name in values and values[a.name] is None and not a.optional:
+                default = a.default_for(device)
+                values[a.name] = default[0] if isinstance(default, tuple) else default
+        timeout = self.timeout_s if self.timeout_s is not None else TIMEOUT_S[device]
+        return dataclasses.replace(self, values=_frozen(values), device=device, timeout_s=timeout)
+
+
+SEARCHED = ("screen", "option", "memory")     # Axis.tune values of the axes tune searches
+
+
+def parse_budget(text) -> float:
+    """Seconds in "20m", "90s", "1h30m" or a plain number of seconds."""
+    match = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*",
+                         str(text))
+    if text is None or not match or not any(match.groups()):
+        raise UserError(f"--budget takes a duration like 20m, 90s or 1h30m, got {text!r}")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise UserError(f"--budget must be more than 0 seconds, got {text!r}")
+    return total
