@@ -137,14 +137,15 @@ def compile_model(model: torch.nn.Module, setup: Setup):
     mode = None if setup.compile_mode == "default" else setup.compile_mode
     if setup.compile_scope == "model":
         return torch.compile(model, mode=mode)
-    for layer in decoder_layers(model):
+    for layer in decoder_layers(model, "--compile-scope layer"):
         layer.compile(mode=mode)
     return model
 
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+def decoder_layers(model: torch.nn.Module, needed_by: str) -> torch.nn.ModuleList:
     """The model's stack of decoder layers: `<base model>.layers` (llama, qwen, mistral...), else
-    the first ModuleList of the classes transformers keeps whole (`_no_split_modules`)."""
+    the first ModuleList of the classes transformers keeps whole (`_no_split_modules`; GPT-2's
+    `transformer.h`). `needed_by` names the option that asked, for the Unsupported reason."""
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
     layers = getattr(base, "layers", None)
     if isinstance(layers, torch.nn.ModuleList) and len(layers):
@@ -154,7 +155,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
         if (isinstance(module, torch.nn.ModuleList) and len(module)
                 and type(module[0]).__name__ in whole):
             return module
-    raise Unsupported(f"--compile-scope layer: no stack of decoder layers found in "
+    raise Unsupported(f"{needed_by}: no stack of decoder layers found in "
                       f"{type(model).__name__}")
 
 
