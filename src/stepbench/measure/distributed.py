@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from stepbench.process import die_with_parent
 
 RANK_DIR_ENV = "STEPBENCH_RANK_DIR"
 # Testing aid: "RANK:KIND:PHASE" makes rank RANK fail when it enters PHASE (a protocol phase such
@@ -148,16 +149,6 @@ class Quiet:
         self.measured["phase"] = phase
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when torchrun, its parent, dies (even by SIGKILL)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _fault(rank_: int, phase: str) -> None:
     spec = os.environ.get(FAULT_ENV, "")
     if not spec:
@@ -175,7 +166,7 @@ def _fault(rank_: int, phase: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _die_with_parent()
+    die_with_parent()   # torchrun is the parent
     from stepbench.measure import worker
     from stepbench.setup import Setup
 
