@@ -29,10 +29,6 @@ from pathlib import Path
 from stepbench.process import die_with_parent
 
 RANK_DIR_ENV = "STEPBENCH_RANK_DIR"
-# Testing aid: "RANK:KIND:PHASE" makes rank RANK fail when it enters PHASE (a protocol phase such
-# as "warmup", or "start"): KIND "raise" raises RuntimeError, "crash" exits with code 3 without a
-# word, "hang" sleeps forever. Used by the tests to check that a job is torn down whole.
-FAULT_ENV = "STEPBENCH_FAULT"
 
 
 # ---------------------------------------------------------------- what ranks tell each other
@@ -149,20 +145,10 @@ class Quiet:
         self.measured["phase"] = phase
 
 
-def _fault(rank_: int, phase: str) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
-    if not spec:
-        return
-    target, kind, at = (spec.split(":") + ["", "", ""])[:3]
-    if str(rank_) != target or (at or "start") != phase:
-        return
-    if kind == "raise":
-        raise RuntimeError(f"fault injected by {FAULT_ENV} on rank {rank_} in phase {phase}")
-    if kind == "crash":
-        os._exit(3)
-    if kind == "hang":
-        while True:
-            time.sleep(60)
+def enter_phase(state: RankState, phase: str, *args) -> None:
+    """Write the phase this rank enters into its state file, where the parent reads which rank
+    was behind at a timeout, or in which phase a rank failed."""
+    state.write(phase=phase, args=list(args))
 
 
 def main(argv: list[str]) -> int:
@@ -181,8 +167,7 @@ def main(argv: list[str]) -> int:
     state.write()
 
     def progress(phase: str, *args, **info) -> None:
-        state.write(phase=phase, args=list(args))
-        _fault(global_rank, phase)
+        enter_phase(state, phase, *args)
         if phase == "timed":
             # All ranks start their timed window together, so that no rank's first timed step
             # includes waiting for a rank still in its warm-up.
@@ -212,7 +197,6 @@ def main(argv: list[str]) -> int:
             dist.init_process_group("gloo")
         channel.send("start", machine=machine.machine_info(setup.device, local_rank),
                      software=machine.software_info())
-        _fault(global_rank, "start")
         phases.lap("device_init")       # with the process group's rendezvous
         peak = worker.matmul_peak(setup, channel, local_rank) if job.get("measure_peak") else None
         phases.lap("peak")
@@ -247,4 +231,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Run as the imported module, not as this `__main__` copy of it, so that the process has one
+    # set of these functions: what wraps the module's functions as it is imported (the tests'
+    # fault hook, tests/hooks) wraps the ones that run.
+    from stepbench.measure import distributed
+
+    sys.exit(distributed.main(sys.argv[1:]))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 
 import torch
 
@@ -29,9 +28,6 @@ FLOAT8_MIN_CAPABILITY = (8, 9)
 FLASH_PACKAGES = {"flash_attention_2": ("flash_attn", "flash-attn"),
                   "flash_attention_3": ("flash_attn_interface", "flash-attn 3 (built from "
                                         "flash-attention's hopper/ folder)")}
-# Test-only: the name of a setup (Setup.name) whose weights are spoiled after the build, so that
-# its loss departs from its peers'; tests use it to show the loss guard at work.
-DIVERGE_ENV = "STEPBENCH_TEST_DIVERGE"
 
 
 class Unsupported(NotImplementedError):
@@ -82,9 +78,6 @@ def apply_options(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
     if setup.checkpointing:
         # Non-reentrant: the variant torch recommends, and the one torch.compile traces.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if os.environ.get(DIVERGE_ENV) == setup.name:
-        with torch.no_grad():
-            model.get_output_embeddings().weight.mul_(64.0)
     return model
 
 
