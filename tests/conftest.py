@@ -44,7 +44,7 @@ SLOW_FILES = {
     "test_run.py": 200, "test_run_outcomes.py": 80, "test_axes.py": 80,
     "test_distributed.py": 65, "test_remote.py": 55, "test_remote_stops.py": 40,
     "test_runner.py": 20, "test_gpu_pool.py": 15, "test_plan.py": 12,
-    "test_max_batch.py": 70, "test_tune.py": 50, "test_rent.py": 30,
+    "test_max_batch.py": 70, "test_tune.py": 50, "test_rent.py": 30, "test_hooks.py": 10,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps.
 SMALL = ["--device", "cpu", "--seq", "64", "--warmup", "2", "--steps", "5"]
