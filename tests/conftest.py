@@ -3,6 +3,10 @@
 A cold torch.compile of the tiny model takes 20 to 70 s on 2 cores (more while the other worker
 is busy), so the suite compiles for real in two places only: test_run.py's matrix (cold, then warm
 from the same setup's cache) and test_axes.py's per-layer compile.
+
+Faults are the tests' own, not product code's: a test puts tests/hooks first on its children's
+PYTHONPATH (`with_hooks`) and sets DIVERGE_ENV or FAULT_ENV; tests/hooks/sitecustomize.py wraps
+stepbench's functions in those processes as they are imported.
 """
 
 import json
@@ -13,6 +17,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from hooks.stepbench_test_hooks import DIVERGE_ENV, FAULT_ENV  # noqa: F401 - for the tests
 
 # Two pytest workers share two cores (pyproject's addopts): one torch thread per process, so that
 # processes never wait on each other's spinning OpenMP threads (a 2-thread step on a core that
@@ -28,6 +34,7 @@ else:
     os.environ["STEPBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="stepbench-test-cache-")
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
+HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # The files that wait on real child processes, longest first (seconds on 2 busy cores, roughly).
 # pyproject's addopts hand whole files to the two workers in collection order
 # (--no-loadscope-reorder), so these start first and the many quick files fill in behind them;
@@ -37,7 +44,7 @@ SLOW_FILES = {
     "test_run.py": 200, "test_run_outcomes.py": 80, "test_axes.py": 80,
     "test_distributed.py": 65, "test_remote.py": 55, "test_remote_stops.py": 40,
     "test_runner.py": 20, "test_gpu_pool.py": 15, "test_plan.py": 12,
-    "test_max_batch.py": 70, "test_tune.py": 50, "test_rent.py": 30,
+    "test_max_batch.py": 70, "test_tune.py": 50, "test_rent.py": 30, "test_hooks.py": 10,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps.
 SMALL = ["--device", "cpu", "--seq", "64", "--warmup", "2", "--steps", "5"]
@@ -57,6 +64,13 @@ def run_cli(*args, timeout=900, check_json=False) -> subprocess.CompletedProcess
         assert proc.returncode == 0, proc.stderr
         proc.records = json.loads(proc.stdout)
     return proc
+
+
+def with_hooks(env) -> dict:
+    """`env` with tests/hooks first on PYTHONPATH (and src after it): a process started with it,
+    and every process beneath it, loads the tests' fault hooks (tests/hooks/sitecustomize.py)."""
+    path = [HOOKS, SRC, env.get("PYTHONPATH")]
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, path)))
 
 
 def wait_for(proc: subprocess.Popen, text: str) -> str:

@@ -6,22 +6,25 @@ through the runner that `stepbench run` uses: the eager reference, autocast-bf16
 activation checkpointing with foreach AdamW, one compiled setup (compile scope "layer"; the
 CUDA-graph modes need a GPU, see benchmarks/README.md section e), the values this machine
 cannot run (float8 here; liger-kernel and flash attention are refused by the same check, tested
-in this process), and one setup whose weights a test-only hook spoils, so that its loss departs.
+in this process), and one setup whose weights the tests' hook spoils (tests/hooks), so that its
+loss departs.
 """
 
 import json
+import os
 
 import pytest
 
 from stepbench.execute.executor import LocalProcess
 from stepbench.execute.runner import Runner
 from stepbench.guard import DEPARTS, OK, REFERENCE, departing, loss_verdicts
-from stepbench.measure.options import DIVERGE_ENV
 from stepbench.record import ResultsFile
 from stepbench.report.document import rows_document
 from stepbench.report.render import render
 from stepbench.report.rows import build_rows
 from stepbench.setup import Setup
+
+from conftest import DIVERGE_ENV, with_hooks
 
 BASE = dict(model="llama-tiny", device="cpu", batch=4, seq=32, warmup=1, steps=2)
 
@@ -57,6 +60,7 @@ def axes_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("axes") / "results.jsonl"
     executor = LocalProcess()
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", with_hooks(os.environ)["PYTHONPATH"])
         mp.setenv(DIVERGE_ENV, SPOILED.name)
         try:
             records = Runner(executor, ResultsFile(out)).run(RUNS + [UNSUPPORTED_RUN],
@@ -66,6 +70,7 @@ def axes_run(tmp_path_factory):
     return out, {r.setup: r for r in records}
 
 
+@pytest.mark.slow
 def test_each_value_runs_or_is_unsupported_with_its_reason(axes_run):
     _, by_setup = axes_run
     for s in RUNS:
@@ -92,6 +97,7 @@ def test_each_value_this_machine_cannot_run_is_refused_with_its_reason(s):
     assert UNSUPPORTED[s] in error and "use --device cuda" in error
 
 
+@pytest.mark.slow
 def test_the_same_weights_give_the_same_first_loss_whatever_the_options(axes_run):
     _, by_setup = axes_run
     first = [by_setup[s].loss_first for s in RUNS if s != SPOILED]
@@ -99,6 +105,7 @@ def test_the_same_weights_give_the_same_first_loss_whatever_the_options(axes_run
     assert by_setup[SPOILED].loss_first > 3 * first[0]
 
 
+@pytest.mark.slow
 def test_per_layer_compilation_compiles_the_layers(axes_run):
     _, by_setup = axes_run
     compiled = by_setup[RUNS[4]]
@@ -107,6 +114,7 @@ def test_per_layer_compilation_compiles_the_layers(axes_run):
     assert compiled.flop_counter_per_step, "the FLOP count runs the compiled layers eagerly"
 
 
+@pytest.mark.slow
 def test_new_fields_are_written_only_when_set(axes_run):
     out, _ = axes_run
     written = {json.dumps(r["setup"], sort_keys=True) for r in map(json.loads, out.read_text().splitlines())}
@@ -119,6 +127,7 @@ def test_new_fields_are_written_only_when_set(axes_run):
     assert {r.setup for r in ResultsFile(out).read()} == set(RUNS) | {UNSUPPORTED_RUN}
 
 
+@pytest.mark.slow
 def test_the_loss_guard_flags_the_spoiled_setup_and_passes_the_real_ones(axes_run):
     out, by_setup = axes_run
     records = ResultsFile(out).read()
@@ -140,6 +149,7 @@ def test_the_loss_guard_flags_the_spoiled_setup_and_passes_the_real_ones(axes_ru
                                     r.setup.dtype != "float8" else 5e-2) for r in records)
 
 
+@pytest.mark.slow
 def test_the_report_marks_the_departing_setup_and_never_calls_it_fastest(axes_run):
     out, by_setup = axes_run
     doc = rows_document(build_rows(ResultsFile(out).read(), {}))

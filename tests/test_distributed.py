@@ -17,12 +17,13 @@ import pytest
 
 from stepbench.cli import main
 
-from conftest import read_jsonl, run_cli
+from conftest import FAULT_ENV, read_jsonl, run_cli, with_hooks
 
 TINY = ["--device", "cpu", "--model", "llama-tiny", "--seq", "64", "--warmup", "1", "--steps", "2",
         "--modes", "eager", "--attn", "sdpa"]
 
 
+@pytest.mark.slow
 def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     proc = run_cli("run", *TINY, "--nproc", "2", "--parallel", "none,ddp,fsdp2", "--out", out,
@@ -78,26 +79,22 @@ def _leftovers(marker: str) -> list:
     return found
 
 
-def test_a_rank_that_raises_ends_its_job_names_the_rank_and_the_matrix_goes_on(tmp_path):
+@pytest.mark.slow
+def test_a_rank_that_raises_ends_its_job_names_the_rank_and_the_matrix_goes_on(tmp_path,
+                                                                              monkeypatch):
     out = tmp_path / "r.jsonl"
     # A seed no other test uses marks this run's processes (it is in every rank's command line);
     # drawn at random, so that a suite running beside this one (another checkout's) never shares it.
     seed = str(random.SystemRandom().randrange(10**6, 10**9))
-    env_before = os.environ.get("STEPBENCH_FAULT")
-    os.environ["STEPBENCH_FAULT"] = "1:raise:warmup"
-    try:
-        proc = run_cli("run", *TINY, "--seed", seed, "--nproc", "2", "--parallel", "ddp,none",
-                       "--out", out, timeout=300)
-    finally:
-        if env_before is None:
-            del os.environ["STEPBENCH_FAULT"]
-        else:
-            os.environ["STEPBENCH_FAULT"] = env_before
+    monkeypatch.setenv("PYTHONPATH", with_hooks(os.environ)["PYTHONPATH"])
+    monkeypatch.setenv(FAULT_ENV, "1:raise:warmup")
+    proc = run_cli("run", *TINY, "--seed", seed, "--nproc", "2", "--parallel", "ddp,none",
+                   "--out", out, timeout=300)
     assert proc.returncode == 0, proc.stderr
     failed, single = read_jsonl(out)
     assert failed["status"] == "error" and failed["phase"] == "warmup"
     assert failed["error"].startswith("rank 1 (")
-    assert "fault injected by STEPBENCH_FAULT on rank 1 in phase warmup" in failed["error"]
+    assert "fault injected by the tests on rank 1 in phase warmup" in failed["error"]
     assert "torchrun stopped the other ranks" in failed["error"]
     # The error ends with the failing rank's own traceback, not torchrun's summary.
     assert failed["error"].rstrip().endswith("in phase warmup")

@@ -23,6 +23,8 @@ from stepbench.search.tune import Tried, Tuner
 from stepbench.settings import parse_budget
 from stepbench.setup import Setup
 
+from conftest import DIVERGE_ENV, with_hooks
+
 # ---------------------------------------------------------------- a model of a GPU
 
 SPEED = {("eager", "sdpa"): 90e3, ("eager", "eager"): 60e3, ("eager", "flex_attention"): 30e3,
@@ -397,9 +399,10 @@ TUNE = ["tune", "--device", "cpu", "--model", "llama-tiny", "--seq", "32", "--ba
         "--budget", "60s", "--format", "json"]
 
 
+@pytest.mark.slow
 def test_a_real_tune_keeps_its_budget_skips_a_departing_setup_and_resumes(tmp_path):
     out = tmp_path / "tune.jsonl"
-    env = {**os.environ, "STEPBENCH_TEST_DIVERGE": "eager+eager"}
+    env = with_hooks({**os.environ, DIVERGE_ENV: "eager+eager"})
     command = [sys.executable, "-m", "stepbench", *TUNE, "--out", str(out)]
     # Interrupted once its first probe is stored, as Ctrl-C would.
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -16,7 +16,6 @@ gives its exit code (negative: the signal that killed it).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import selectors
@@ -25,9 +24,9 @@ import subprocess
 import sys
 
 from stepbench.execute.executor import WAKE_S, kill_group
+from stepbench.process import die_with_parent
 
 EXIT_EVENT = "exit"
-PR_SET_PDEATHSIG = 1
 
 
 def probe(device: str) -> dict:
@@ -64,7 +63,7 @@ def run(spec: dict) -> int:
     out = sys.stdout.buffer
     proc = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             env=env, cwd=spec.get("cwd"), start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=die_with_parent)
     try:
         _pass_through(proc, out)
     except (_Stop, BrokenPipeError):
@@ -102,14 +101,6 @@ def _pass_through(proc: subprocess.Popen, out) -> None:
                 return                  # exited; a grandchild may hold its stdout open
     finally:
         selector.close()
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when this process dies, even by SIGKILL (Linux)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def main(argv: list[str]) -> int:

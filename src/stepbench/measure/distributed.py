@@ -1,20 +1,13 @@
-"""A setup as one torchrun job: DDP or FSDP2 around the model, and the worker each rank runs.
+"""A setup as one torchrun job: the process each rank runs, and the job's record from them all.
 
 torchrun (`python -m torch.distributed.run`, started by execute/executor.py) runs
 `python -m stepbench.measure.distributed JOB` once per rank. Every rank builds the same model
-from the same seed, wraps it (`wrap`), trains its own tokens (global batch = per-rank batch x
-world size) and times its own steps with the loop every setup uses (measure/step.py). Afterwards
-every rank's numbers are gathered, and the first process of each node speaks the usual protocol
-(stepbench.protocol) to its parent: start, progress, then one result for the whole job (`combine`:
-the slowest rank's step time, global and per-GPU tokens/s, the largest peak memory, every rank's
-own numbers under `ranks`).
-
-The wrappers are the ones the field uses, set up as torchtitan does:
-- ddp: `DistributedDataParallel` around the model; compiled, torch.compile wraps the DDP module
-  (its DDPOptimizer splits the graph at gradient buckets so that all-reduce overlaps backward).
-- fsdp2: `fully_shard` on each decoder layer, then on the root (embeddings, final norm, output
-  layer: tied embeddings stay in one unit); compiled, each decoder layer is compiled on its own
-  before sharding, so FSDP2's hooks stay outside the compiled regions.
+from the same seed, wraps it for DDP or FSDP2 (measure/parallel.py), trains its own tokens
+(global batch = per-rank batch x world size) and times its own steps with the loop every setup
+uses (measure/step.py). Afterwards every rank's numbers are gathered, and the first process of
+each node speaks the usual protocol (stepbench.protocol) to its parent: start, progress, then one
+result for the whole job (`combine`: the slowest rank's step time, global and per-GPU tokens/s,
+the largest peak memory, every rank's own numbers under `ranks`).
 
 Failures: a rank that fails writes its status and error into its state file (STEPBENCH_RANK_DIR)
 and exits non-zero; torchrun then stops the other ranks, and the parent reads the state files to
@@ -27,73 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sys
 import time
 import traceback
 from pathlib import Path
 
+from stepbench.process import die_with_parent
+
 RANK_DIR_ENV = "STEPBENCH_RANK_DIR"
-# Testing aid: "RANK:KIND:PHASE" makes rank RANK fail when it enters PHASE (a protocol phase such
-# as "warmup", or "start"): KIND "raise" raises RuntimeError, "crash" exits with code 3 without a
-# word, "hang" sleeps forever. Used by the tests to check that a job is torn down whole.
-FAULT_ENV = "STEPBENCH_FAULT"
-
-
-def rank() -> int:
-    """This process's global rank; 0 outside a distributed job."""
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-# ---------------------------------------------------------------- the wrappers
-
-def wrap(setup, model):
-    """Wrap `model` for `setup.parallel` and return the callable a step runs.
-
-    FSDP2 shards `model` in place (its parameters become DTensors), so the optimizer must be
-    made from `model.parameters()` after this call.
-    """
-    import torch
-
-    compile_kwargs = {"mode": None if setup.compile_mode == "default" else setup.compile_mode}
-    compiled = setup.mode == "compile"
-    if setup.parallel == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [torch.cuda.current_device()] if setup.device == "cuda" else None
-        ddp = DistributedDataParallel(model, device_ids=ids)
-        return torch.compile(ddp, **compile_kwargs) if compiled else ddp
-    if setup.parallel == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
-
-        layers = decoder_layers(model)
-        for i, layer in enumerate(layers):
-            if compiled:
-                layer = torch.compile(layer, **compile_kwargs)
-                layers[i] = layer
-            fully_shard(layer)
-        fully_shard(model)
-        return model
-    raise ValueError(f"unknown parallel style {setup.parallel!r}")
-
-
-def decoder_layers(model):
-    """The model's stack of decoder layers: the longest nn.ModuleList whose items are all of one
-    class (`model.model.layers` in Llama, Qwen and Mistral, `transformer.h` in GPT-2)."""
-    import torch
-
-    best = None
-    for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) and \
-                len({type(m) for m in module}) == 1 and (best is None or len(module) > len(best)):
-            best = module
-    if best is None:
-        raise NotImplementedError(f"fsdp2 is not supported for {type(model).__name__}: no list of "
-                                  "decoder layers found to shard one by one")
-    return best
 
 
 # ---------------------------------------------------------------- what ranks tell each other
@@ -210,34 +145,14 @@ class Quiet:
         self.measured["phase"] = phase
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when torchrun, its parent, dies (even by SIGKILL)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _fault(rank_: int, phase: str) -> None:
-    spec = os.environ.get(FAULT_ENV, "")
-    if not spec:
-        return
-    target, kind, at = (spec.split(":") + ["", "", ""])[:3]
-    if str(rank_) != target or (at or "start") != phase:
-        return
-    if kind == "raise":
-        raise RuntimeError(f"fault injected by {FAULT_ENV} on rank {rank_} in phase {phase}")
-    if kind == "crash":
-        os._exit(3)
-    if kind == "hang":
-        while True:
-            time.sleep(60)
+def enter_phase(state: RankState, phase: str, *args) -> None:
+    """Write the phase this rank enters into its state file, where the parent reads which rank
+    was behind at a timeout, or in which phase a rank failed."""
+    state.write(phase=phase, args=list(args))
 
 
 def main(argv: list[str]) -> int:
-    _die_with_parent()
+    die_with_parent()   # torchrun is the parent
     from stepbench.measure import worker
     from stepbench.setup import Setup
 
@@ -252,8 +167,7 @@ def main(argv: list[str]) -> int:
     state.write()
 
     def progress(phase: str, *args, **info) -> None:
-        state.write(phase=phase, args=list(args))
-        _fault(global_rank, phase)
+        enter_phase(state, phase, *args)
         if phase == "timed":
             # All ranks start their timed window together, so that no rank's first timed step
             # includes waiting for a rank still in its warm-up.
@@ -283,7 +197,6 @@ def main(argv: list[str]) -> int:
             dist.init_process_group("gloo")
         channel.send("start", machine=machine.machine_info(setup.device, local_rank),
                      software=machine.software_info())
-        _fault(global_rank, "start")
         phases.lap("device_init")       # with the process group's rendezvous
         peak = worker.matmul_peak(setup, channel, local_rank) if job.get("measure_peak") else None
         phases.lap("peak")
@@ -318,4 +231,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Run as the imported module, not as this `__main__` copy of it, so that the process has one
+    # set of these functions: what wraps the module's functions as it is imported (the tests'
+    # fault hook, tests/hooks) wraps the ones that run.
+    from stepbench.measure import distributed
+
+    sys.exit(distributed.main(sys.argv[1:]))

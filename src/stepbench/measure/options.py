@@ -12,7 +12,6 @@ already classifies so).
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 
@@ -23,9 +22,6 @@ from stepbench.setup import Setup
 # weights; float8 keeps bf16 weights and casts to float8 inside each converted linear layer.
 WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
                  "autocast-bf16": torch.float32, "float8": torch.bfloat16}
-# Test-only: the name of a setup (Setup.name) whose weights are spoiled after the build, so that
-# its loss departs from its peers'; tests use it to show the loss guard at work.
-DIVERGE_ENV = "STEPBENCH_TEST_DIVERGE"
 
 
 class Unsupported(NotImplementedError):
@@ -56,9 +52,6 @@ def apply_options(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
     if setup.checkpointing:
         # Non-reentrant: the variant torch recommends, and the one torch.compile traces.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if os.environ.get(DIVERGE_ENV) == setup.name:
-        with torch.no_grad():
-            model.get_output_embeddings().weight.mul_(64.0)
     return model
 
 
@@ -111,14 +104,15 @@ def compile_model(model: torch.nn.Module, setup: Setup):
     mode = None if setup.compile_mode == "default" else setup.compile_mode
     if setup.compile_scope == "model":
         return torch.compile(model, mode=mode)
-    for layer in decoder_layers(model):
+    for layer in decoder_layers(model, "--compile-scope layer"):
         layer.compile(mode=mode)
     return model
 
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+def decoder_layers(model: torch.nn.Module, needed_by: str) -> torch.nn.ModuleList:
     """The model's stack of decoder layers: `<base model>.layers` (llama, qwen, mistral...), else
-    the first ModuleList of the classes transformers keeps whole (`_no_split_modules`)."""
+    the first ModuleList of the classes transformers keeps whole (`_no_split_modules`; GPT-2's
+    `transformer.h`). `needed_by` names the option that asked, for the Unsupported reason."""
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
     layers = getattr(base, "layers", None)
     if isinstance(layers, torch.nn.ModuleList) and len(layers):
@@ -128,7 +122,7 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
         if (isinstance(module, torch.nn.ModuleList) and len(module)
                 and type(module[0]).__name__ in whole):
             return module
-    raise Unsupported(f"--compile-scope layer: no stack of decoder layers found in "
+    raise Unsupported(f"{needed_by}: no stack of decoder layers found in "
                       f"{type(model).__name__}")
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from stepbench.measure import compile_info, distributed, flops, machine, options, telemetry
+from stepbench.measure import compile_info, flops, machine, options, parallel, telemetry
 from stepbench.measure.cache import JsonCache, positive_number
 from stepbench.measure.models import build_model, config_dict, synthetic_batch
 from stepbench.measure.phases import Phases
@@ -118,13 +118,13 @@ def build(setup: Setup, device: torch.device):
     model.train()
     if setup.distributed:
         # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
-        forward = distributed.wrap(setup, model)
+        forward = parallel.wrap(setup, model)
     else:
         forward = options.compile_model(model, setup)
     optimizer = options.make_optimizer(model, setup)
     # Data parallel: every rank trains its own tokens; rank 0 the same as a single process.
     tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq,
-                             setup.seed + distributed.rank(), setup.device)
+                             setup.seed + parallel.rank(), setup.device)
     cudagraphs = setup.uses_cudagraphs
 
     def step() -> torch.Tensor:
