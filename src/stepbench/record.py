@@ -160,7 +160,11 @@ class Record:
     @classmethod
     def from_dict(cls, data: dict) -> "Record":
         """A Record from its JSON object; missing fields take their defaults, unknown ones
-        (written by a newer stepbench) are left out."""
+        (written by a newer stepbench) are left out. Without a field that has no default it
+        raises ValueError naming the field(s), e.g. "missing field 'repeat'"."""
+        problem = missing_fields(data)
+        if problem:
+            raise ValueError(problem)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["setup"] = Setup.from_dict(data["setup"])
@@ -174,6 +178,23 @@ MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
                                           "started_at", "finished_at", "wall_s", "host", "rental",
                                           "machine", "software", "placement", "search",
                                           "schema"))
+
+
+def missing_fields(data: dict) -> str | None:
+    """"missing field 'repeat'" (or "missing fields 'repeat', 'setup.model'") for the fields a
+    record object lacks that have no default; None when it has them all."""
+    missing = _required(Record, data, "")
+    if isinstance(data.get("setup"), dict):
+        missing += _required(Setup, data["setup"], "setup.")
+    if not missing:
+        return None
+    return f"missing field{'s' if len(missing) > 1 else ''} " + ", ".join(map(repr, missing))
+
+
+def _required(cls, data: dict, prefix: str) -> list[str]:
+    return [prefix + f.name for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            and f.name not in data]
 
 
 def resume_key(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> str:
@@ -261,6 +282,9 @@ def _parse(line: str, where: str, warn) -> Record | None:
 
 
 def _problem(data: dict) -> str | None:
+    missing = missing_fields(data)
+    if missing:
+        return missing
     setup, machine = data["setup"], data.get("machine")
     if not all(isinstance(setup.get(k), str) and setup.get(k) for k in ("model", "mode", "attn")):
         return "no setup model, mode and attn"
