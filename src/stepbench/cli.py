@@ -1,9 +1,9 @@
 """Command line: every command's flags; each handler parses, builds, calls and prints.
 
-A UserError becomes one line on stderr and exit code 2; Ctrl-C exits 130, SIGTERM and SIGHUP
-128 + their number, after the running setups were stopped. Every other exception is a bug and
-keeps its traceback. Heavy modules (torch, the report) are imported inside the handlers, so
-`--help` and `report` start fast.
+A UserError becomes one line on stderr and exit code 2 (or its own `exit_code`: 1 for a results
+file that could not be written); Ctrl-C exits 130, SIGTERM and SIGHUP 128 + their number, after
+the running setups were stopped. Every other exception is a bug and keeps its traceback. Heavy
+modules (torch, the report) are imported inside the handlers, so `--help` and `report` start fast.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except UserError as exc:
         print(f"stepbench {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return getattr(exc, "exit_code", EXIT_USER_ERROR)
     except Stopped as exc:
         print(f"stepbench {args.command}: stopped by {exc}", file=sys.stderr)
         return 128 + exc.signum
