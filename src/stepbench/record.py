@@ -3,14 +3,20 @@
 Field meanings are in docs/results-schema.md (a test checks the document against this type).
 A record is written once, by the runner, from what the setup's process sent; it is read back by
 resume and by the report. Records are appended, flushed and fsynced as each setup ends, so a crash
-of the parent never loses a finished setup. Reading is forgiving: a truncated or garbled line is
-reported with its file and line number and skipped; a field that an older stepbench did not
-write reads as its default.
+of the parent never loses a finished setup. An append never damages the file: it starts on a
+fresh line (after a cut-off last line too), holds an exclusive flock that every stepbench process
+appending to the file takes, and when a write fails part-way (full disk, quota, file size limit,
+I/O error) it cuts the file back to its size before and raises ResultsFileError. Reading takes a
+shared flock, so it never sees half of another process's line, and is forgiving: a truncated or
+garbled line is reported with its file and line number and skipped; a field that an older
+stepbench did not write reads as its default.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
 import json
 import os
 import threading
@@ -160,7 +166,11 @@ class Record:
     @classmethod
     def from_dict(cls, data: dict) -> "Record":
         """A Record from its JSON object; missing fields take their defaults, unknown ones
-        (written by a newer stepbench) are left out."""
+        (written by a newer stepbench) are left out. Without a field that has no default it
+        raises ValueError naming the field(s), e.g. "missing field 'repeat'"."""
+        problem = missing_fields(data)
+        if problem:
+            raise ValueError(problem)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["setup"] = Setup.from_dict(data["setup"])
@@ -176,6 +186,23 @@ MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
                                           "schema"))
 
 
+def missing_fields(data: dict) -> str | None:
+    """"missing field 'repeat'" (or "missing fields 'repeat', 'setup.model'") for the fields a
+    record object lacks that have no default; None when it has them all."""
+    missing = _required(Record, data, "")
+    if isinstance(data.get("setup"), dict):
+        missing += _required(Setup, data["setup"], "setup.")
+    if not missing:
+        return None
+    return f"missing field{'s' if len(missing) > 1 else ''} " + ", ".join(map(repr, missing))
+
+
+def _required(cls, data: dict, prefix: str) -> list[str]:
+    return [prefix + f.name for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            and f.name not in data]
+
+
 def resume_key(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> str:
     # Without a host the key is what it always was, so old results files resume unchanged.
     return json.dumps([setup.key(), repeat, gpu] + ([host] if host is not None else []))
@@ -183,33 +210,111 @@ def resume_key(setup: Setup, repeat: int, gpu: str | None, host: str | None = No
 
 # One lock for every ResultsFile of this process: setups of several hosts finish in their own
 # threads, and a record must be appended whole, never interleaved with another or read half-way.
+# (flock, taken as well, excludes other processes; this lock keeps the threads of one process in
+# order without relying on flock's per-open-file semantics.)
 _FILE_LOCK = threading.Lock()
+
+# What to do about a failed append, by errno; the message says the file is as it was before.
+_FIXES = {
+    errno.ENOSPC: "free space on its disk",
+    errno.EDQUOT: "free space or raise your disk quota",
+    errno.EFBIG: "raise the file size limit (ulimit -f) or pass another --out",
+    errno.EROFS: "pass an --out on a writable filesystem",
+    errno.EIO: "check its disk",
+}
+
+
+class ResultsFileError(UserError):
+    """The results file could not be appended to. Exit code 1, not a user error's 2: the
+    command was fine, its results could not be kept."""
+
+    exit_code = 1
 
 
 # ---------------------------------------------------------------- the JSON Lines store
 
 class ResultsFile:
-    """One results file: append-only writes, forgiving reads."""
+    """One results file: append-only writes that never damage it, forgiving reads."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
 
     def check_writable(self) -> "ResultsFile":
-        """Fail before anything runs, with the fix, when the file cannot be appended to."""
+        """Fail before anything runs, with the fix, when the file cannot be appended to (opened
+        and locked as append does)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a"):
-                pass
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            finally:
+                os.close(fd)    # closing releases the lock
         except OSError as exc:
-            raise UserError(f"cannot write results to {self.path} ({exc.strerror}); pass a writable "
-                            "--out path") from None
+            raise UserError(f"cannot write results to {self.path} ({exc.strerror}); pass a "
+                            "writable --out path") from None
         return self
 
+    def _open(self) -> int:
+        # Read as well as append: append looks at the last byte before it writes.
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+
     def append(self, record: Record) -> None:
-        with _FILE_LOCK, open(self.path, "a") as f:
-            f.write(json.dumps(record.to_dict()) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append `record` as one line, fsynced. On any OSError the file is cut back to what it
+        held before and ResultsFileError says why.
+
+        A write past RLIMIT_FSIZE raises EFBIG here rather than killing the process with
+        SIGXFSZ: CPython ignores SIGXFSZ from start-up (as it does SIGPIPE; subprocess restores
+        the default in children), so nothing here touches signal handlers, which slot threads
+        could not do anyway."""
+        line = (json.dumps(record.to_dict()) + "\n").encode("utf-8")
+        with _FILE_LOCK:
+            try:
+                fd = self._open()
+            except OSError as exc:
+                raise self._error(exc, "") from None
+            try:
+                self._append_locked(fd, line)
+            finally:
+                os.close(fd)
+
+    def _append_locked(self, fd: int, line: bytes) -> None:
+        try:
+            # Every stepbench process appending to this file takes this lock: no interleaving,
+            # and the size and last byte below stay true until the line is written.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size_bytes = os.fstat(fd).st_size
+        except OSError as exc:
+            raise self._error(exc, "") from None
+        try:
+            # A cut-off last line (a crash or a full disk under an older stepbench) keeps its
+            # place; the new record starts on a line of its own instead of finishing that one.
+            if size_bytes and os.pread(fd, 1, size_bytes - 1) != b"\n":
+                line = b"\n" + line
+            _write_all(fd, line)
+            os.fsync(fd)
+        except OSError as exc:
+            raise self._error(exc, self._roll_back(fd, size_bytes)) from None
+
+    @staticmethod
+    def _roll_back(fd: int, size_bytes: int) -> str:
+        """Cut off what a failed append wrote; '' when done, else why it could not be."""
+        try:
+            os.ftruncate(fd, size_bytes)
+            return ""
+        except OSError as exc:
+            return exc.strerror or str(exc)
+
+    def _error(self, exc: OSError, roll_back_failed: str) -> ResultsFileError:
+        cause = exc.strerror or str(exc)
+        fix = _FIXES.get(exc.errno, "fix that")
+        if roll_back_failed:
+            return ResultsFileError(
+                f"cannot append to {self.path}: {cause}, and cutting off the half-written record "
+                f"failed too ({roll_back_failed}); its last line is broken and reading skips it; "
+                f"{fix} and run the same command again to resume")
+        return ResultsFileError(
+            f"cannot append to {self.path}: {cause} (the file is as it was before this record; "
+            f"{fix} and run the same command again to resume)")
 
     def read(self, warn: Callable[[str], None] | None = None) -> list[Record]:
         """Every record, in file order; bad lines and unknown schema versions are warned about
@@ -220,6 +325,7 @@ class ResultsFile:
         records = []
         # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
         with _FILE_LOCK, open(self.path, encoding="utf-8", errors="replace") as f:
+            _shared_lock(f.fileno())
             for number, line in enumerate(f, 1):
                 if line.strip():
                     record = _parse(line, f"{self.path}:{number}", warn)
@@ -234,6 +340,21 @@ class ResultsFile:
         for record in self.read(warn):
             by_key[record.resume_key()] = record
         return list(by_key.values())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # os.write may write part of it (a signal, a disk filling up); the next call raises the error.
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _shared_lock(fd: int) -> None:
+    """Wait out an append of another process, so that no half line is read. A filesystem
+    without flock is read unlocked: a half line would be skipped with a warning."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        pass
 
 
 def _parse(line: str, where: str, warn) -> Record | None:
@@ -261,6 +382,9 @@ def _parse(line: str, where: str, warn) -> Record | None:
 
 
 def _problem(data: dict) -> str | None:
+    missing = missing_fields(data)
+    if missing:
+        return missing
     setup, machine = data["setup"], data.get("machine")
     if not all(isinstance(setup.get(k), str) and setup.get(k) for k in ("model", "mode", "attn")):
         return "no setup model, mode and attn"

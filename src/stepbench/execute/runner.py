@@ -4,7 +4,9 @@ For each setup and repeat the runner looks for a record already in the results f
 same setup, repeat and GPU), else hands a job to the executor, one job in flight per slot, turns
 the outcome into a Record (the one place a Record is made from a run) and appends it before the
 slot takes its next job. Ctrl-C, SIGTERM and SIGHUP stop every job in flight; the setups that
-finished are already in the file.
+finished are already in the file. So does a slot whose thread fails (a results file that cannot
+be appended to, record.ResultsFileError, or a bug): no job starts after it, the others are killed
+and its exception is raised.
 
 With several slots (a pool of GPUs), jobs start in order of expected length, longest first
 (`expected_cost`), each as soon as the slots it needs are free; a job that needs more slots than
@@ -16,7 +18,7 @@ from __future__ import annotations
 import secrets
 import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -115,6 +117,9 @@ class Runner:
                     self.store.append(record)
                     records[index] = record
                 call.display.finish(job, record)
+            except BaseException:
+                slots.close()   # start nothing more; the main thread stops the rest
+                raise
             finally:
                 slots.release(slot)
 
@@ -125,15 +130,20 @@ class Runner:
             for index, job in todo:
                 slot = slots.acquire(min(self.executor.slots_needed(job.setup),
                                          len(self.executor.slots)))
+                if slot is None:
+                    break       # a slot's thread failed
                 futures.append(pool.submit(one, index, job, slot))
-            wait(futures)
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                if future.done() and future.exception() is not None:
+                    # The slot's error (a results file that cannot be written) or bug, with its
+                    # traceback; the jobs still in flight are stopped below.
+                    future.result()
         except BaseException:
             self.executor.stop()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
-        for future in futures:
-            future.result()     # a bug in a slot's thread surfaces here, with its traceback
 
     def _where(self, job: Job, slot: str) -> str | None:
         """'GPU 1', 'GPUs 0,1' where a pool was given; None otherwise."""
@@ -152,17 +162,21 @@ class _Call:
 
 
 class SlotPool:
-    """The free slots; `acquire(n)` blocks until n are free and takes them (as "0,1")."""
+    """The free slots; `acquire(n)` blocks until n are free and takes them (as "0,1"), or returns
+    None once the pool is closed."""
 
     def __init__(self, slots: list[str]):
         self.order = list(slots)
         self.free = set(slots)
         self.cond = threading.Condition()
+        self.closed = False
 
-    def acquire(self, n: int) -> str:
+    def acquire(self, n: int) -> str | None:
         with self.cond:
-            while len(self.free) < n:
+            while len(self.free) < n and not self.closed:
                 self.cond.wait(timeout=1.0)   # wakes for Ctrl-C and signals in the main thread
+            if self.closed:
+                return None
             taken = [s for s in self.order if s in self.free][:n]
             self.free.difference_update(taken)
             return ",".join(taken)
@@ -170,6 +184,11 @@ class SlotPool:
     def release(self, slot: str) -> None:
         with self.cond:
             self.free.update(slot.split(","))
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
             self.cond.notify_all()
 
 

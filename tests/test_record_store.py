@@ -1,0 +1,335 @@
+"""The results file is never damaged and never damages a record (record.ResultsFile).
+
+Failures are real, not mocked: a full tmpfs in a mount namespace of its own (`unshare -rm`), a
+write past RLIMIT_FSIZE in a child process, two processes appending at once, and the CLI stopped
+by a results file that cannot take the next record.
+"""
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepbench.record import Machine, Record, ResultsFile
+from stepbench.setup import Setup
+
+from conftest import SRC
+
+ENV = dict(os.environ,
+           PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+           PYTHONDONTWRITEBYTECODE="1")   # no .pyc writes under a file size limit
+
+
+def a_record(batch: int = 1, run_id: str = "r1", error_chars: int = 0) -> Record:
+    setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=batch, seq=64, device="cpu")
+    return Record(run_id=run_id, repeat=0, setup=setup, status="ok" if not error_chars else "error",
+                  error="x" * error_chars or None, step_ms=10.0 * batch,
+                  machine=Machine(gpu="cpu", hostname="test"))
+
+
+def line_of(record: Record) -> bytes:
+    return (json.dumps(record.to_dict()) + "\n").encode()
+
+
+def python(script: str, *args, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True,
+                          text=True, env=ENV, timeout=timeout_s)
+
+
+# ---------------------------------------------------------------- a cut-off last line
+
+def test_an_append_after_a_cut_off_last_line_starts_a_line_of_its_own(tmp_path):
+    out = tmp_path / "r.jsonl"
+    whole = line_of(a_record(1))
+    cut = line_of(a_record(2))[:150]          # half a record, no newline: a crash mid-write
+    out.write_bytes(whole + cut)
+    store = ResultsFile(out)
+    store.append(a_record(3))
+    assert out.read_bytes() == whole + cut + b"\n" + line_of(a_record(3))
+    store.append(a_record(4))                 # and the next one follows as usual
+    warnings = []
+    assert [r.setup.batch for r in store.read(warnings.append)] == [1, 3, 4]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"{out}:2: skipped a line that is not valid JSON (")
+
+
+# ---------------------------------------------------------------- a record missing a field
+
+def test_a_record_without_a_required_field_names_the_field(tmp_path):
+    data = a_record().to_dict()
+    del data["repeat"]
+    with pytest.raises(ValueError, match=r"^missing field 'repeat'$"):
+        Record.from_dict(data)
+    del data["run_id"]
+    with pytest.raises(ValueError, match=r"^missing fields 'run_id', 'repeat'$"):
+        Record.from_dict(data)
+    out = tmp_path / "r.jsonl"
+    no_repeat = a_record(3).to_dict()
+    del no_repeat["repeat"]
+    out.write_bytes(line_of(a_record(1)) + line_of(a_record(2))
+                    + (json.dumps(no_repeat) + "\n").encode())
+    warnings = []
+    assert [r.setup.batch for r in ResultsFile(out).read(warnings.append)] == [1, 2]
+    assert warnings == [f"{out}:3: skipped a record (missing field 'repeat')"]
+
+
+# ---------------------------------------------------------------- a write that fails part-way
+
+# Appends one record to the file under a file size limit that ends in the middle of its line;
+# prints the error's message.
+APPEND_PAST_LIMIT = """
+import resource, signal, sys
+from stepbench.record import Machine, Record, ResultsFile, ResultsFileError
+from stepbench.setup import Setup
+# CPython ignores SIGXFSZ from start-up, so the write raises EFBIG instead of the signal killing
+# the process; stepbench's append relies on it (record.ResultsFile.append).
+assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
+setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=9, seq=64, device="cpu")
+try:
+    ResultsFile(sys.argv[1]).append(Record(run_id="r1", repeat=0, setup=setup, status="ok",
+                                           machine=Machine(gpu="cpu")))
+except ResultsFileError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.slow
+def test_a_write_past_the_file_size_limit_leaves_the_file_as_it_was(tmp_path):
+    out = tmp_path / "r.jsonl"
+    before = line_of(a_record(1)) + line_of(a_record(2)) + line_of(a_record(3))[:100]  # cut off
+    out.write_bytes(before)
+    limit_bytes = len(before) + 300           # in the middle of the next record (and its "\n")
+    assert len(line_of(a_record(9))) > 600
+    proc = python(APPEND_PAST_LIMIT, out, limit_bytes)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        f"cannot append to {out}: File too large (the file is as it was before this record; raise "
+        "the file size limit (ulimit -f) or pass another --out and run the same command again "
+        "to resume)")
+    assert out.read_bytes() == before         # the newline it put first is gone too
+    ResultsFile(out).append(a_record(4))
+    assert [r.setup.batch for r in ResultsFile(out).read(lambda message: None)] == [1, 2, 4]
+
+
+# Under a tmpfs of 64 KiB: appends records until one fails, then copies the file out of the
+# mount namespace (which goes with this process) and prints what happened.
+FILL_THE_DISK = """
+import json, shutil, sys
+from stepbench.record import Machine, Record, ResultsFile, ResultsFileError
+from stepbench.setup import Setup
+store, copy = ResultsFile(sys.argv[1]), sys.argv[2]
+setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=1, seq=64, device="cpu")
+appended = 0
+try:
+    while appended < 1000:
+        store.append(Record(run_id="r1", repeat=appended, setup=setup, status="error",
+                            error="x" * 3000, machine=Machine(gpu="cpu")))
+        appended += 1
+    message = None
+except ResultsFileError as exc:
+    message = str(exc)
+shutil.copyfile(sys.argv[1], copy)
+print(json.dumps({"appended": appended, "message": message}))
+"""
+
+
+@pytest.fixture(scope="module")
+def small_tmpfs(tmp_path_factory):
+    """A command prefix that runs its command with a 64 KiB tmpfs mounted on the folder it
+    names, in a user and mount namespace of its own; skips where that is not permitted."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare (util-linux) here: the full-disk test needs it")
+    probe = tmp_path_factory.mktemp("probe")
+    try:
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c",
+                               f"mount -t tmpfs -o size=64k tmpfs {probe}"],
+                              capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        pytest.skip(f"cannot start unshare ({exc})")
+    if proc.returncode != 0:
+        pytest.skip("a user and mount namespace with a tmpfs is not permitted here (unshare -rm: "
+                    f"{proc.stderr.strip()}); the full-disk test needs it")
+
+    def run(folder: Path, *command) -> subprocess.CompletedProcess:
+        script = 'mount -t tmpfs -o size=64k tmpfs "$1" && shift && exec "$@"'
+        return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", str(folder),
+                               *map(str, command)], capture_output=True, text=True, env=ENV,
+                              timeout=120)
+    return run
+
+
+@pytest.mark.slow
+def test_a_full_disk_leaves_every_earlier_record_intact(tmp_path, small_tmpfs):
+    disk, copy = tmp_path / "disk", tmp_path / "kept.jsonl"
+    disk.mkdir()
+    out = disk / "results.jsonl"
+    proc = small_tmpfs(disk, sys.executable, "-c", FILL_THE_DISK, out, copy)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert 5 < result["appended"] < 1000       # the disk filled up, after some records
+    assert result["message"] == (
+        f"cannot append to {out}: No space left on device (the file is as it was before this "
+        "record; free space on its disk and run the same command again to resume)")
+    kept = copy.read_bytes()
+    assert kept.endswith(b"\n")
+    lines = kept.decode().splitlines()
+    assert [json.loads(line)["repeat"] for line in lines] == list(range(result["appended"]))
+
+
+# ---------------------------------------------------------------- other processes
+
+# Waits for a line on stdin, then appends 200 records of about 70 kB each (over a pipe's 64 KiB
+# and PIPE_BUF), numbered and tagged with this process's name.
+APPEND_MANY = """
+import sys
+from stepbench.record import Machine, Record, ResultsFile
+from stepbench.setup import Setup
+store, name = ResultsFile(sys.argv[1]), sys.argv[2]
+setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=1, seq=64, device="cpu")
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(200):
+    store.append(Record(run_id=name, repeat=i, setup=setup, status="error",
+                        error=name * 70_000, machine=Machine(gpu="cpu")))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_appending_at_once_keep_every_line_whole(tmp_path):
+    out = tmp_path / "r.jsonl"
+    children = [subprocess.Popen([sys.executable, "-c", APPEND_MANY, str(out), name], env=ENV,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for name in ("a", "b")]
+    for child in children:                    # both started, then both go at once
+        assert child.stdout.readline() == "ready\n"
+    for child in children:
+        child.stdin.write("go\n")
+        child.stdin.close()
+    for child in children:
+        assert child.wait(timeout=120) == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) == 400
+    records = [json.loads(line) for line in lines]
+    for name in ("a", "b"):
+        mine = [r for r in records if r["run_id"] == name]
+        assert [r["repeat"] for r in mine] == list(range(200))
+        assert all(r["error"] == name * 70_000 for r in mine)
+
+
+# Prints a line, then appends one record or reads the file; prints what it read.
+WAIT_FOR_LOCK = """
+import sys
+from stepbench.record import Machine, Record, ResultsFile
+from stepbench.setup import Setup
+store = ResultsFile(sys.argv[1])
+print("starting", flush=True)
+if sys.argv[2] == "append":
+    setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=5, seq=64, device="cpu")
+    store.append(Record(run_id="r1", repeat=0, setup=setup, status="ok",
+                        machine=Machine(gpu="cpu")))
+print(len(store.read()), flush=True)
+"""
+
+
+def blocked_on_a_lock(pid: int) -> bool:
+    """Whether `pid` waits for a file lock (a "->" line of /proc/locks)."""
+    return any("->" in line and str(pid) in line.split()
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+@pytest.mark.parametrize("action", ["append", "read"])
+def test_an_append_or_a_read_waits_while_another_process_appends(tmp_path, action):
+    out = tmp_path / "r.jsonl"
+    out.write_bytes(line_of(a_record(1)))
+    with open(out, "ab") as appending:        # as another stepbench's append holds it
+        fcntl.flock(appending, fcntl.LOCK_EX)
+        child = subprocess.Popen([sys.executable, "-c", WAIT_FOR_LOCK, str(out), action],
+                                 env=ENV, stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline() == "starting\n"
+            # The child is about to take the lock; it must wait for it, not finish.
+            while not blocked_on_a_lock(child.pid):
+                assert child.poll() is None, f"{action} did not wait for the lock"
+                os.sched_yield()
+            appending.write(line_of(a_record(2)))   # the other append, finished while it waits
+        except BaseException:
+            child.kill()
+            raise
+    assert child.stdout.read() == ("3\n" if action == "append" else "2\n")
+    assert child.wait(timeout=60) == 0
+    assert [r.setup.batch for r in ResultsFile(out).read()] == \
+        ([1, 2, 5] if action == "append" else [1, 2])
+
+
+# ---------------------------------------------------------------- the run that cannot keep a record
+
+# `stepbench run` (the real CLI) with two slots whose setups are fake: batch 2 runs long, the
+# others report at once. The file size limit (argv[1]) ends inside the first new record.
+RUN_PAST_LIMIT = """
+import resource, sys
+from stepbench.cli import main
+from stepbench.execute import executor
+
+JOB = '''
+import json, os, sys, time
+from stepbench import protocol
+job = json.loads(sys.argv[1])
+with open(sys.argv[2], "a") as log:
+    log.write(json.dumps([job["setup"]["batch"], os.getpid()]) + "\\\\n")
+print(protocol.encode("start", machine={"gpu": "cpu", "hostname": "fake"}, software={}), end="",
+      flush=True)
+if job["setup"]["batch"] == 2:
+    time.sleep(120)     # still running when the other slot's record cannot be written
+print(protocol.encode("result", status="ok", error=None, measured={"phase": "done",
+                      "step_ms": 1.0}), end="", flush=True)
+'''
+
+
+class TwoFakeSlots(executor.LocalProcess):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.slots = ["0", "1"]
+
+    def command(self, job):
+        return [sys.executable, "-c", JOB, job.payload(), LOG]
+
+
+LOG = sys.argv[2]
+executor.LocalProcess = TwoFakeSlots
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_run_whose_results_file_cannot_take_a_record_stops_with_one_line(tmp_path):
+    out, log = tmp_path / "r.jsonl", tmp_path / "log.jsonl"
+    ResultsFile(out).append(a_record(8))      # a setup of an earlier run, not in this plan
+    before = out.read_bytes()
+    # Two slots: batch 4 starts (longest first) beside batch 2; batch 1 waits for a slot.
+    try:
+        proc = python(RUN_PAST_LIMIT, len(before) + 200, log, "run", "--device", "cpu",
+                      "--modes", "eager", "--attn", "sdpa", "--batch", "1,2,4", "--seq", "64",
+                      "--out", out, timeout_s=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run went on after its results file failed (batch 2 sleeps 120 s)")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"stepbench run: error: cannot append to {out}: File too large (the file is as it was "
+        "before this record; raise the file size limit (ulimit -f) or pass another --out and run "
+        "the same command again to resume)")
+    assert out.read_bytes() == before
+    started = [json.loads(line) for line in log.read_text().splitlines()]
+    assert 4 in [batch for batch, _ in started] and 1 not in [batch for batch, _ in started]
+    for batch, pid in started:                # the long setup was stopped with the run
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
