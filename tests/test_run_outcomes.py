@@ -75,7 +75,8 @@ def test_flex_attention_backward_on_cpu_is_unsupported(tmp_path):
     proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "flex_attention",
                    "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
     [flex] = proc.records
-    assert flex["status"] == "unsupported" and flex["phase"] == "first_step"
+    # The registry knows (stepbench.axes): refused before the model is built, with the reason.
+    assert flex["status"] == "unsupported" and flex["phase"] == "building"
     assert "backward on CPU" in flex["error"]
 
 

@@ -160,7 +160,7 @@ class LocalProcess:
             command.append("--standalone")
         else:
             command += [f"--node-rank={rdzv.node_rank}", f"--rdzv-endpoint={rdzv.endpoint}"]
-        return command + ["-m", "stepbench.measure.distributed", job.payload()]
+        return command + ["-m", "stepbench.measure.rank", job.payload()]
 
     def visible_devices(self, slot: str) -> str:
         """CUDA_VISIBLE_DEVICES for a child in `slot`, through this process's own list when set

@@ -1,7 +1,7 @@
 """A setup as one torchrun job: the process each rank runs, and the job's record from them all.
 
 torchrun (`python -m torch.distributed.run`, started by execute/executor.py) runs
-`python -m stepbench.measure.distributed JOB` once per rank. Every rank builds the same model
+`python -m stepbench.measure.rank JOB` once per rank (which runs `main` here). Every rank builds the same model
 from the same seed, wraps it for DDP or FSDP2 (measure/parallel.py), trains its own tokens
 (global batch = per-rank batch x world size) and times its own steps with the loop every setup
 uses (measure/step.py). Afterwards every rank's numbers are gathered, and the first process of
@@ -228,12 +228,3 @@ def main(argv: list[str]) -> int:
     channel.send("result", status=status, error=error, measured=channel.measured)
     dist.destroy_process_group()
     return 0
-
-
-if __name__ == "__main__":
-    # Run as the imported module, not as this `__main__` copy of it, so that the process has one
-    # set of these functions: what wraps the module's functions as it is imported (the tests'
-    # fault hook, tests/hooks) wraps the ones that run.
-    from stepbench.measure import distributed
-
-    sys.exit(distributed.main(sys.argv[1:]))
