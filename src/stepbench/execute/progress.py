@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+from stepbench.errors import first_line
 from stepbench.execute.executor import Job
 from stepbench.record import Record
 
@@ -123,7 +124,7 @@ class Display:
         if record.status == "ok":
             summary = f"ok, {record.step_ms:.1f} ms/step"
         else:
-            summary = f"{record.status.upper()}: {(record.error or '').splitlines()[0][:160]}"
+            summary = f"{record.status.upper()}: {first_line(record.error, 160)}"
         self._print(f"stepbench: {label}: {summary} ({record.wall_s:.0f} s)")
 
     def forget(self, prefix: str) -> None:

@@ -29,9 +29,9 @@ import os
 import threading
 import time
 
-from stepbench.errors import UserError
-from stepbench.execute.rent import (POLL_FIRST_S, POLL_MAX_S, Instance, Offer, ProviderError,
-                                    RentError, RentSpec, api_key_from_env, redact)
+from stepbench.errors import UserError, first_line
+from stepbench.execute.providers import (POLL_FIRST_S, POLL_MAX_S, Instance, Offer, ProviderError,
+                                         RentError, RentSpec, api_key_from_env, redact)
 from stepbench.execute.ssh import HostStopped
 
 INSTALL_HINT = "pip install 'stepbench[runcrate]'"
@@ -91,7 +91,7 @@ class Runcrate:
                                 maybe_done=True) from None
         except ValueError as exc:              # pydantic: an answer the SDK cannot read
             raise ProviderError(self._line(f"Runcrate {what}: an answer the SDK cannot read "
-                                           f"({str(exc).splitlines()[0]})")) from None
+                                           f"({first_line(str(exc))})")) from None
 
     def _line(self, text: str) -> str:
         return " ".join(redact(text, self._key).split())

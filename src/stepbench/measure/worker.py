@@ -17,6 +17,7 @@ import sys
 import traceback
 
 from stepbench import protocol
+from stepbench.errors import first_line
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 # Messages that mean "this combination cannot run here", not "stepbench has a bug".
@@ -132,8 +133,7 @@ def _is_oom(exc: BaseException, text: str) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:500] if text else repr(exc)
+    return first_line(str(exc), 500) or repr(exc)
 
 
 class MemoryLimitTooSmall(Exception):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from stepbench.errors import UserError
+from stepbench.errors import UserError, first_line
 from stepbench.execute.runner import NullDisplay
 from stepbench.record import Record
 from stepbench.settings import MaxBatchOptions
@@ -293,9 +293,7 @@ class MaxBatch:
 
 
 def _first_line(record: Record) -> str:
-    lines = [line.strip() for line in (record.error or "").splitlines() if line.strip()]
-    text = lines[0] if lines else "no message"
-    return text if len(text) <= 200 else text[:197] + "..."
+    return first_line(record.error) or "no message"
 
 
 def describe(plan: list[Setup], options: MaxBatchOptions, repeats: int) -> list[dict]:
