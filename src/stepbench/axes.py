@@ -362,8 +362,8 @@ AXES: list[Axis] = [
          text=lambda v: "" if v == "fused" else v, variant=True, nest=70, plain=("fused",),
          plain_rank=4, tune="option", tune_order=40, tune_values=("fused", "foreach")),
     Axis("init", str, "device",
-         "where the random weights are drawn: device (fast; default) or cpu (as stepbench 0.1 "
-         "and the post's script: same weights as their records)", choices=("device", "cpu"),
+         "where the random weights are drawn: device (fast) or cpu (as stepbench 0.1 did: the "
+         "same weights as its records)", choices=("device", "cpu"),
          legacy="cpu", normalize=lambda v, f: "cpu" if f.get("device") == CPU else v,
          start=True, detail=lambda s: f"weights drawn on {s.init}"),
     Axis("nproc", int, 1, "processes (GPUs) per node of each distributed job, with --parallel; "

@@ -32,10 +32,8 @@ from stepbench.setup import Setup
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4, "autocast-bf16": 2e-2, "float8": 5e-2}
 # The dtype a precision keeps its weights in. AdamW's updates (lr 1e-4) are rounded to the
 # weights' dtype, so setups whose weights differ in dtype train apart after the first step
-# (measured on the H200, llama-468m, batch 4: pure bf16 at 7.39 after 8 steps, fp32 and
-# autocast-bf16 master weights at 7.69, 4% apart; their first losses within 0.003%). Between
-# them only the first loss, the same weights' forward, is compared; curves are compared
-# between setups whose weights share a dtype.
+# (docs/architecture.md, "Measured reasons"). Between them only the first loss, the same
+# weights' forward, is compared; curves are compared between setups whose weights share a dtype.
 WEIGHTS = {"bf16": "bf16", "float8": "bf16", "fp16": "fp16", "fp32": "fp32",
            "autocast-bf16": "fp32"}
 

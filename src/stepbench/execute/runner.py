@@ -192,11 +192,11 @@ class SlotPool:
             self.cond.notify_all()
 
 
-# Expected-length heuristic for ordering a pool's jobs, longest first. Only the order matters. A
-# cold torch.compile costs 30-60 s of a GPU setup's 20-70 s life, more than any step count; eager
-# attention materialises the seq x seq scores (the slowest step in the default matrix: about 2.7x
-# SDPA's on an H200); then step count x tokens; a job of several GPUs goes first so that smaller
-# ones fill the GPUs around it.
+# Expected-length heuristic for ordering a pool's jobs, longest first; only the order matters. A
+# cold torch.compile is most of a GPU setup's life, more than any step count; eager attention
+# materialises the seq x seq scores (the slowest step of the default matrix); then step count x
+# tokens; a job of several GPUs goes first so that smaller ones fill the GPUs around it
+# (docs/architecture.md, "Measured reasons").
 ATTENTION_WEIGHT = {"eager": 3.0}
 
 

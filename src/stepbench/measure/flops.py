@@ -11,8 +11,7 @@ and each can be wrong in its own way, so each is kept separately in the result r
   cross-check of the formula on the model actually built;
 * the peak: the vendor's dense datasheet number (`DATASHEET_PEAK_TFLOPS`) and the matmul rate
   measured on the device (`measure_matmul_tflops`), because datasheet peaks are rarely reachable
-  (an H200 multiplies 8192^3 bf16 matrices at about 796 of its 989.4 TFLOP/s in a short burst,
-  and about 680 once its power cap holds the clocks down).
+  (docs/mfu.md).
 
 Nothing here imports transformers at module level: the runner's parent process imports stepbench
 without paying for it.
@@ -190,8 +189,7 @@ def _extra_flop_formulas() -> dict:
       apply.
     * GQA: transformers passes key/value with fewer heads than the query (enable_gqa=True), and
       torch's SDPA formulas up to 2.12 raise on that ("AssertionError: sdpa_flop_count:
-      query/key/value shapes are incompatible"; on an H200 with torch 2.11 SDPA picks the cuDNN
-      kernel), which left flop_counter_per_step null for every GQA model. Each SDPA kernel's
+      query/key/value shapes are incompatible"; SDPA may pick the cuDNN kernel), which left flop_counter_per_step null for every GQA model. Each SDPA kernel's
       formula is therefore wrapped to widen key/value to the query's heads before torch's own
       formula counts, which also keeps the count the same across torch versions.
 
@@ -226,14 +224,11 @@ def flop_counter_step(model: torch.nn.Module, input_ids: torch.Tensor) -> float:
       models;
     * higher by 2*L*d*T per token when attention runs in a fused kernel (attn "sdpa" or
       "flex_attention"): torch's formula counts the Q @ K^T that the kernel's backward recomputes.
-      Eager attention keeps the scores and has no recompute. For the post's model at T=2048 that
-      is +3.1%.
+      Eager attention keeps the scores and has no recompute (docs/mfu.md has the figures).
     Without a formula for the CPU SDPA kernel, torch would count its attention as zero; this
     function supplies torch's own SDPA formulas for it, so CPU and GPU counts agree. Grouped-query
     attention is counted as the convention counts it, every query head against a full key and
-    value (see `_extra_flop_formulas`), so GQA models compare the same way. Measured on
-    the H200 for the post's model (1 x 2048, bf16): eager 0.9999 and sdpa 1.0312 times the
-    convention.
+    value (see `_extra_flop_formulas`), so GQA models compare the same way.
 
     It raises whatever the step raises under FlopCounterMode: uncompiled flex_attention does
     (torch 2.11: "TypeError: no implementation found for 'torch.ops.higher_order.flex_attention'"),

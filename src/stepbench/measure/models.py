@@ -22,7 +22,7 @@ PRESETS: dict[str, dict] = {
     "llama-tiny": {**LLAMA_468M, "vocab_size": 4096, "hidden_size": 128, "intermediate_size": 512,
                    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4},
     # SmolLM2-135M's shape (134.5M parameters; tied 49k vocabulary, 3 KV heads): a small model
-    # whose eager step waits on kernel launches on a big GPU (FIELD-NOTES: 2.6x from compile).
+    # whose eager step waits on kernel launches on a big GPU (compile helps it most).
     "llama-135m": {**LLAMA_468M, "vocab_size": 49152, "hidden_size": 576,
                    "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
                    "num_key_value_heads": 3, "tie_word_embeddings": True},
@@ -139,7 +139,7 @@ def build_model(model: str, seq: int, attn: str, device="cpu"):
 
 
 def synthetic_batch(vocab_size: int, batch: int, seq: int, seed: int, device: str):
-    """Random token ids, the same for every setup with the same seed (as in the post)."""
+    """Random token ids, the same for every setup with the same seed."""
     import torch
 
     gen = torch.Generator().manual_seed(seed + 1)

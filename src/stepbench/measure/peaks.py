@@ -190,20 +190,17 @@ def measure_matmul_tflops(device: str | torch.device = "cuda", dtype: str | torc
                           sustained_s: float = 0.0) -> float:
     """The device's dense matmul rate in TFLOP/s: median over `repeats` timed n x n x n products.
 
-    Random normal inputs, not zeros (zeros run faster on some GPUs: 894 vs 788 TFLOP/s on an
-    H200). n defaults to 8192 on CUDA (1.1 TFLOP per product) and 1024 on CPU; repeats to 20 on
+    Random normal inputs, not zeros (zeros run faster on some GPUs). n defaults to 8192 on CUDA (1.1 TFLOP per product) and 1024 on CPU; repeats to 20 on
     CUDA, 5 on CPU.
 
-    On CUDA, by default this is the burst rate at full boost clock, measured as the anchors
-    measured their 796 TFLOP/s: a few warm-up products (cuBLAS picks its kernel, clocks leave
+    On CUDA, by default this is the burst rate at full boost clock: a few warm-up products (cuBLAS picks its kernel, clocks leave
     idle), then each repeat timed between its own pair of CUDA events (a repeat is one product, or
     as many back-to-back products as make 1 ms when n is small), one synchronize at the end. At
     n=8192 that is about 35 ms of load, too short for the power limit to act. Under sustained
-    load a GPU settles at its power cap: on the H200, 0.2 s of back-to-back bf16 products reach
-    the 700 W cap and the rate falls from about 800 to about 680 TFLOP/s. `sustained_s` > 0 runs
+    load a GPU settles at its power cap and the rate falls (docs/mfu.md). `sustained_s` > 0 runs
     that many seconds of products before timing and so measures the power-capped rate instead.
-    Keep n large on a fast GPU: products launched one by one from Python cannot keep an H200
-    busy below n of a few thousand (n=1024 gave 113 TFLOP/s there). On CPU: one warm-up product,
+    Keep n large on a fast GPU: products launched one by one from Python cannot keep a big GPU
+    busy below n of a few thousand. On CPU: one warm-up product,
     then perf_counter around each product.
     """
     dev = torch.device(device)
@@ -290,8 +287,8 @@ def peak_cache_key(dtype: str, index: int = 0) -> dict | None:
 
 def cached_matmul_tflops(dtype: str, index: int = 0) -> tuple[float, str]:
     """(TFLOP/s, when it was measured) for CUDA device `index`: the cached burst rate when one
-    matches this GPU, driver, torch and dtype and is under a week old, else measured now (about
-    half a second on an H200) and cached. Runs in the setup's own process, before its model is
+    matches this GPU, driver, torch and dtype and is under a week old, else measured now (under a second
+    on a big GPU) and cached. Runs in the setup's own process, before its model is
     built: never beside a timed step."""
     tflops, measured_at = PEAK_CACHE.fetch(peak_cache_key(dtype, index),
                                            lambda: measure_matmul_tflops(f"cuda:{index}", dtype),

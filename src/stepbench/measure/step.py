@@ -1,6 +1,6 @@
 """The training step and the measuring loop. Runs in the child process only.
 
-The step is the post's: random token ids, `loss = model(input_ids=x, labels=x).loss`, backward,
+The step: random token ids, `loss = model(input_ids=x, labels=x).loss`, backward,
 AdamW(lr=1e-4, fused), `zero_grad(set_to_none=True)`. The loop times the first step on its own (it
 includes compilation), runs the warm-up steps, then the timed steps. On a GPU each timed step is
 bracketed by a CUDA event pair and the host synchronizes once, after the last step: nothing inside
@@ -218,15 +218,16 @@ def step_time_summary(step_times_ms: list[float], tokens_per_step: int) -> dict:
 
 
 class CudaMemory:
-    """Peak allocated/reserved over the timed window, as the post measured it.
+    """Peak allocated/reserved over the timed window (max_memory_allocated, as the original
+    experiment measured it).
 
     Under CUDA graphs (compile modes reduce-overhead and max-autotune) a replay allocates
     nothing: the graphs' memory pool was reserved while they were recorded, before the window,
-    so max_memory_allocated reads only what lives outside the pool (on the H200, 4.1 GB against
-    13.4 GB without graphs). There the peak is the caching allocator's peak reserved memory,
+    so max_memory_allocated reads only what lives outside the pool (a third of the peak without
+    graphs, docs/architecture.md, "Measured reasons"). There the peak is the caching allocator's peak reserved memory,
     pool included, which is what the card must hold; `peak_memory_source` says so. Reserved
     memory also holds the allocator's free blocks, so it reads a little above allocated
-    (13.5 against 13.4 GB for compile+sdpa on the H200).
+    (within 1% for compile+sdpa).
     """
 
     def __init__(self, cudagraphs: bool = False):

@@ -36,9 +36,9 @@ THROTTLE_REASONS: dict[int, str] = {
 #   gpu_idle: set whenever the GPU has no work, e.g. in the instant after the window's final
 #     synchronize, when the end snapshot is read;
 #   sw_power_cap: the GPU is at its power limit. That is the normal state of a loaded data-center
-#     GPU, not a disturbance: on the H200, back-to-back bf16 matmuls reach the 700 W cap within
-#     0.2 s and then run at 1500-1770 MHz with this bit set, and the end snapshot of a window of
-#     such work still shows it. It is the same for every repeat of a setup, so flagging it would
+#     GPU, not a disturbance: back-to-back matmuls reach the cap within a fraction of a second
+#     and run on with this bit set (docs/architecture.md, "Measured reasons"), and the end
+#     snapshot of a window of such work still shows it. It is the same for every repeat of a setup, so flagging it would
 #     flag nearly every GPU row and the flag would mean nothing. If the cap costs more over the
 #     window, the SM clock falls and clock_drop says so;
 #   applications_clocks_setting: the clocks are capped by an administrator's fixed application
