@@ -50,6 +50,47 @@ SLOW_FILES = {
 SMALL = ["--device", "cpu", "--seq", "64", "--warmup", "2", "--steps", "5"]
 
 
+class _NoChildren:
+    """While a test not marked `slow` sets up and runs, starting a process fails it: the fast
+    loop (`pytest -m "not slow"`) is exactly the tests that start none."""
+
+    def __init__(self, item):
+        self.item = item
+
+    def __enter__(self):
+        self.saved = [(subprocess.Popen, "_execute_child"), (os, "fork"), (os, "forkpty"),
+                      (os, "posix_spawn")]
+        self.saved = [(owner, name, getattr(owner, name)) for owner, name in self.saved]
+        for owner, name, _ in self.saved:
+            setattr(owner, name, self.refuse)
+
+    def __exit__(self, *exc):
+        for owner, name, original in self.saved:
+            setattr(owner, name, original)
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"{self.item.nodeid} starts a child process: mark it "
+                             "@pytest.mark.slow (the fast loop runs none)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("slow"):
+        yield
+        return
+    with _NoChildren(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    if item.get_closest_marker("slow"):
+        yield
+        return
+    with _NoChildren(item):
+        yield
+
+
 def pytest_collection_modifyitems(items):
     # Stable: within a file, and among the quick files, the order stays as collected.
     items.sort(key=lambda item: -SLOW_FILES.get(item.path.name, 0))

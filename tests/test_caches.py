@@ -175,6 +175,7 @@ def run_python(code: str) -> list[str]:
     return proc.stdout.split()
 
 
+@pytest.mark.slow
 def test_a_resumed_run_imports_neither_torch_nor_transformers(tmp_path):
     # The parent needs neither (about 5 s of every command on a GPU host): the device is told from
     # torch/version.py and NVML, a preset needs no config check, and here every setup is done.
@@ -192,6 +193,7 @@ def test_a_resumed_run_imports_neither_torch_nor_transformers(tmp_path):
     assert words[words.index("RESULT"):] == ["RESULT", "0", "False", "False"]
 
 
+@pytest.mark.slow
 def test_the_device_is_told_without_importing_torch():
     code = ("import sys; from stepbench.measure.machine import resolve_device, _torch_cuda_version; "
             "device, imported, told = resolve_device('auto'), 'torch' in sys.modules, "

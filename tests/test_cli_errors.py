@@ -135,6 +135,7 @@ def test_unknown_model_type_without_close_types_says_so(config_file):
     assert "fix the config or upgrade transformers" in message and len(message) < 300, message
 
 
+@pytest.mark.slow
 def test_unknown_model_type_from_the_command_line(config_file, tmp_path):
     cfg = config_file('{"model_type": "lama"}', name="BAD.json")
     proc = run_cli("run", "--device", "cpu", "--model", cfg, "--out", tmp_path / "r.jsonl",

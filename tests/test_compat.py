@@ -5,6 +5,7 @@ tests/data/v0.1/cpu-results.jsonl was written by stepbench 0.1 (`run --device cp
 it. The records of tests/data/h200-matrix.jsonl and tests/data/post are 0.1's too.
 """
 
+import pytest
 import dataclasses
 import json
 import shutil
@@ -19,6 +20,7 @@ DATA = Path(__file__).parent / "data"
 V01 = DATA / "v0.1"
 
 
+@pytest.mark.slow
 def test_a_0_1_results_file_resumes_without_running_anything(tmp_path):
     out = tmp_path / "results.jsonl"
     shutil.copy(V01 / "cpu-results.jsonl", out)
@@ -76,6 +78,7 @@ def test_weights_drawn_on_the_gpu_are_another_setup_than_0_1s():
     assert dataclasses.replace(cpu, init="device").key() == cpu.key()
 
 
+@pytest.mark.slow
 def test_a_run_on_a_terminal_shows_its_live_progress(tmp_path):
     # On a terminal the runner's display is rich's Live block; a resumed 0.1 file is the quickest
     # real run that makes one (it once crashed as it was made: AttributeError).

@@ -5,6 +5,7 @@ setup's process sends (stepbench.protocol), so the runner's scheduling, resume a
 are exercised for real without paying for a model.
 """
 
+import pytest
 import dataclasses
 import json
 import sys
@@ -60,6 +61,7 @@ def run(executor, out, setups, **kwargs):
         executor.close()
 
 
+@pytest.mark.slow
 def test_two_slots_run_two_setups_at_a_time_and_keep_plan_order(tmp_path):
     log, out = tmp_path / "log.jsonl", tmp_path / "r.jsonl"
     records = run(FakeChildren(log, slots=2), out, plan([1, 2, 3, 4]))
@@ -73,6 +75,7 @@ def test_two_slots_run_two_setups_at_a_time_and_keep_plan_order(tmp_path):
     assert max(in_flight) == 2, spans        # two at a time, never three
 
 
+@pytest.mark.slow
 def test_one_slot_runs_one_setup_at_a_time(tmp_path):
     log = tmp_path / "log.jsonl"
     run(FakeChildren(log, slots=1, sleep_s=0.3), tmp_path / "r.jsonl", plan([1, 2, 3]))
@@ -80,6 +83,7 @@ def test_one_slot_runs_one_setup_at_a_time(tmp_path):
     assert all(s2 >= e1 for (_, e1), (s2, _) in zip(spans, spans[1:])), spans
 
 
+@pytest.mark.slow
 def test_resume_skips_done_setups_and_rerun_measures_them_again(tmp_path):
     log, out = tmp_path / "log.jsonl", tmp_path / "r.jsonl"
     run(FakeChildren(log, sleep_s=0), out, plan([1]))

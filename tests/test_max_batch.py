@@ -20,6 +20,8 @@ import pytest
 
 from conftest import read_jsonl, run_cli
 
+pytestmark = pytest.mark.slow     # every test here starts child processes
+
 SEARCH = ["--device", "cpu", "--modes", "eager", "--attn", "sdpa", "--seq", "128",
           "--memory-limit-gb", "1.07", "--warmup", "2", "--steps", "2"]
 

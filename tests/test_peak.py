@@ -98,6 +98,7 @@ def test_unknown_choice_is_rejected_by_argparse(capsys):
     assert "invalid choice: 'fp8'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_real_cli_in_a_subprocess():
     proc = run_cli("peak", "--device", "cpu", "--size", "128", "--repeats", "1", "--format", "json",
                    timeout=120)
@@ -105,6 +106,7 @@ def test_real_cli_in_a_subprocess():
     assert json.loads(proc.stdout)["measured_tflops"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
 def test_real_cli_cuda_error_in_a_subprocess():
     proc = run_cli("peak", "--device", "cuda", timeout=120)

@@ -107,6 +107,7 @@ def test_a_missing_plan_file_says_so(capsys, tmp_path):
     assert "cannot read plan" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_plan_runs_its_setups_and_the_loss_guard_passes_them(plan_file, tmp_path):
     # The study with one batch size (its expansion over both is checked above, without running):
     # two real setups, the eager-attention one checked against the SDPA reference.

@@ -26,6 +26,7 @@ def remote(sshd, remote_dir, *hosts, python=sys.executable):
         "--ssh-config", sshd.config, "--remote-python", python, "--remote-dir", remote_dir]
 
 
+@pytest.mark.slow
 def test_two_hosts_run_at_once_into_one_file_tagged_and_resume(sshd, tmp_path):
     out = tmp_path / "results.jsonl"
     # Spaces, $ and quotes in a value that reaches the remote shell: created literally.
@@ -87,6 +88,7 @@ def test_two_hosts_run_at_once_into_one_file_tagged_and_resume(sshd, tmp_path):
         ["cpu", "(beta)", "eager+sdpa"], ["cpu", "(beta)", "eager+eager"]]
 
 
+@pytest.mark.slow
 def test_hosts_that_cannot_be_trusted_or_logged_into_each_get_one_line(sshd, tmp_path):
     out = tmp_path / "r.jsonl"
     proc = run_cli("run", *remote(sshd, tmp_path / "rd", "stranger", "refused", "trusting"),
@@ -148,6 +150,7 @@ def test_without_asyncssh_the_error_names_the_extra(tmp_path, capsys, monkeypatc
     assert "pip install 'stepbench[fleet]'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_remote_python_that_is_not_there_is_one_line(sshd, tmp_path):
     proc = run_cli("run", *remote(sshd, tmp_path / "rd", "alpha", python="/nonexistent/python3"),
                    *TINY, "--out", tmp_path / "r.jsonl", timeout=120)

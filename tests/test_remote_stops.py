@@ -3,6 +3,7 @@ a setup's process killed on the host, the host lost mid-run, and SIGTERM to step
 The same results file goes through all three, resuming each time; the remote processes are
 looked up by their command lines (the run's own --remote-dir is in them)."""
 
+import pytest
 import os
 import signal
 import subprocess
@@ -14,6 +15,8 @@ import psutil
 
 from conftest import SRC, read_jsonl, wait_for
 from sshd import processes_with
+
+pytestmark = pytest.mark.slow     # every test here starts child processes
 
 # Eager SDPA at seq 64: batch 64 (and 48) takes seconds per warm-up step, so those setups are
 # still in their warm-up when the test acts.

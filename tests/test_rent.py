@@ -21,6 +21,8 @@ from runcrate_standin import StandIn
 from stepbench.cli import main
 from stepbench.report.prices import load_price_file
 
+pytestmark = pytest.mark.slow     # every test here starts child processes
+
 pytest.importorskip("runcrate")
 
 KEY = "rc_live_" + "T0pS3cret" * 4

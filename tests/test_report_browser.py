@@ -20,6 +20,8 @@ import pytest
 from stepbench.cli import main
 from test_report_layout import SIX_FILES
 
+pytestmark = pytest.mark.slow     # every test here starts child processes
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # benchmarks/README.md's command for the example report (benchmarks/report/report.html).

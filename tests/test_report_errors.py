@@ -204,6 +204,7 @@ def test_unknown_format_is_an_argparse_error(capsys):
     assert "invalid choice: 'pdf'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_module_entry_point_in_a_subprocess(tmp_path):
     """The same error through `python -m stepbench`, as a user sees it."""
     proc = subprocess.run([sys.executable, "-m", "stepbench", "report", str(tmp_path / "x.jsonl")],

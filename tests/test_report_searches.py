@@ -6,6 +6,7 @@ searches of eager+sdpa (batch 4 grew to 24) and compile+sdpa (probes fit up to 4
 measurement at 40 ran out of memory, so the search measured 32), each probe 1 warm-up + 2 steps.
 """
 
+import pytest
 import csv
 import io
 import json
@@ -31,6 +32,7 @@ def report(fmt: str) -> str:
     return render(report_document([str(DATA)]), fmt)
 
 
+@pytest.mark.slow
 def test_probes_and_attempts_stay_out_of_the_results_and_the_finding_says_what_compile_buys():
     proc = run_cli("report", DATA, "--format", "json")
     assert proc.returncode == 0, proc.stderr

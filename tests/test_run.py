@@ -6,6 +6,8 @@ import pytest
 
 from conftest import SMALL, read_jsonl, run_cli
 
+pytestmark = pytest.mark.slow     # every test here starts child processes
+
 
 @pytest.fixture(scope="module")
 def matrix_run(tmp_path_factory):

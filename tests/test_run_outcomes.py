@@ -13,6 +13,8 @@ import pytest
 
 from conftest import SMALL, SRC, read_jsonl, run_cli
 
+pytestmark = pytest.mark.slow     # every test here starts child processes
+
 
 def test_resume_runs_only_the_missing_setups_and_rerun_measures_again(tmp_path):
     out = tmp_path / "r.jsonl"

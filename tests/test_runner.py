@@ -5,10 +5,10 @@ that hangs or dies, so that the executor's timeout, process group kill and the r
 classification are exercised for real.
 """
 
-import os
 import sys
-import time
 
+import psutil
+import pytest
 
 from stepbench.execute import executor
 from stepbench.execute.executor import LocalProcess, Outcome
@@ -75,12 +75,12 @@ def plan():
     return [Setup(mode="compile", **TINY), Setup(mode="eager", **TINY)]
 
 
+@pytest.mark.slow
 def test_a_hang_is_killed_by_the_timeout_with_its_whole_group(tmp_path, monkeypatch):
     # The setup after the hang is a quick protocol child, so the timeout need not leave room for
     # a real model (the real worker runs after a crash below).
     monkeypatch.setattr(executor, "KILL_GRACE_S", 1.0)
     out = tmp_path / "r.jsonl"
-    start = time.monotonic()
     records = run_plan(plan(), out, timeout_s=5, executor=ScriptExecutor(HANG, others=QUICK_OK))
     hung, ok = records
     assert hung.status == "timeout"
@@ -89,19 +89,25 @@ def test_a_hang_is_killed_by_the_timeout_with_its_whole_group(tmp_path, monkeypa
     # The setup after the hang still ran, and both records are in the file.
     assert ok.status == "ok" and ok.machine.hostname == "quick"
     assert [r["status"] for r in read_jsonl(out)] == ["timeout", "ok"]
-    assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 def test_the_grandchild_of_a_hung_child_is_killed(tmp_path, monkeypatch):
     monkeypatch.setattr(executor, "KILL_GRACE_S", 1.0)
     pid_file = tmp_path / "grandchild.pid"
     run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=4, executor=ScriptExecutor(HANG, pid_file))
     pid = int(pid_file.read_text())
-    time.sleep(0.5)
-    # Gone, or a zombie waiting for init to reap it: either way no longer running.
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    # Gone, or a zombie waiting for init to reap it: either way no longer running. (The kill
+    # was sent before run_plan returned; waiting here is only for the kernel to finish it.)
+    try:
+        psutil.Process(pid).wait(timeout=30)
+    except psutil.NoSuchProcess:
+        pass
+    except psutil.TimeoutExpired:
+        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.slow
 def test_a_segfault_is_recorded_as_crashed_with_the_stderr_tail(tmp_path):
     records = run_plan(plan(), tmp_path / "r.jsonl", timeout_s=60, executor=ScriptExecutor(SEGFAULT))
     crashed, ok = records
@@ -111,6 +117,7 @@ def test_a_segfault_is_recorded_as_crashed_with_the_stderr_tail(tmp_path):
     assert ok.status == "ok"
 
 
+@pytest.mark.slow
 def test_a_non_zero_exit_without_result_is_crashed(tmp_path):
     records = run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=60,
                        executor=ScriptExecutor("import sys; sys.stderr.write('boom'); sys.exit(3)"))
