@@ -7,7 +7,6 @@ are exercised for real without paying for a model.
 
 import pytest
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -19,35 +18,7 @@ from stepbench.measure import machine
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
-# A child that sleeps, logs when it ran, and reports a made-up measurement over the protocol.
-FAKE_CHILD = """
-import json, sys, time
-from stepbench import protocol
-job, log = json.loads(sys.argv[1]), sys.argv[2]
-start = time.time()
-print(protocol.encode("start", machine={"gpu": "cpu", "hostname": "fake"}, software={}), end="")
-print(protocol.encode("progress", phase="timed", args=[3]), end="", flush=True)
-print("a stray line from a library", flush=True)
-time.sleep(float(sys.argv[3]))
-with open(log, "a") as f:
-    f.write(json.dumps([job["setup"]["batch"], start, time.time()]) + "\\n")
-print(protocol.encode("result", status="ok", error=None,
-                      measured={"phase": "done", "step_ms": 10.0 * job["setup"]["batch"],
-                                "not_a_field": 1}), end="", flush=True)
-"""
-
-
-class FakeChildren(LocalProcess):
-    """A local executor with `slots` slots whose children are FAKE_CHILD."""
-
-    def __init__(self, log, slots=1, sleep_s=1.5):
-        super().__init__()
-        self.slots = [str(i) for i in range(slots)]
-        self.log, self.sleep_s = log, sleep_s
-
-    def command(self, job):
-        return [sys.executable, "-c", FAKE_CHILD, job.payload(), str(self.log), str(self.sleep_s)]
-
+from fakes import ProtocolChild, ScriptedProcesses
 
 def plan(batches):
     return [Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=b, seq=64, device="cpu")
@@ -63,34 +34,35 @@ def run(executor, out, setups, **kwargs):
 
 @pytest.mark.slow
 def test_two_slots_run_two_setups_at_a_time_and_keep_plan_order(tmp_path):
-    log, out = tmp_path / "log.jsonl", tmp_path / "r.jsonl"
-    records = run(FakeChildren(log, slots=2), out, plan([1, 2, 3, 4]))
+    out, child = tmp_path / "r.jsonl", ProtocolChild(tmp_path, sleep_s=0.2, together=2)
+    records = run(ScriptedProcesses(child, slots=2), out, plan([1, 2, 3, 4]))
     assert [r.setup.batch for r in records] == [1, 2, 3, 4]
     assert [r.step_ms for r in records] == [10.0, 20.0, 30.0, 40.0]
     assert all(r.status == "ok" and r.machine.hostname == "fake" for r in records)
     # Every record is in the file (in the order the setups finished).
     assert sorted(r.setup.batch for r in ResultsFile(out).read()) == [1, 2, 3, 4]
-    spans = [json.loads(line)[1:] for line in log.read_text().splitlines()]
-    in_flight = [sum(s <= t < e for s, e in spans) for t, _ in spans]
-    assert max(in_flight) == 2, spans        # two at a time, never three
+    # Two at a time (the first two met at their barrier), never three.
+    assert [e["met"] for e in child.entries()].count(True) == 2
+    spans = [(e["start"], e["end"]) for e in child.entries()]
+    assert max(sum(s <= t < e for s, e in spans) for t, _ in spans) <= 2, spans
 
 
 @pytest.mark.slow
 def test_one_slot_runs_one_setup_at_a_time(tmp_path):
-    log = tmp_path / "log.jsonl"
-    run(FakeChildren(log, slots=1, sleep_s=0.3), tmp_path / "r.jsonl", plan([1, 2, 3]))
-    spans = [json.loads(line)[1:] for line in log.read_text().splitlines()]
+    child = ProtocolChild(tmp_path, sleep_s=0.3)
+    run(ScriptedProcesses(child, slots=1), tmp_path / "r.jsonl", plan([1, 2, 3]))
+    spans = [(e["start"], e["end"]) for e in child.entries()]
     assert all(s2 >= e1 for (_, e1), (s2, _) in zip(spans, spans[1:])), spans
 
 
 @pytest.mark.slow
 def test_resume_skips_done_setups_and_rerun_measures_them_again(tmp_path):
-    log, out = tmp_path / "log.jsonl", tmp_path / "r.jsonl"
-    run(FakeChildren(log, sleep_s=0), out, plan([1]))
-    run(FakeChildren(log, sleep_s=0), out, plan([1, 2]))
-    assert [json.loads(line)[0] for line in log.read_text().splitlines()] == [1, 2]
-    records = run(FakeChildren(log, sleep_s=0), out, plan([1, 2]), rerun=True)
-    assert [json.loads(line)[0] for line in log.read_text().splitlines()] == [1, 2, 1, 2]
+    out, child = tmp_path / "r.jsonl", ProtocolChild(tmp_path)
+    run(ScriptedProcesses(child), out, plan([1]))
+    run(ScriptedProcesses(child), out, plan([1, 2]))
+    assert [e["batch"] for e in child.entries()] == [1, 2]
+    records = run(ScriptedProcesses(child), out, plan([1, 2]), rerun=True)
+    assert [e["batch"] for e in child.entries()] == [1, 2, 1, 2]
     # The file keeps all four records; resume and report take the latest of each setup.
     store = ResultsFile(out)
     assert len(store.read()) == 4

@@ -6,9 +6,6 @@ that never mix are checked on real processes. One test runs real CPU setups side
 """
 
 import dataclasses
-import json
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,51 +16,7 @@ from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
 from conftest import SMALL
-
-# Reports its devices and times through the protocol; its step time encodes its own batch, so a
-# record that got another job's result would show it.
-FAKE_CHILD = """
-import json, os, sys, time
-from stepbench import protocol
-job, log = json.loads(sys.argv[1]), sys.argv[2]
-seen = os.environ.get("CUDA_VISIBLE_DEVICES")
-start = time.time()
-print(protocol.encode("start", machine={"gpu": "fake GPU", "hostname": "fake"}, software={}), end="", flush=True)
-# A barrier: the first `together` children wait for each other, so a pool that runs them at
-# once is told from one that does not by what happened, not by how fast the machine is.
-folder, together, met = sys.argv[4], int(sys.argv[5]), None
-if together:
-    open(os.path.join(folder, str(job["setup"]["batch"])), "w").close()
-    if len(os.listdir(folder)) <= together:
-        deadline = time.monotonic() + 60
-        while len(os.listdir(folder)) < together and time.monotonic() < deadline:
-            time.sleep(0.05)
-        met = len(os.listdir(folder)) >= together
-time.sleep(float(sys.argv[3]))
-with open(log, "a") as f:
-    f.write(json.dumps({"batch": job["setup"]["batch"], "nproc": job["setup"].get("nproc", 1),
-                        "seen": seen, "start": start, "end": time.time(), "met": met,
-                        "threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")}) + "\\n")
-print(protocol.encode("result", status="ok", error=None,
-                      measured={"phase": "done", "step_ms": 10.0 * job["setup"]["batch"],
-                                "loss_last": float((seen or "-1").replace(",", ""))}), end="", flush=True)
-"""
-
-
-class FakePool(LocalProcess):
-    def __init__(self, log, gpus, sleep_s=0.6, together=0):
-        super().__init__(gpus=gpus)
-        self.log, self.sleep_s, self.together = log, sleep_s, together
-        self.barrier = Path(log).parent / "barrier"
-        self.barrier.mkdir(exist_ok=True)
-
-    def gpu_name(self, setup, slot):
-        return "fake GPU"
-
-    def command(self, job):
-        return [sys.executable, "-c", FAKE_CHILD, job.payload(), str(self.log), str(self.sleep_s),
-                str(self.barrier), str(self.together)]
-
+from fakes import ProtocolChild, ScriptedProcesses
 
 def cuda_setup(batch, **fields):
     return Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=batch, seq=64, device="cuda",
@@ -71,13 +24,14 @@ def cuda_setup(batch, **fields):
 
 
 def run_pool(tmp_path, gpus, plan, sleep_s=0.6, together=0):
-    log, out = tmp_path / "log.jsonl", tmp_path / "r.jsonl"
-    executor = FakePool(log, gpus, sleep_s, together)
+    child = ProtocolChild(tmp_path, sleep_s, together, gpu="fake GPU")
+    executor = ScriptedProcesses(child, gpus=gpus, gpu_name="fake GPU")
     try:
-        records = Runner(executor, ResultsFile(out), measure_peak=False).run(plan, timeout_s=60)
+        records = Runner(executor, ResultsFile(tmp_path / "r.jsonl"), measure_peak=False).run(
+            plan, timeout_s=60)
     finally:
         executor.close()
-    return records, [json.loads(line) for line in log.read_text().splitlines()]
+    return records, child.entries()
 
 
 def overlapping(a, b):

@@ -5,37 +5,31 @@ that hangs or dies, so that the executor's timeout, process group kill and the r
 classification are exercised for real.
 """
 
-import sys
 
 import psutil
 import pytest
 
 from stepbench.execute import executor
-from stepbench.execute.executor import LocalProcess, Outcome
+from stepbench.execute.executor import Outcome
 from stepbench.execute.runner import Runner, classify
 from stepbench.measure.worker import classify_exception
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
 from conftest import read_jsonl
+from fakes import HANG, QUICK_OK, SEGFAULT, ScriptedProcesses
 
 TINY = dict(model="llama-tiny", attn="sdpa", seq=64, device="cpu", warmup=0, steps=2)
 
 
-class ScriptExecutor(LocalProcess):
+def scripted(script: str, *args, others: str | None = None) -> ScriptedProcesses:
     """Runs `script` (Python source) for the setups whose mode is 'compile'; the others run the
     real worker, or `others` (Python source) when given."""
-
-    def __init__(self, script: str, *args, others: str | None = None):
-        super().__init__()
-        self.script, self.args, self.others = script, [str(a) for a in args], others
-
-    def command(self, job):
+    def argv(job):
         if job.setup.mode == "compile":
-            return [sys.executable, "-c", self.script, *self.args]
-        if self.others is not None:
-            return [sys.executable, "-c", self.others]
-        return super().command(job)
+            return [script, *args]
+        return [others] if others is not None else None
+    return ScriptedProcesses(argv)
 
 
 def run_plan(plan, out, timeout_s, executor):
@@ -43,32 +37,6 @@ def run_plan(plan, out, timeout_s, executor):
         return Runner(executor, ResultsFile(out)).run(plan, timeout_s=timeout_s)
     finally:
         executor.close()
-
-
-HANG = """
-import subprocess, sys, time, pathlib
-# A grandchild in the same process group, as inductor's compile workers are.
-p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-if len(sys.argv) > 1:
-    pathlib.Path(sys.argv[1]).write_text(str(p.pid))
-print("hanging", flush=True)
-time.sleep(600)
-"""
-
-# A child that reports a finished setup at once over the protocol (stepbench.protocol), so that
-# the setup after a hang needs no real model and the hang's timeout can be short.
-QUICK_OK = """
-from stepbench import protocol
-print(protocol.encode("start", machine={"gpu": "cpu", "hostname": "quick"}, software={}), end="")
-print(protocol.encode("result", status="ok", error=None,
-                      measured={"phase": "done", "step_ms": 1.0}), end="", flush=True)
-"""
-
-SEGFAULT = """
-import ctypes, sys
-print("about to crash", file=sys.stderr, flush=True)
-ctypes.string_at(0)
-"""
 
 
 def plan():
@@ -81,7 +49,7 @@ def test_a_hang_is_killed_by_the_timeout_with_its_whole_group(tmp_path, monkeypa
     # a real model (the real worker runs after a crash below).
     monkeypatch.setattr(executor, "KILL_GRACE_S", 1.0)
     out = tmp_path / "r.jsonl"
-    records = run_plan(plan(), out, timeout_s=5, executor=ScriptExecutor(HANG, others=QUICK_OK))
+    records = run_plan(plan(), out, timeout_s=5, executor=scripted(HANG, others=QUICK_OK))
     hung, ok = records
     assert hung.status == "timeout"
     assert "no result after 5 s" in hung.error and "raise --timeout" in hung.error
@@ -95,7 +63,7 @@ def test_a_hang_is_killed_by_the_timeout_with_its_whole_group(tmp_path, monkeypa
 def test_the_grandchild_of_a_hung_child_is_killed(tmp_path, monkeypatch):
     monkeypatch.setattr(executor, "KILL_GRACE_S", 1.0)
     pid_file = tmp_path / "grandchild.pid"
-    run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=4, executor=ScriptExecutor(HANG, pid_file))
+    run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=4, executor=scripted(HANG, pid_file))
     pid = int(pid_file.read_text())
     # Gone, or a zombie waiting for init to reap it: either way no longer running. (The kill
     # was sent before run_plan returned; waiting here is only for the kernel to finish it.)
@@ -109,7 +77,7 @@ def test_the_grandchild_of_a_hung_child_is_killed(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_segfault_is_recorded_as_crashed_with_the_stderr_tail(tmp_path):
-    records = run_plan(plan(), tmp_path / "r.jsonl", timeout_s=60, executor=ScriptExecutor(SEGFAULT))
+    records = run_plan(plan(), tmp_path / "r.jsonl", timeout_s=60, executor=scripted(SEGFAULT))
     crashed, ok = records
     assert crashed.status == "crashed"
     assert crashed.error.startswith("killed by signal SIGSEGV (last phase: starting)")
@@ -120,7 +88,7 @@ def test_a_segfault_is_recorded_as_crashed_with_the_stderr_tail(tmp_path):
 @pytest.mark.slow
 def test_a_non_zero_exit_without_result_is_crashed(tmp_path):
     records = run_plan(plan()[:1], tmp_path / "r.jsonl", timeout_s=60,
-                       executor=ScriptExecutor("import sys; sys.stderr.write('boom'); sys.exit(3)"))
+                       executor=scripted("import sys; sys.stderr.write('boom'); sys.exit(3)"))
     assert records[0].status == "crashed"
     assert records[0].error.startswith("exited with code 3 and no result")
     assert records[0].error.endswith("boom")
