@@ -1,13 +1,13 @@
 """A setup as one torchrun job: the process each rank runs, and the job's record from them all.
 
-torchrun (`python -m torch.distributed.run`, started by execute/executor.py) runs
-`python -m stepbench.measure.rank JOB` once per rank (which runs `main` here). Every rank builds the same model
-from the same seed, wraps it for DDP or FSDP2 (measure/parallel.py), trains its own tokens
-(global batch = per-rank batch x world size) and times its own steps with the loop every setup
-uses (measure/step.py). Afterwards every rank's numbers are gathered, and the first process of
-each node speaks the usual protocol (stepbench.protocol) to its parent: start, progress, then one
-result for the whole job (`combine`: the slowest rank's step time, global and per-GPU tokens/s,
-the largest peak memory, every rank's own numbers under `ranks`).
+torchrun (`python -m torch.distributed.run`, started by execute/executor.py) runs `python -m
+stepbench.measure.rank JOB` once per rank (which runs `main` here). Every rank builds the same model
+from the same seed, wraps it for DDP or FSDP2 (measure/parallel.py), trains its own tokens (global
+batch = per-rank batch x world size) and times its own steps with the loop every setup uses
+(measure/step.py). Afterwards every rank's numbers are gathered, and the first process of each node
+speaks the usual protocol (stepbench.protocol) to its parent: start, progress, then one result for
+the whole job (`combine`: the slowest rank's step time, global and per-GPU tokens/s, the largest
+peak memory, every rank's own numbers under `ranks`).
 
 Failures: a rank that fails writes its status and error into its state file (STEPBENCH_RANK_DIR)
 and exits non-zero; torchrun then stops the other ranks, and the parent reads the state files to

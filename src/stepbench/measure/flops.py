@@ -189,9 +189,10 @@ def _extra_flop_formulas() -> dict:
       apply.
     * GQA: transformers passes key/value with fewer heads than the query (enable_gqa=True), and
       torch's SDPA formulas up to 2.12 raise on that ("AssertionError: sdpa_flop_count:
-      query/key/value shapes are incompatible"; SDPA may pick the cuDNN kernel), which left flop_counter_per_step null for every GQA model. Each SDPA kernel's
-      formula is therefore wrapped to widen key/value to the query's heads before torch's own
-      formula counts, which also keeps the count the same across torch versions.
+      query/key/value shapes are incompatible"; SDPA may pick the cuDNN kernel), which left
+      flop_counter_per_step null for every GQA model. Each SDPA kernel's formula is therefore
+      wrapped to widen key/value to the query's heads before torch's own formula counts, which also
+      keeps the count the same across torch versions.
 
     Flex attention is not wrapped: FlopCounterMode runs no formula for the uncompiled
     flex_attention higher-order op (it raises TypeError before any count), and torch 2.11 has no

@@ -190,18 +190,18 @@ def measure_matmul_tflops(device: str | torch.device = "cuda", dtype: str | torc
                           sustained_s: float = 0.0) -> float:
     """The device's dense matmul rate in TFLOP/s: median over `repeats` timed n x n x n products.
 
-    Random normal inputs, not zeros (zeros run faster on some GPUs). n defaults to 8192 on CUDA (1.1 TFLOP per product) and 1024 on CPU; repeats to 20 on
-    CUDA, 5 on CPU.
+    Random normal inputs, not zeros (zeros run faster on some GPUs). n defaults to 8192 on CUDA
+    (1.1 TFLOP per product) and 1024 on CPU; repeats to 20 on CUDA, 5 on CPU.
 
-    On CUDA, by default this is the burst rate at full boost clock: a few warm-up products (cuBLAS picks its kernel, clocks leave
-    idle), then each repeat timed between its own pair of CUDA events (a repeat is one product, or
-    as many back-to-back products as make 1 ms when n is small), one synchronize at the end. At
-    n=8192 that is about 35 ms of load, too short for the power limit to act. Under sustained
-    load a GPU settles at its power cap and the rate falls (docs/mfu.md). `sustained_s` > 0 runs
-    that many seconds of products before timing and so measures the power-capped rate instead.
-    Keep n large on a fast GPU: products launched one by one from Python cannot keep a big GPU
-    busy below n of a few thousand. On CPU: one warm-up product,
-    then perf_counter around each product.
+    On CUDA, by default this is the burst rate at full boost clock: a few warm-up products (cuBLAS
+    picks its kernel, clocks leave idle), then each repeat timed between its own pair of CUDA events
+    (a repeat is one product, or as many back-to-back products as make 1 ms when n is small), one
+    synchronize at the end. At n=8192 that is about 35 ms of load, too short for the power limit to
+    act. Under sustained load a GPU settles at its power cap and the rate falls (docs/mfu.md).
+    `sustained_s` > 0 runs that many seconds of products before timing and so measures the
+    power-capped rate instead. Keep n large on a fast GPU: products launched one by one from Python
+    cannot keep a big GPU busy below n of a few thousand. On CPU: one warm-up product, then
+    perf_counter around each product.
     """
     dev = torch.device(device)
     dt = normalize_dtype(dtype)

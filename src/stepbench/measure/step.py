@@ -7,8 +7,9 @@ bracketed by a CUDA event pair and the host synchronizes once, after the last st
 the timed window waits for the GPU, logs or calls hooks. On the CPU a step is synchronous, so
 perf_counter around each step is exact.
 
-`measure()` fills the `result` dict (the record's measured fields) as it goes, so that a failure part-way (an out-of-memory error
-in the third warm-up step, say) still leaves what was measured before it.
+`measure()` fills the `result` dict (the record's measured fields) as it goes, so that a failure
+part-way (an out-of-memory error in the third warm-up step, say) still leaves what was measured
+before it.
 """
 
 from __future__ import annotations
@@ -221,12 +222,12 @@ class CudaMemory:
     """Peak allocated/reserved over the timed window (max_memory_allocated, as the original
     experiment measured it).
 
-    Under CUDA graphs (compile modes reduce-overhead and max-autotune) a replay allocates
-    nothing: the graphs' memory pool was reserved while they were recorded, before the window,
-    so max_memory_allocated reads only what lives outside the pool (a third of the peak without
-    graphs, docs/architecture.md, "Measured reasons"). There the peak is the caching allocator's peak reserved memory,
-    pool included, which is what the card must hold; `peak_memory_source` says so. Reserved
-    memory also holds the allocator's free blocks, so it reads a little above allocated
+    Under CUDA graphs (compile modes reduce-overhead and max-autotune) a replay allocates nothing:
+    the graphs' memory pool was reserved while they were recorded, before the window, so
+    max_memory_allocated reads only what lives outside the pool (a third of the peak without graphs,
+    docs/architecture.md, "Measured reasons"). There the peak is the caching allocator's peak
+    reserved memory, pool included, which is what the card must hold; `peak_memory_source` says so.
+    Reserved memory also holds the allocator's free blocks, so it reads a little above allocated
     (within 1% for compile+sdpa).
     """
 

@@ -6,7 +6,8 @@ thermal or power throttle, or another process on the GPU are reasons not to trus
 (`noise_flags`), and the energy counter turns the window into joules per step and tokens per kWh.
 
 NVML (`pynvml`, from the nvidia-ml-py package) is read without creating a CUDA context, so the
-runner's parent process can name the GPU (`gpu_name`, for resuming) while the children own it. Every NVML call is guarded: on a machine without NVML (a CPU box, a container without the
+runner's parent process can name the GPU (`gpu_name`, for resuming) while the children own it.
+Every NVML call is guarded: on a machine without NVML (a CPU box, a container without the
 driver's library) every function returns None or an empty list and never raises, and a single
 field a GPU does not support (energy on old cards, power on some boards) is None on its own.
 """
@@ -36,11 +37,11 @@ THROTTLE_REASONS: dict[int, str] = {
 #   gpu_idle: set whenever the GPU has no work, e.g. in the instant after the window's final
 #     synchronize, when the end snapshot is read;
 #   sw_power_cap: the GPU is at its power limit. That is the normal state of a loaded data-center
-#     GPU, not a disturbance: back-to-back matmuls reach the cap within a fraction of a second
-#     and run on with this bit set (docs/architecture.md, "Measured reasons"), and the end
-#     snapshot of a window of such work still shows it. It is the same for every repeat of a setup, so flagging it would
-#     flag nearly every GPU row and the flag would mean nothing. If the cap costs more over the
-#     window, the SM clock falls and clock_drop says so;
+#     GPU, not a disturbance: back-to-back matmuls reach the cap within a fraction of a second and
+#     run on with this bit set (docs/architecture.md, "Measured reasons"), and the end snapshot of a
+#     window of such work still shows it. It is the same for every repeat of a setup, so flagging it
+#     would flag nearly every GPU row and the flag would mean nothing. If the cap costs more over
+#     the window, the SM clock falls and clock_drop says so;
 #   applications_clocks_setting: the clocks are capped by an administrator's fixed application
 #     clocks (nvidia-smi -ac): a property of the machine, constant over the whole run;
 #   display_clock_setting: the display clock, irrelevant to compute.

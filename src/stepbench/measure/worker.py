@@ -118,7 +118,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
             return "oom", f"{type(link).__name__}: {_first_line(link)}"
     for link in chain:
         text = str(link).lower()
-        if isinstance(link, (NotImplementedError, ImportError)) or any(m in text for m in UNSUPPORTED_MARKERS):
+        if isinstance(link, (NotImplementedError, ImportError)) or \
+                any(m in text for m in UNSUPPORTED_MARKERS):
             return "unsupported", f"{type(link).__name__}: {_first_line(link)}"
     return "error", f"{type(chain[0]).__name__}: {_first_line(chain[0])}"
 
