@@ -273,10 +273,6 @@ def compute_capability(index: int = 0) -> tuple[int, int] | None:
         return None
 
 
-def _gpu_only(value, device: str) -> str | None:
-    return "it needs a CUDA GPU" if device != CUDA else None
-
-
 # ---------------------------------------------------------------- the table
 
 def compiled(fields: dict) -> bool:

@@ -5,7 +5,7 @@ the same tokens, whatever their mode, attention kernel, precision, fused kernels
 or optimizer implementation. So their losses must agree step for step, up to rounding: within a
 relative tolerance set by the precision (`TOLERANCE`, the one the report uses for compiled-vs-
 eager parity). A setup whose losses depart from its reference is flagged; the report says so,
-and a search over setups (`tune`) must never pick it: `departing()` is the set it skips.
+and a search over setups (`tune`) must never pick it.
 
 The reference is the eager setup of the same model, seed, batch and sequence on the same GPU,
 with no fused kernels and no float8 (the plainest: bf16, sdpa, fused AdamW, no checkpointing,
@@ -234,8 +234,3 @@ def _by_majority(key, keys, first) -> Verdict:
                   else float("inf"))
     return dataclasses.replace(closest, status=DEPARTS if departs else OK,
                                reference=f"{len(agree)} of {len(results)} peers (no eager reference)")
-
-
-def departing(records: list[Record]) -> set[tuple[str, str]]:
-    """(setup key, GPU) of every setup whose losses depart: what a search must never pick."""
-    return {key for key, verdict in loss_verdicts(records).items() if verdict.departs}

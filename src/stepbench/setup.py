@@ -76,11 +76,6 @@ class SetupMethods:
         return dataclasses.replace(self, **changes)
 
     @property
-    def precision(self) -> str:
-        """The precision axis (stored as `dtype`, its name before it had more than dtypes)."""
-        return self.dtype
-
-    @property
     def compute_dtype(self) -> str:
         """bf16, fp16 or fp32: what the matrix products run in (the matmul peak's dtype)."""
         return COMPUTE_DTYPES.get(self.dtype, self.dtype)

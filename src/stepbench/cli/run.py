@@ -11,9 +11,6 @@ from stepbench.cli.base import say, stopped
 from stepbench.cli.flags import add_axis_flags, add_option, add_options, option_keys
 from stepbench.settings import DEFAULT_OUT, MAX_BATCH_KEYS, RUN, RunSettings
 
-HOST_KEYS = ("host", "hosts_file", "ssh_config", "remote_python", "remote_setup", "remote_dir")
-
-
 def add(sub) -> None:
     p = sub.add_parser(
         "run", help="run the matrix of setups, each in its own process",
