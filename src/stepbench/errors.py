@@ -8,3 +8,14 @@ keeps its traceback.
 
 class UserError(Exception):
     """Bad input. The message names the fix, e.g. "unknown attention 'sdp'; choose one of: ..."."""
+
+
+def first_line(text: str | None, limit: int = 200, last: bool = False) -> str:
+    """The first (or, with `last`, the last) non-empty line of `text`, stripped, cut to `limit`
+    characters with "..." at the end; "" when there is none. An exception's first line names
+    it; a crash's stderr ends in the line that says why it died."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if last else lines[0]
+    return line if len(line) <= limit else line[:max(limit - 3, 0)] + "..."

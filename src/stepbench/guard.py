@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from stepbench.axes import AXES
 from stepbench.record import Record
 from stepbench.setup import Setup
+from stepbench.units import percent
 
 # Relative tolerance on a loss, per precision. bf16 keeps about 3 significant digits (8-bit
 # mantissa) and fused kernels round in another order, so losses drift apart over the steps;
@@ -79,23 +80,20 @@ class Verdict:
                 where, mine, theirs = "first loss", self.first_loss, self.reference_first_loss
                 apart = self.first_rel_diff
             else:
-                where, mine, theirs = f"loss at step {self.step + 1}", self.loss, self.reference_loss
+                where = f"loss at step {self.step + 1}"
+                mine, theirs = self.loss, self.reference_loss
                 apart = self.max_rel_diff
             return (f"{name}'s {where} is {mine:.4g} against {theirs:.4g} for "
-                    f"{self.reference} ({_pct(apart)} apart, tolerance {_pct(self.tolerance)})")
+                    f"{self.reference} ({percent(apart)} apart, tolerance "
+                    f"{percent(self.tolerance)})")
         if self.status == DEPARTS:
             return f"{name}'s losses disagree with {self.reference}"
         if self.status == OK:
-            what = "first loss agrees" if self.first_only else f"losses agree over {self.steps} steps"
+            what = ("first loss agrees" if self.first_only
+                    else f"losses agree over {self.steps} steps")
             return (f"{name}'s {what} with {self.reference} within "
-                    f"{_pct(self.max_rel_diff)} (tolerance {_pct(self.tolerance)})")
+                    f"{percent(self.max_rel_diff)} (tolerance {percent(self.tolerance)})")
         return f"{name}: {self.status}"
-
-
-def _pct(fraction: float | None) -> str:
-    if fraction is None:
-        return "?"
-    return f"{fraction * 100:,.0f}%" if fraction >= 1 else f"{fraction * 100:.2g}%"
 
 
 def peers_key(setup: Setup, gpu: str) -> tuple:
@@ -206,7 +204,9 @@ def _judge_group(keys, first) -> dict:
 
 
 def _label(reference: Setup, setup: Setup) -> str:
-    return reference.name if reference.dtype == setup.dtype else f"{reference.name} ({reference.dtype})"
+    if reference.dtype == setup.dtype:
+        return reference.name
+    return f"{reference.name} ({reference.dtype})"
 
 
 def _with_reference(verdict: Verdict, reference: str) -> Verdict:
@@ -234,8 +234,8 @@ def _by_majority(key, keys, first) -> Verdict:
     departs = len(results) - len(agree) > len(results) / 2 or (len(results) == 1 and not agree)
     closest = min(results, key=lambda v: v.max_rel_diff if v.max_rel_diff == v.max_rel_diff
                   else float("inf"))
-    return dataclasses.replace(closest, status=DEPARTS if departs else OK,
-                               reference=f"{len(agree)} of {len(results)} peers (no eager reference)")
+    peers = f"{len(agree)} of {len(results)} peers (no eager reference)"
+    return dataclasses.replace(closest, status=DEPARTS if departs else OK, reference=peers)
 
 
 def departing(records: list[Record]) -> set[tuple[str, str]]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from stepbench import record as store
+from stepbench.errors import first_line
 from stepbench.record import Record
 from stepbench.report import searches, table
-from stepbench.report.findings import Finding, findings_for, key_findings
+from stepbench.report.findings import findings_for, key_findings
+from stepbench.report.layout import Document, Table
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
@@ -38,45 +38,6 @@ STATUS_NOTES = {
     "error": "error means the setup raised an exception other than out-of-memory.",
     "unsupported": "unsupported means the setup cannot run on this machine or software.",
 }
-
-
-
-
-@dataclass
-class Table:
-    """A table of formatted cells, with its title and the notes printed under it."""
-
-    columns: list[str]
-    cells: list[list[str]]
-    align: str
-    title: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Document:
-    """Everything a report shows, formatted once; render.py only lays it out."""
-
-    title: str | None
-    tables: list[Table]                    # the main table first
-    findings: list[tuple[str | None, list[Finding]]] = field(default_factory=list)  # per heading
-    # The few findings to read first, as (workload's short name or None, finding); each is also
-    # in `findings`, in its place.
-    lead: list[tuple[str | None, Finding]] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
-    # Records a search asked for that are not ranked (probes) and its full measurements, for
-    # JSON and CSV (report/searches.py); empty without searches.
-    searches: list[dict] = field(default_factory=list)
-    pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
-
-    @property
-    def notes(self) -> list[str]:
-        return [note for t in self.tables for note in t.notes]
-
-    def write_plots(self, folder: Path) -> list[Path]:
-        from stepbench.report.plots import write_plots
-
-        return write_plots(self.pngs, folder)
 
 
 def status_note(status: str, rows: list[Row]) -> str:
@@ -300,7 +261,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     for row in rows:
         if not row.ok and row.status != "oom" and row.error:
             notes.append(f"{names[id(row)]} {status_text(row.status)}: "
-                         f"{_one_line(row.error, first=row.status == 'error')}")
+                         f"{_error_line(row)}")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
@@ -311,6 +272,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      + " are the provider's hourly price of the rented machine, per GPU; "
                      "--price or --prices overrides them.")
     return notes
+
+
+def _error_line(row: Row) -> str:
+    """An error's line for a note: the first for an `error` (the exception the child caught; the
+    stderr tail after it may end in an unrelated warning), else the last (a crash's stderr)."""
+    return first_line(row.error, limit=160, last=row.status != "error")
 
 
 def _by_workload(rows: list[Row], value) -> str:
@@ -439,14 +406,6 @@ def _scaling_note(rows: list[Row]) -> str | None:
             "that over the tokens/s of the same setup on one GPU without a wrapper (the "
             "baseline named); 100% is perfect data-parallel scaling. Rank spread: how far the "
             "ranks' mean step times differ, (slowest - fastest) / fastest.")
-
-
-def _one_line(text: str, limit: int = 160, first: bool = False) -> str:
-    """An error's line for a note: the first for an `error` (the exception the child caught; the
-    stderr tail after it may end in an unrelated warning), else the last (a crash's stderr)."""
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    line = (lines[0] if first else lines[-1]) if lines else ""
-    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups them

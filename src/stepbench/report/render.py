@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stepbench.errors import UserError
 from stepbench.report import table
-from stepbench.report.document import Document, Table
+from stepbench.report.layout import Document, Table
 
 FORMATS = ("table", "markdown", "csv", "json", "html")
 # A terminal table wider than this is printed in parts (each repeating the first two columns),
@@ -65,7 +65,7 @@ def render_text(doc: Document, fmt: str) -> str:
             notes = t.notes if part == len(parts) - 1 else None
             out.append(table.render(columns, cells, fmt, align=align, title=title, footnotes=notes))
     if doc.findings:
-        lines = ["## What the numbers say\n" if markdown else "What the numbers say\n"]
+        lines = [f"## {doc.findings_title}\n" if markdown else f"{doc.findings_title}\n"]
         number = 0
         for heading, findings in doc.findings:
             if heading:
@@ -214,7 +214,7 @@ def render_html(doc: Document) -> str:
         parts += [f"<h2>{html.escape(t.title)}</h2>\n" if t.title else "", _html_table(t)]
         parts += [f'<p class="note">{html.escape(n)}</p>\n' for n in t.notes]
     if doc.findings:
-        parts.append("<h2>What the numbers say</h2>\n")
+        parts.append(f"<h2>{html.escape(doc.findings_title)}</h2>\n")
         for heading, findings in doc.findings:
             if heading:
                 parts.append(f"<h3>{html.escape(heading)}</h3>\n")

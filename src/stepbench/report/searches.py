@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from stepbench.errors import first_line
 from stepbench.record import Record
 from stepbench.report import stats, table
 from stepbench.report.findings import BIG_RATIO, Finding, compiler
+from stepbench.report.layout import Table
 from stepbench.report.rows import Row, status_text
 
 MAX_BATCH = "max_batch"
@@ -78,9 +80,7 @@ COLUMNS = ["GPU", "Setup", "Search", "Batch", "Seq", "Steps", "Status", "Peak me
 
 
 def details_table(records: list[Record]):
-    """"Details: searches" (a document.Table), or None when no record came from a search."""
-    from stepbench.report.document import Table
-
+    """"Details: searches", or None when no record came from a search."""
     listed = shown(records)
     if not listed:
         return None
@@ -121,8 +121,8 @@ def _unfinished(probe: Record) -> str:
     if probe.status in ("ok", "oom"):
         return (f"{where}: the search was stopped before its full measurement; run the same "
                 "command again to resume it.")
-    lines = [ln.strip() for ln in (probe.error or "").splitlines() if ln.strip()]
-    why = f" ({lines[0][:160]})" if lines else ""
+    line = first_line(probe.error, limit=160)
+    why = f" ({line})" if line else ""
     return (f"{where}: the search stopped when its probe at batch {probe.setup.batch} ended "
             f"{status_text(probe.status)}{why}; no full measurement.")
 
