@@ -7,7 +7,7 @@ warm, numerical parity, energy, and compiled against eager tested for significan
 
     PYTHONPATH=src python benchmarks/summarize_repeats.py RESULTS.jsonl
 
-Only reads stored results; the statistics are stepbench.report.stats's, the combined rows and the loss
+Only reads stored results; the statistics are stepbench.stats's, the combined rows and the loss
 parity are the report's own (stepbench.report.rows), so the two cannot disagree.
 """
 
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from stepbench.record import Record, ResultsFile
-from stepbench.report import stats
+from stepbench import stats
 from stepbench.report.rows import Row, build_rows, eager_twins
 
 

@@ -79,7 +79,7 @@ def test_compare_seed_shows_a_failed_or_missing_side(compare_seed, tmp_path):
 # ---------------------------------------------------------------- summarize_repeats.py
 
 def test_summarize_repeats_prints_the_files_statistics(capsys):
-    from stepbench.report import stats
+    from stepbench import stats
 
     summarize = load("summarize_repeats")
     assert summarize.main([str(REPEATS)]) == 0

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations, permutations
 
-from stepbench.report import stats
+from stepbench import stats
 from stepbench.report.rows import LABEL_PARTS, Row, eager_twins
 from stepbench.report.table import sig
 from stepbench.setup import Setup
@@ -97,21 +97,10 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
 # ---------------------------------------------------------------- helpers
 
 def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's step times against b's; None when nothing can be tested.
-
-    Per-process means come first, since identical processes differ by more than the steps
-    within one do; when there are too few processes for the test to reach p < 0.05 (fewer than
-    4 against 4, say), the pooled per-step times are tested instead.
-    """
-    if len(a.repeat_step_ms) >= 2 and len(b.repeat_step_ms) >= 2:
-        result = stats.compare(a.repeat_step_ms, b.repeat_step_ms)
-        if result.significant is not None:
-            return result
-    if len(a.step_times_ms) >= 2 and len(b.step_times_ms) >= 2:
-        result = stats.compare(a.step_times_ms, b.step_times_ms)
-        if result.significant is not None:
-            return result
-    return None
+    """Test a's step times against b's (stats.compare_step_times: per-process means first, else
+    the pooled per-step times); None when nothing can be tested."""
+    return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms, a.step_times_ms,
+                                    b.step_times_ms)
 
 
 def change(new_ms: float, old_ms: float) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from stepbench.axes import AXES
 from stepbench.guard import TOLERANCE, Verdict, loss_verdicts
 from stepbench.noise import noise_flags_for
 from stepbench.record import Record
-from stepbench.report import stats
+from stepbench import stats
 from stepbench.report.prices import price_for
 from stepbench.setup import Setup
 

@@ -15,7 +15,8 @@ import dataclasses
 
 from stepbench.errors import first_line
 from stepbench.record import Record
-from stepbench.report import stats, table
+from stepbench import stats
+from stepbench.report import table
 from stepbench.report.findings import BIG_RATIO, Finding, compiler
 from stepbench.report.layout import Table
 from stepbench.report.rows import Row, status_text
@@ -237,12 +238,8 @@ def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
 
 
 def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's time per token against b's (their batches differ): per-process means first, else
-    the per-step times (findings.compare_rows, scaled by each row's tokens per step)."""
-    ta, tb = a.config.tokens_per_step, b.config.tokens_per_step
-    for xa, xb in ((a.repeat_step_ms, b.repeat_step_ms), (a.step_times_ms, b.step_times_ms)):
-        if len(xa) >= 2 and len(xb) >= 2:
-            result = stats.compare([t / ta for t in xa], [t / tb for t in xb])
-            if result.significant is not None:
-                return result
-    return None
+    """Test a's time per token against b's (their batches differ): stats.compare_step_times,
+    scaled by each row's tokens per step."""
+    return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms, a.step_times_ms,
+                                    b.step_times_ms, a_tokens=a.config.tokens_per_step,
+                                    b_tokens=b.config.tokens_per_step)

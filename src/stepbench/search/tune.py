@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from stepbench import stats
 from stepbench.axes import AXES, axis
 from stepbench.guard import OK, REFERENCE, can_be_reference, loss_verdicts
 from stepbench.record import Record
@@ -551,11 +552,8 @@ def representative(records: list[Record]) -> Record:
 
 def compare(a: list[Record], b: list[Record]) -> dict | None:
     """The winner's time per token against the runner-up's (their batches may differ), tested
-    as the report tests two searched setups (report.searches.compare_throughput)."""
-    from stepbench.report.rows import combine
-    from stepbench.report.searches import compare_throughput
-
-    result = compare_throughput(combine(a, None), combine(b, None))
+    as the report tests two searched setups (stats.compare_step_times, per token)."""
+    result = stats.compare_records(a, b, per_token=True)
     if result is None:
         return None
     return {"ratio": result.ratio, "p_value": result.p_value, "significant": result.significant,
