@@ -51,7 +51,7 @@ def step_times(rows: list[Row]) -> str:
         lo, hi = row.step_ms_ci or (None, None)
         spread = (max(means) - min(means)) / min(means) * 100
         flags = [", ".join(r.noise_flags) or "-" for r in ok_records(row)]
-        cells.append([row.setup, ", ".join(f(m) for m in means), f(row.step_ms),
+        cells.append([row.name, ", ".join(f(m) for m in means), f(row.step_ms),
                       f"{f(lo)}-{f(hi)}", f"{spread:.1f}%", "; ".join(flags)])
     return table(["setup", "per-process means (ms, in run order)", "median ms",
                   "95% CI of median (ms)", "spread (max-min)/min", "noise flags per process"],
@@ -63,7 +63,7 @@ def mfu(rows: list[Row]) -> str:
     for row in rows:
         ok = ok_records(row)
         cells.append([
-            row.setup, f(median_of(ok, lambda r: r.achieved_tflops)),
+            row.name, f(median_of(ok, lambda r: r.achieved_tflops)),
             f"{median_of(ok, lambda r: r.mfu_measured) * 100:.1f}%",
             f(median_of(ok, lambda r: r.peak_tflops_measured)),
             f"{median_of(ok, lambda r: r.mfu_datasheet) * 100:.1f}%",
@@ -82,7 +82,7 @@ def compile_cost(rows: list[Row]) -> str:
             c = r.compile
             if not c:
                 continue
-            cells.append([row.setup, str(r.repeat), c["cache"], f(r.first_step_s),
+            cells.append([row.name, str(r.repeat), c["cache"], f(r.first_step_s),
                           f(c.get("dynamo_s")), f(c.get("inductor_s")), str(c.get("graphs")),
                           str(c.get("graph_breaks")), "; ".join(c.get("break_reasons") or [])
                           or "-", str(c.get("recompiles_in_timed"))])
@@ -96,7 +96,7 @@ def parity(rows: list[Row]) -> str:
     for row, twin in eager_twins(rows):
         if row.parity_rel_diff is None:
             continue
-        cells.append([row.setup, f(twin.loss_last, 4), f(row.loss_last, 4),
+        cells.append([row.name, f(twin.loss_last, 4), f(row.loss_last, 4),
                       f"{row.parity_rel_diff * 100:.3f}%", f"{row.parity_tolerance * 100:.0f}%",
                       "yes" if row.parity_ok else "no", str(len(row.records[0].losses))])
     return table(["compiled setup", "eager last loss (median)", "compiled last loss (median)",
@@ -109,7 +109,7 @@ def energy(rows: list[Row]) -> str:
         ok = ok_records(row)
         joules = median_of(ok, lambda r: (r.energy or {}).get("joules_per_step"))
         per_token = [r.energy["joules_per_step"] / (row.batch * row.seq) for r in ok]
-        cells.append([row.setup, f(joules), f"{joules / (row.batch * row.seq) * 1000:.2f}",
+        cells.append([row.name, f(joules), f"{joules / (row.batch * row.seq) * 1000:.2f}",
                       ", ".join(f"{j * 1000:.2f}" for j in per_token),
                       f(median_of(ok, lambda r: (r.energy or {}).get("avg_watts")), 0),
                       f"{row.tokens_per_kwh / 1e6:.0f}M"])
@@ -118,7 +118,7 @@ def energy(rows: list[Row]) -> str:
 
 
 def significance(rows: list[Row]) -> str:
-    by_name = {r.setup: r for r in rows}
+    by_name = {r.name: r for r in rows}
     cells = []
     for attn in dict.fromkeys(r.attn for r in rows):
         comp, eager = by_name.get(f"compile+{attn}"), by_name.get(f"eager+{attn}")

@@ -45,13 +45,13 @@ def status_note(status: str, rows: list[Row]) -> str:
     if status != "oom":
         return STATUS_NOTES[status]
     places = []
-    if any(r.config.memory_limit_gb is not None and r.config.device == "cuda" for r in rows):
+    if any(r.setup.memory_limit_gb is not None and r.setup.device == "cuda" for r in rows):
         places.append("its --memory-limit-gb cap")
-    if any(r.config.memory_limit_gb is not None and r.config.device == "cpu" for r in rows):
+    if any(r.setup.memory_limit_gb is not None and r.setup.device == "cpu" for r in rows):
         places.append("its --memory-limit-gb cap on address space")
-    if any(r.config.memory_limit_gb is None and r.config.device == "cuda" for r in rows):
+    if any(r.setup.memory_limit_gb is None and r.setup.device == "cuda" for r in rows):
         places.append("the GPU's memory")
-    if any(r.config.memory_limit_gb is None and r.config.device == "cpu" for r in rows):
+    if any(r.setup.memory_limit_gb is None and r.setup.device == "cpu" for r in rows):
         places.append("the machine's memory")
     return STATUS_NOTES["oom"].format(where=" or ".join(places))
 
@@ -234,12 +234,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
         notes.append('"M tokens per $" is training tokens per dollar of GPU time, in millions, '
                      "at each machine's hourly price.")
-    if any(r.config.distributed for r in rows):
+    if any(r.setup.distributed for r in rows):
         notes.append(DISTRIBUTED_NOTE)
     labels = setup_labels(rows)
     notes += [f"{DEPARTS_MARK} loss guard: {r.loss_guard.describe(labels[id(r)])}; "
               "do not take its speed as a way to train this model." for r in rows if r.departs]
-    if any(r.config.uses_cudagraphs for r in rows if r.ok):
+    if any(r.setup.uses_cudagraphs for r in rows if r.ok):
         notes.append("Under CUDA graphs (compile modes reduce-overhead, max-autotune) Peak memory "
                      "is the peak reserved memory, graph pools included: max_memory_allocated "
                      "does not see a graph replay's memory.")
@@ -442,7 +442,7 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
     ("$/M tokens (energy)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
      lambda r: _dollars(r.energy_cost_per_m_tokens)),
     ("Loss vs eager", "l", lambda r: r.parity_rel_diff is not None, lambda r: _parity_cell(r)),
-    ("Processes", "r", lambda r: r.config.distributed, lambda r: r.config.parallel_label),
+    ("Processes", "r", lambda r: r.setup.distributed, lambda r: r.setup.parallel_label),
     ("Tokens/s per GPU", "r", lambda r: r.tokens_per_s_per_gpu is not None,
      lambda r: table.num(r.tokens_per_s_per_gpu, 0, thousands=True)),
     ("Rank spread", "r", lambda r: r.rank_spread is not None,

@@ -457,13 +457,13 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
         phrase, direction = verdict(second, top)
         if direction == "noise":
             tags.add(NOISE)
-            items.append(f"{top.setup} and {second.setup} on {gpu}, equally fast within the noise "
+            items.append(f"{top.name} and {second.name} on {gpu}, equally fast within the noise "
                          f"({sig(top.step_ms)} vs {sig(second.step_ms)} ms, {phrase})")
         else:
             lead = change(top.step_ms, second.step_ms)[0] or "no"
-            items.append(f"{top.setup} on {gpu} ({top.tokens_per_s:,.0f} tokens/s, "
+            items.append(f"{top.name} on {gpu} ({top.tokens_per_s:,.0f} tokens/s, "
                          f"{sig(top.step_ms)} ms; {lead} faster than the runner-up, "
-                         f"{second.setup} at {sig(second.step_ms)} ms)")
+                         f"{second.name} at {sig(second.step_ms)} ms)")
     if not items:
         return []
     return [Finding("fastest_setup", "Fastest setup: " + "; ".join(items) + ".", frozenset(tags))]
@@ -477,7 +477,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
     if len(by_dollar) >= 2:
         top, rest = by_dollar[0], by_dollar[1:]
         text = (f"Per dollar, {top.gpu} trained the most tokens: "
-                f"{sig(top.m_tokens_per_dollar, 2)}M tokens per $ with {top.setup}, against "
+                f"{sig(top.m_tokens_per_dollar, 2)}M tokens per $ with {top.name}, against "
                 + join([f"{sig(r.m_tokens_per_dollar, 2)}M on {r.gpu}" for r in rest]))
         fastest = by_speed[0]
         if fastest.gpu != top.gpu and fastest.price_per_hour:
@@ -486,7 +486,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
         out.append(Finding("tokens_per_dollar", text + ".", frozenset({ACROSS_GPUS})))
     elif len(by_dollar) == 1:
         top = by_dollar[0]
-        out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.setup} trained the most "
+        out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.name} trained the most "
                            f"tokens per dollar: {sig(top.m_tokens_per_dollar, 2)}M per $."))
     if len(by_speed) >= 2:
         top, second = by_speed[:2]
@@ -497,8 +497,8 @@ def gpus(rows: list[Row]) -> list[Finding]:
                     f"the noise ({sig(top.step_ms)} vs {sig(second.step_ms)} ms)")
         else:
             text = (f"{top.gpu} was the fastest GPU ({top.tokens_per_s:,.0f} tokens/s with "
-                    f"{top.setup}), {_times(top.tokens_per_s / second.tokens_per_s)} "
-                    f"{second.gpu} ({second.tokens_per_s:,.0f} tokens/s with {second.setup})")
+                    f"{top.name}), {_times(top.tokens_per_s / second.tokens_per_s)} "
+                    f"{second.gpu} ({second.tokens_per_s:,.0f} tokens/s with {second.name})")
             if top.price_per_hour and second.price_per_hour:
                 text += f" at {_times(top.price_per_hour / second.price_per_hour)} its price"
         out.append(Finding("fastest_gpu", text + ".", tags))
@@ -516,7 +516,7 @@ def parity(rows: list[Row]) -> list[Finding]:
         return []
     bad = [r for r in checked if not r.parity_ok]
     if bad:
-        return [Finding("parity", f"{r.setup} on {r.gpu} ended at a loss "
+        return [Finding("parity", f"{r.name} on {r.gpu} ended at a loss "
                         f"{_pct(r.parity_rel_diff)} away from eager mode's, over the "
                         f"{_pct(r.parity_tolerance)} tolerance for {r.dtype}: check its "
                         "numerics before trusting its speed.", frozenset({WRONG_LOSS}))
@@ -526,14 +526,14 @@ def parity(rows: list[Row]) -> list[Finding]:
              else f"in {every(len(checked), 'pairs')}")
     return [Finding("parity", f"Compiled and eager setups ended at the same loss within "
                     f"tolerance {where} (largest difference "
-                    f"{_pct(worst.parity_rel_diff)}, {worst.setup} on {worst.gpu}; tolerance "
+                    f"{_pct(worst.parity_rel_diff)}, {worst.name} on {worst.gpu}; tolerance "
                     f"{_pct(worst.parity_tolerance)} for {worst.dtype}).")]
 
 
 def loss_guard(rows: list[Row]) -> list[Finding]:
     """Setups whose losses depart from their reference's (stepbench.guard): fast or not, they
     train something else, and the other findings leave them out."""
-    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.setup)}; its "
+    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.name)}; its "
                     "numbers do not describe training this model, so it is left out of the "
                     "fastest setup and GPU.", frozenset({WRONG_LOSS}))
             for r in rows if r.departs]
@@ -549,7 +549,7 @@ def mfu(rows: list[Row]) -> list[Finding]:
     if not best:
         return []
     peak = {"measured": "the measured matmul peak", "datasheet": "the datasheet peak"}
-    items = [f"{r.mfu * 100:.0f}% on {r.gpu} with {r.setup} (against {peak[r.mfu_source]})"
+    items = [f"{r.mfu * 100:.0f}% on {r.gpu} with {r.name} (against {peak[r.mfu_source]})"
              for r in best]
     return [Finding("mfu", "Best model FLOPs utilization: " + join(items) + ".")]
 
@@ -559,7 +559,7 @@ def energy(rows: list[Row]) -> list[Finding]:
     best = _best_per_gpu(rows, lambda r: r.tokens_per_kwh)
     if not best:
         return []
-    items = [f"{sig(r.tokens_per_kwh / 1e6, 2)}M on {r.gpu} with {r.setup}" for r in best]
+    items = [f"{sig(r.tokens_per_kwh / 1e6, 2)}M on {r.gpu} with {r.name}" for r in best]
     return [Finding("energy", "Most tokens per kWh of GPU energy: " + join(items) + ".")]
 
 
@@ -619,14 +619,14 @@ def scaling(rows: list[Row]) -> list[Finding]:
     for row in rows:
         if row.scaling_efficiency is None:
             continue
-        speedup = row.scaling_efficiency * row.config.world_size
-        items.append(f"{row.setup} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "
+        speedup = row.scaling_efficiency * row.setup.world_size
+        items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "
                      f"({_pct(row.scaling_efficiency)} scaling efficiency, "
                      f"{row.tokens_per_s_per_gpu:,.0f} tokens/s per GPU), peak memory "
                      f"{row.peak_memory_gb:.1f} GB per GPU")
     if not items:
         return []
-    label = rows[0].config.parallel_label
+    label = rows[0].setup.parallel_label
     return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
 
 

@@ -36,7 +36,7 @@ class Row:
     """One GPU x setup: the records of all its repeats combined. Units are in the names."""
 
     gpu: str                     # the machine: the GPU's name, with the host where that tells apart
-    config: Setup                # what ran: every record of the row has this Setup
+    setup: Setup                 # what ran: every record of the row has this Setup
     status: str
     statuses: dict[str, int]
     repeats: int
@@ -112,28 +112,28 @@ class Row:
 
     @property
     def key(self) -> tuple[str, str]:
-        return self.config.key(), self.gpu
+        return self.setup.key(), self.gpu
 
     @property
     def workload(self) -> Setup:
         """What the row trains; rows of one workload are compared with each other."""
-        return self.config.workload()
+        return self.setup.workload()
 
     # The setup's fields, read often enough by findings and tables to be named here.
-    setup = property(lambda self: self.config.name)
-    mode = property(lambda self: self.config.mode)
-    attn = property(lambda self: self.config.attn)
-    compile_mode = property(lambda self: self.config.compile_mode)
-    batch = property(lambda self: self.config.batch)
-    seq = property(lambda self: self.config.seq)
-    dtype = property(lambda self: self.config.dtype)
-    model = property(lambda self: self.config.model_label)
-    parallel = property(lambda self: self.config.parallel)
+    name = property(lambda self: self.setup.name)
+    mode = property(lambda self: self.setup.mode)
+    attn = property(lambda self: self.setup.attn)
+    compile_mode = property(lambda self: self.setup.compile_mode)
+    batch = property(lambda self: self.setup.batch)
+    seq = property(lambda self: self.setup.seq)
+    dtype = property(lambda self: self.setup.dtype)
+    model = property(lambda self: self.setup.model_label)
+    parallel = property(lambda self: self.setup.parallel)
 
     @property
     def gpus(self) -> int:
         """GPUs one job of the row holds (what its cost per token pays for)."""
-        return self.config.world_size if self.config.device == "cuda" else 1
+        return self.setup.world_size if self.setup.device == "cuda" else 1
 
     @property
     def parity_ok(self) -> bool | None:
@@ -146,15 +146,15 @@ class Row:
         return {
             "gpu": self.gpu, "gpu_name": self.gpu_name, "host": self.host,
             "price_per_hour": self.price_per_hour, "price_source": self.price_source,
-            "setup": self.setup,
+            "setup": self.name,
             "status": self.status, "step_ms": self.step_ms, "tokens_per_s": self.tokens_per_s,
             "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
             "m_tokens_per_dollar": self.m_tokens_per_dollar,
             "mode": self.mode, "attn": self.attn, "compile_mode": self.compile_mode,
-            "model": self.config.model, "model_label": self.model, "batch": self.batch,
-            "seq": self.seq, "dtype": self.dtype, "device": self.config.device,
-            "warmup": self.config.warmup, "steps": self.config.steps, "seed": self.config.seed,
-            "memory_limit_gb": self.config.memory_limit_gb,
+            "model": self.setup.model, "model_label": self.model, "batch": self.batch,
+            "seq": self.seq, "dtype": self.dtype, "device": self.setup.device,
+            "warmup": self.setup.warmup, "steps": self.setup.steps, "seed": self.setup.seed,
+            "memory_limit_gb": self.setup.memory_limit_gb,
             "repeats": self.repeats, "runs": self.runs, "statuses": self.statuses,
             "step_ms_ci": list(self.step_ms_ci) if self.step_ms_ci else None,
             "step_ms_ci_method": self.ci_method, "noise_flags": self.noise_flags,
@@ -176,7 +176,7 @@ class Row:
             "energy_price_per_kwh": self.energy_price_per_kwh,
             "energy_cost_per_m_tokens": self.energy_cost_per_m_tokens,
             "loss_last": self.loss_last,
-            "parallel": self.parallel, "nproc": self.config.nproc, "nnodes": self.config.nnodes,
+            "parallel": self.parallel, "nproc": self.setup.nproc, "nnodes": self.setup.nnodes,
             "gpus": self.gpus, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "rank_spread": self.rank_spread, "scaling_efficiency": self.scaling_efficiency,
             "scaling_baseline": self.scaling_baseline,
@@ -195,8 +195,8 @@ class Row:
 
     def row_label(self) -> str:
         """"compile+sdpa (batch 16 x 2048, float8) on NVIDIA H200": enough to find the row."""
-        c = self.config
-        return f"{self.setup} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
+        c = self.setup
+        return f"{self.name} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
 
     @property
     def departs(self) -> bool:
@@ -267,7 +267,7 @@ def _order(records: list[Record], machine):
                     ("name", r.setup.name)):
             first.setdefault(key, i)
     return lambda row: (first[("gpu", row.gpu)], first[("work", row.workload)],
-                        first[("attn", row.attn)], row.mode != "eager", first[("name", row.setup)])
+                        first[("attn", row.attn)], row.mode != "eager", first[("name", row.name)])
 
 
 def _median(values) -> float | None:
@@ -296,7 +296,7 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     ok = [r for r in records if r.ok]
     failed = [r for r in records if r.status != "ok"]
     row = Row(
-        gpu=gpu or head.machine.gpu, gpu_name=head.machine.gpu, host=head.host, config=head.setup,
+        gpu=gpu or head.machine.gpu, gpu_name=head.machine.gpu, host=head.host, setup=head.setup,
         status="ok" if ok else statuses.most_common(1)[0][0], statuses=dict(statuses),
         repeats=len(records), runs=len({r.run_id for r in records}),
         price_per_hour=price, gpu_memory_gb=head.machine.gpu_memory_gb,
@@ -312,7 +312,7 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     elif len(row.step_times_ms) >= 2:
         row.step_ms_ci = stats.mean_ci(row.step_times_ms)
         row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
-    row.tokens_per_s = row.config.tokens_per_step * 1000.0 / row.step_ms
+    row.tokens_per_s = row.setup.tokens_per_step * 1000.0 / row.step_ms
     if row.tokens_per_s and price:
         # A job pays for every GPU it holds: the price is per GPU, the tokens the job's.
         job_price = price * row.gpus
@@ -343,7 +343,8 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
     compiled = [r.compile for r in ok if r.compile]
     row.graph_breaks = _most(c.get("graph_breaks") for c in compiled)
     row.recompiles = _most(c.get("recompiles") for c in compiled)
-    row.break_reasons = list(dict.fromkeys(b for c in compiled for b in c.get("break_reasons") or []))
+    row.break_reasons = list(dict.fromkeys(b for c in compiled
+                                           for b in c.get("break_reasons") or []))
     caches = Counter(_cache(r) for r in ok if _cache(r))
     if set(caches) == {"shared"}:
         hits = [(r.compile.get("cache_hits"), r.compile.get("cache_misses")) for r in ok
@@ -383,7 +384,7 @@ def _flop_counter_diff(record: Record) -> float | None:
 def _combine_energy(row: Row, ok: list[Record], energy_price: float | None) -> None:
     energies = [r.energy for r in ok if isinstance(r.energy, dict)]
     row.tokens_per_kwh = _median(e.get("tokens_per_kwh") for e in energies)
-    row.joules_per_token = _median(e["joules_per_step"] / row.config.tokens_per_step
+    row.joules_per_token = _median(e["joules_per_step"] / row.setup.tokens_per_step
                                    for e in energies if e.get("joules_per_step") is not None)
     row.energy_price_per_kwh = energy_price
     if energy_price is not None and row.tokens_per_kwh:
@@ -397,15 +398,15 @@ def add_scaling(rows: list[Row]) -> None:
     records were given at run time against a baseline in their own results file."""
     by_key = {row.key: row for row in rows}
     for row in rows:
-        if not row.ok or not row.config.distributed:
+        if not row.ok or not row.setup.distributed:
             continue
-        row.tokens_per_s_per_gpu = row.tokens_per_s / row.config.world_size
+        row.tokens_per_s_per_gpu = row.tokens_per_s / row.setup.world_size
         spreads = [(r.scaling or {}).get("rank_step_ms_spread") for r in row.records if r.ok]
         row.rank_spread = _median(spreads)
-        twin = by_key.get((row.config.single_process_twin().key(), row.gpu))
+        twin = by_key.get((row.setup.single_process_twin().key(), row.gpu))
         if twin is not None and twin.ok:
             row.scaling_efficiency = row.tokens_per_s_per_gpu / twin.tokens_per_s
-            row.scaling_baseline = (f"{twin.setup}, 1 process ({twin.repeats} run"
+            row.scaling_baseline = (f"{twin.name}, 1 process ({twin.repeats} run"
                                     f"{'s' if twin.repeats > 1 else ''} in this report)")
             continue
         recorded = [r.scaling for r in row.records if r.ok and isinstance(r.scaling, dict)
@@ -413,7 +414,7 @@ def add_scaling(rows: list[Row]) -> None:
         if recorded:
             row.scaling_efficiency = _median(s["efficiency"] for s in recorded)
             base = recorded[-1].get("baseline") or {}
-            row.scaling_baseline = (f"{row.setup}, 1 process, as recorded at run time (run "
+            row.scaling_baseline = (f"{row.name}, 1 process, as recorded at run time (run "
                                     f"{base.get('run_id', '?')})")
 
 
@@ -442,7 +443,7 @@ def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:
     by_key = {row.key: row for row in rows}
     pairs = []
     for row in rows:
-        twin = by_key.get((row.config.eager_twin().key(), row.gpu))
+        twin = by_key.get((row.setup.eager_twin().key(), row.gpu))
         if row.mode == "compile" and twin is not None and (not both_ok or (row.ok and twin.ok)):
             pairs.append((row, twin))
     return pairs
@@ -465,10 +466,10 @@ LABEL_PARTS = {a.name: a.detail for a in AXES if a.detail is not None}
 def setup_labels(rows: list[Row], shown: list[str] = ()) -> dict[int, str]:
     """Setup name, plus what tells rows apart where they differ beyond it (model, batch x seq,
     dtype, steps, seed, memory limit); batch x seq is left out when the table `shown` them."""
-    parts = [lambda r, p=p: p(r.config) for name, p in LABEL_PARTS.items()
+    parts = [lambda r, p=p: p(r.setup) for name, p in LABEL_PARTS.items()
              if not (name == "batch" and shown)]
     varying = [part for part in parts if len({part(r) for r in rows}) > 1]
-    return {id(r): r.setup + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
+    return {id(r): r.name + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
             for r in rows}
 
 

@@ -1,4 +1,4 @@
-"""Records a search asked for (`run --max-batch`, `tune`): what the report ranks, what it only lists.
+"""Records a search asked for (`run --max-batch`, `tune`): what the report ranks, what it lists.
 
 A probe (`search.role` "probe", of any search) is a short run that decided something, not a
 measurement: it stays out of the Results table and the findings and is listed in "Details:
@@ -190,15 +190,15 @@ def max_batch_findings(rows: list[Row]) -> list[tuple[str | None, list[Finding]]
         if comp.mode != "compile":
             continue
         start = finals[id(comp)].get("start_batch")
-        twin = dataclasses.replace(comp.config.eager_twin(), batch=1).key()
+        twin = dataclasses.replace(comp.setup.eager_twin(), batch=1).key()
         eager = next((by_id[i] for i, tag in finals.items() if by_id[i].gpu == comp.gpu
                       and tag.get("start_batch") == start
-                      and dataclasses.replace(by_id[i].config, batch=1).key() == twin), None)
+                      and dataclasses.replace(by_id[i].setup, batch=1).key() == twin), None)
         if eager is None:
             continue
-        base_key = dataclasses.replace(comp.config.eager_twin(), batch=start).key()
+        base_key = dataclasses.replace(comp.setup.eager_twin(), batch=start).key()
         base = next((r for r in rows if r.ok and not r.departs and r.gpu == comp.gpu
-                     and r.config.key() == base_key and r is not eager), None)
+                     and r.setup.key() == base_key and r is not eager), None)
         heading = (f"{comp.model}, largest batch at seq {comp.seq}, {comp.dtype}")
         groups.setdefault(heading, []).append(_finding(comp, eager, base, start))
     return list(groups.items())
@@ -241,5 +241,5 @@ def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:
     """Test a's time per token against b's (their batches differ): stats.compare_step_times,
     scaled by each row's tokens per step."""
     return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms, a.step_times_ms,
-                                    b.step_times_ms, a_tokens=a.config.tokens_per_step,
-                                    b_tokens=b.config.tokens_per_step)
+                                    b.step_times_ms, a_tokens=a.setup.tokens_per_step,
+                                    b_tokens=b.setup.tokens_per_step)
