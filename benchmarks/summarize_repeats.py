@@ -3,12 +3,13 @@
 The report (`stepbench report`) shows one row per setup; this prints what lies under it, per
 setup and per process, so that the README's numbers come from the file and not from a hand:
 step time (median of per-process means, 95% CI), MFU against both peaks, compile cost cold and
-warm, numerical parity, energy, and compiled against eager tested for significance.
+warm, the loss guard's verdict on each compiled setup, energy, and compiled against eager tested
+for significance.
 
     PYTHONPATH=src python benchmarks/summarize_repeats.py RESULTS.jsonl
 
 Only reads stored results; the statistics are stepbench.stats's, the combined rows and the loss
-parity are the report's own (stepbench.report.rows), so the two cannot disagree.
+guard's verdicts are the report's own (stepbench.report.rows), so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -91,16 +92,20 @@ def compile_cost(rows: list[Row]) -> str:
                  cells)
 
 
-def parity(rows: list[Row]) -> str:
+def loss_guard(rows: list[Row]) -> str:
+    """Each compiled setup against its eager twin: the loss guard's verdict (stepbench.guard),
+    the one loss check the report and tune use."""
     cells = []
     for row, twin in eager_twins(rows):
-        if row.parity_rel_diff is None:
+        verdict = row.loss_guard
+        if verdict is None or verdict.max_rel_diff is None:
             continue
-        cells.append([row.name, f(twin.loss_last, 4), f(row.loss_last, 4),
-                      f"{row.parity_rel_diff * 100:.3f}%", f"{row.parity_tolerance * 100:.0f}%",
-                      "yes" if row.parity_ok else "no", str(len(row.records[0].losses))])
-    return table(["compiled setup", "eager last loss (median)", "compiled last loss (median)",
-                  "largest relative difference", "tolerance (bf16)", "within", "steps"], cells)
+        cells.append([row.name, verdict.reference, f(twin.loss_last, 4), f(row.loss_last, 4),
+                      f"{verdict.max_rel_diff * 100:.3f}%", f"{verdict.tolerance * 100:.0f}%",
+                      verdict.status, str(verdict.steps)])
+    return table(["compiled setup", "checked against", "eager last loss (median)",
+                  "compiled last loss (median)", "largest relative difference",
+                  "tolerance", "verdict", "steps compared"], cells)
 
 
 def energy(rows: list[Row]) -> str:
@@ -138,7 +143,7 @@ def significance(rows: list[Row]) -> str:
 
 
 SECTIONS = [("Step time", step_times), ("MFU", mfu), ("Compile cost", compile_cost),
-            ("Numerical parity", parity), ("Energy", energy),
+            ("Loss guard", loss_guard), ("Energy", energy),
             ("Compiled against eager", significance)]
 
 

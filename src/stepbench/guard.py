@@ -3,15 +3,18 @@
 Setups of one model, seed, batch and sequence length start from the same weights and train on
 the same tokens, whatever their mode, attention kernel, precision, fused kernels, checkpointing
 or optimizer implementation. So their losses must agree step for step, up to rounding: within a
-relative tolerance set by the precision (`TOLERANCE`, the one the report uses for compiled-vs-
-eager parity). A setup whose losses depart from its reference is flagged; the report says so,
-and a search over setups (`tune`) must never pick it: `departing()` is the set it skips.
+relative tolerance set by the precision (`TOLERANCE`). A setup whose losses depart from its
+reference is flagged; the report says so, and a search over setups (`tune`) must never pick it:
+`departing()` is the set it skips. This is the only loss check: the report's word on a compiled
+setup against eager mode is the guard's verdict against its eager twin.
 
-The reference is the eager setup of the same model, seed, batch and sequence on the same GPU,
-with no fused kernels and no float8 (the plainest: bf16, sdpa, fused AdamW, no checkpointing,
-first); a setup of another precision is checked against the eager setup of its own precision
-where there is one, and that one against the reference. Where there is no eager setup, a setup
-departs when it disagrees with most of its peers.
+A compiled setup is checked against its eager twin (`Setup.eager_twin()`: the same setup in
+eager mode) where that twin ran and may be a reference: what compilation changes, and nothing
+else. Every other setup is checked against the eager setup of the same model, seed, batch and
+sequence on the same GPU, with no fused kernels and no float8 (the plainest: bf16, sdpa, fused
+AdamW, no checkpointing, first); a setup of another precision against the eager setup of its own
+precision where there is one, and that one against the reference. Where there is no eager
+setup, a setup departs when it disagrees with most of its peers.
 Losses are compared over the steps both ran (the first step and every step after it), so
 setups with other warm-up or timed step counts are still peers. Reads records only (no torch).
 """
@@ -167,11 +170,12 @@ def loss_verdicts(records: list[Record]) -> dict[tuple[str, str], Verdict]:
 
 
 def _judge_group(keys, first) -> dict:
-    """The group's reference is its plainest eager setup (`_rank`). Every other setup is checked
-    against the plainest eager setup of its own precision (which keeps fp32's tight tolerance
-    among fp32 setups), else of its weights' dtype, else against the group's reference: curves
-    where the weights share a dtype, the first loss where they do not. An eager candidate is
-    checked against candidates ranked before it, so that no two check only each other."""
+    """The group's reference is its plainest eager setup (`_rank`). A compiled setup whose eager
+    twin is a candidate is checked against that twin; every other setup against the plainest
+    eager setup of its own precision (which keeps fp32's tight tolerance among fp32 setups),
+    else of its weights' dtype, else against the group's reference: curves where the weights
+    share a dtype, the first loss where they do not. An eager candidate is checked against
+    candidates ranked before it, so that no two check only each other."""
     out = {}
     candidates = sorted(((i, k) for i, k in enumerate(keys) if can_be_reference(first[k][0])),
                         key=lambda c: _rank(first[c[1]][0], len(first[c[1]][1]), c[0]))
@@ -187,13 +191,7 @@ def _judge_group(keys, first) -> dict:
         # references ends at the group's reference.
         order = [k for _, k in candidates]
         before = order[:order.index(key)] if key in order else order
-        ref_key = main
-        for alike in (lambda other: other.dtype == setup.dtype,
-                      lambda other: weights_of(other) == weights_of(setup)):
-            found = [k for k in before if alike(first[k][0])]
-            if found:
-                ref_key = found[0]
-                break
+        ref_key = _twin(setup, key[1], order) or _alike(setup, before, first) or main
         ref_setup, ref_losses = first[ref_key]
         tolerance = max(loss_tolerance(setup), loss_tolerance(ref_setup))
         verdict = compare(losses, ref_losses, tolerance,
@@ -201,6 +199,26 @@ def _judge_group(keys, first) -> dict:
         out[key] = (Verdict(UNCHECKED, tolerance=tolerance) if verdict is None else
                     _with_reference(verdict, _label(ref_setup, setup)))
     return out
+
+
+def _twin(setup: Setup, gpu: str, candidates: list) -> tuple[str, str] | None:
+    """The candidate that is `setup`'s eager twin on `gpu`, or None (not compiled, or its twin
+    did not run or may not be a reference)."""
+    if setup.mode == "eager":
+        return None
+    twin = (setup.eager_twin().key(), gpu)
+    return twin if twin in candidates else None
+
+
+def _alike(setup: Setup, before: list, first) -> tuple[str, str] | None:
+    """The first of `before` (ranked candidates) of `setup`'s precision, else of its weights'
+    dtype, or None."""
+    for alike in (lambda other: other.dtype == setup.dtype,
+                  lambda other: weights_of(other) == weights_of(setup)):
+        found = [k for k in before if alike(first[k][0])]
+        if found:
+            return found[0]
+    return None
 
 
 def _label(reference: Setup, setup: Setup) -> str:

@@ -13,6 +13,7 @@ import sys
 
 from stepbench import record as store
 from stepbench.errors import first_line
+from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import Record
 from stepbench.report import searches, table
 from stepbench.report.findings import findings_for, key_findings
@@ -20,6 +21,7 @@ from stepbench.report.layout import Document, Table
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
+from stepbench.units import percent
 
 # One mark per noise flag, placed after the step time; footnotes explain the marks used.
 _SLOWED = ("†", "the GPU reported throttling or its SM clock dropped by over 10% during the "
@@ -118,7 +120,8 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
     hosts = list(dict.fromkeys(r.host for r in records if r.host))
     precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
     if head is not None:
-        where = head.machine.gpu if head.machine.gpu != "cpu" else f"CPU ({head.machine.cpu or 'unknown'})"
+        where = (head.machine.gpu if head.machine.gpu != "cpu"
+                 else f"CPU ({head.machine.cpu or 'unknown'})")
         title = f"{head.setup.model_label}, {precisions}, on {where}"
         if len(hosts) == 1:
             title += f" at {hosts[0]}"
@@ -148,7 +151,8 @@ def peak_document(result: dict) -> Document:
     notes = [f"measured: median of {result['repeats']} timed {n} x {n} x {n} products on random "
              f"data (2*n^3 FLOPs each), {when}.",
              "datasheet: the vendor's dense peak (no sparsity) for this dtype, "
-             "stepbench.measure.peaks.DATASHEET_PEAK_TFLOPS; '-' where the GPU or dtype is not listed."]
+             "stepbench.measure.peaks.DATASHEET_PEAK_TFLOPS; '-' where the GPU or dtype is not "
+             "listed."]
     columns = ["device", "dtype", "size", "measured TFLOP/s", "datasheet TFLOP/s", "of datasheet"]
     return Document(None, [Table(columns, [row], "llrrrr", notes=notes)])
 
@@ -401,6 +405,15 @@ DISTRIBUTED_NOTE = (
     "the job.")
 
 
+LOSS_GUARD_NOTE = (
+    "Loss guard: each setup's losses against its reference's, step by step over the steps both "
+    "ran; the percentage is the largest relative difference (stepbench.guard). A compiled setup "
+    "is checked against its eager twin where that ran, every other setup against the plainest "
+    "eager setup of the same model, seed, batch and sequence length (of its own precision where "
+    "there is one), the row marked reference; where the weights are kept in another dtype, only "
+    "the first loss is compared.")
+
+
 def _scaling_note(rows: list[Row]) -> str | None:
     return ("Tokens/s per GPU: the job's tokens/s over its GPUs (processes). Scaling efficiency: "
             "that over the tokens/s of the same setup on one GPU without a wrapper (the "
@@ -441,7 +454,7 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
      lambda r: _dollars(r.dollars_per_m_tokens)),
     ("$/M tokens (energy)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
      lambda r: _dollars(r.energy_cost_per_m_tokens)),
-    ("Loss vs eager", "l", lambda r: r.parity_rel_diff is not None, lambda r: _parity_cell(r)),
+    ("Loss guard", "l", lambda r: r.loss_guard is not None, lambda r: guard_cell(r.loss_guard)),
     ("Processes", "r", lambda r: r.setup.distributed, lambda r: r.setup.parallel_label),
     ("Tokens/s per GPU", "r", lambda r: r.tokens_per_s_per_gpu is not None,
      lambda r: table.num(r.tokens_per_s_per_gpu, 0, thousands=True)),
@@ -469,11 +482,18 @@ def _dollars(value: float | None) -> str:
     return "-" if value is None else "$" + table.sig(value, 2)
 
 
-def _parity_cell(row: Row) -> str:
-    if row.parity_rel_diff is None:
+def guard_cell(verdict: Verdict | None) -> str:
+    """The loss guard's verdict in a cell: "ok 0.19% vs eager+sdpa" (the largest relative
+    difference over the steps compared), "departs 4.1% vs eager+sdpa (tolerance 2%)",
+    "reference" (the others of its group were checked against it), "unchecked"."""
+    if verdict is None:
         return "-"
-    text = f"{row.parity_rel_diff * 100:.2g}%"
-    return text if row.parity_ok else f"{text} (over {row.parity_tolerance * 100:.2g}%)"
+    if verdict.status not in (OK, DEPARTS) or verdict.max_rel_diff is None:
+        return verdict.status
+    text = f"{verdict.status} {percent(verdict.max_rel_diff)} vs {verdict.reference}"
+    if verdict.first_only:
+        text += ", first loss"
+    return text + (f" (tolerance {percent(verdict.tolerance)})" if verdict.departs else "")
 
 
 # The details as one table per theme: all their columns side by side (up to 18 with GPU and
@@ -485,8 +505,9 @@ DETAIL_TABLES = [
      ["TFLOP/s", "MFU (measured)", "MFU (datasheet)", "FLOP counter diff"],
      lambda rows: [_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows)]),
     ("Details: torch.compile",
-     ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)", "Loss vs eager"],
+     ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)"],
      lambda rows: []),
+    ("Details: losses", ["Loss guard"], lambda rows: [LOSS_GUARD_NOTE]),
     ("Details: scaling",
      ["Processes", "Tokens/s per GPU", "Rank spread", "Scaling efficiency", "Baseline"],
      lambda rows: [_scaling_note(rows)]),
@@ -498,7 +519,7 @@ DETAIL_TABLES = [
 
 def details(rows: list[Row]) -> list[Table]:
     """What the records measured beyond the post's columns (repeats, CI, noise flags, TFLOP/s
-    and MFU, the FLOP counter's cross-check, compile cache, loss parity, energy and its cost),
+    and MFU, the FLOP counter's cross-check, compile cache, the loss guard, energy and its cost),
     one table per theme of DETAIL_TABLES. A column appears only when some row has its number,
     a table only when it has a column, and a row only when it has one of its table's numbers."""
     by_header = {c[0]: c for c in DETAIL_COLUMNS}

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from itertools import combinations, permutations
 
 from stepbench import stats
+from stepbench.guard import OK
 from stepbench.report.rows import LABEL_PARTS, Row, eager_twins
 from stepbench.report.table import sig
 from stepbench.setup import Setup
+from stepbench.units import duration, percent
 
 BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
 
@@ -27,7 +29,7 @@ BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "16
 # Tags a rule may give its finding (what its content says, for `key_findings`).
 NOISE = "noise"                              # a comparison in it was within the noise
 FITS_ONLY_COMPILED = "fits_only_compiled"    # a setup fit in memory only with torch.compile
-WRONG_LOSS = "wrong_loss"                    # a compiled setup's loss left eager's tolerance
+WRONG_LOSS = "wrong_loss"                    # a setup's losses left its reference's tolerance
 ACROSS_GPUS = "across_gpus"                  # compares GPUs (on one GPU the fastest setup is
                                              # also the cheapest: said once, by fastest_setup)
 
@@ -57,7 +59,7 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
 # difference the table seems to show. compile_payback's "not measurably" repeats compile_speed's.
 # A comparison across GPUs comes with its caveat when they ran different software. max_batch
 # (report/searches.py) says what compile's memory saving buys at the largest batch that fits.
-LEAD = [("loss_guard", WRONG_LOSS), ("parity", WRONG_LOSS), ("fastest_setup", None),
+LEAD = [("loss_guard", WRONG_LOSS), ("fastest_setup", None),
         ("scaling", None), ("fastest_gpu", None), ("software", None),
         ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED), ("max_batch", None),
         ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
@@ -159,14 +161,6 @@ def on_gpus(gpus: list[str], total: int) -> str:
 
 def compiler(compile_mode: str) -> str:
     return "torch.compile" if compile_mode == "default" else f"torch.compile ({compile_mode})"
-
-
-def duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def variants(rows: list[Row], both_ok: bool = True) -> dict[tuple, list[tuple[Row, Row]]]:
@@ -509,27 +503,6 @@ def _times(ratio: float) -> str:
     return f"{ratio:.2f}x" if ratio < 1 else f"{ratio:.1f}x"
 
 
-def parity(rows: list[Row]) -> list[Finding]:
-    """Compiled and eager losses after the same steps: flag a difference over tolerance."""
-    checked = [r for r in rows if r.parity_rel_diff is not None]
-    if not checked:
-        return []
-    bad = [r for r in checked if not r.parity_ok]
-    if bad:
-        return [Finding("parity", f"{r.name} on {r.gpu} ended at a loss "
-                        f"{_pct(r.parity_rel_diff)} away from eager mode's, over the "
-                        f"{_pct(r.parity_tolerance)} tolerance for {r.dtype}: check its "
-                        "numerics before trusting its speed.", frozenset({WRONG_LOSS}))
-                for r in bad]
-    worst = max(checked, key=lambda r: r.parity_rel_diff)
-    where = ("in the one pair checked" if len(checked) == 1
-             else f"in {every(len(checked), 'pairs')}")
-    return [Finding("parity", f"Compiled and eager setups ended at the same loss within "
-                    f"tolerance {where} (largest difference "
-                    f"{_pct(worst.parity_rel_diff)}, {worst.name} on {worst.gpu}; tolerance "
-                    f"{_pct(worst.parity_tolerance)} for {worst.dtype}).")]
-
-
 def loss_guard(rows: list[Row]) -> list[Finding]:
     """Setups whose losses depart from their reference's (stepbench.guard): fast or not, they
     train something else, and the other findings leave them out."""
@@ -539,8 +512,22 @@ def loss_guard(rows: list[Row]) -> list[Finding]:
             for r in rows if r.departs]
 
 
-def _pct(fraction: float) -> str:
-    return f"{fraction * 100:.2g}%"
+def loss_guard_agreed(rows: list[Row]) -> list[Finding]:
+    """When no setup departs: that every setup the loss guard checked agreed with its
+    reference, and the largest difference (a compiled setup's against its eager twin, where
+    it ran)."""
+    checked = [r for r in rows if r.loss_guard is not None and r.loss_guard.status == OK]
+    if not checked or any(r.departs for r in rows):
+        return []
+    worst = max(checked, key=lambda r: r.loss_guard.max_rel_diff)
+    verdict = worst.loss_guard
+    which = ("the one setup the loss guard checked agreed with its reference's" if len(checked) == 1
+             else f"{every(len(checked), 'setups')} the loss guard checked agreed with their "
+                  "references'")
+    return [Finding("loss_guard", f"The losses of {which} within tolerance (largest "
+                    f"difference {percent(verdict.max_rel_diff)}, {worst.name} on {worst.gpu} "
+                    f"against {verdict.reference}; tolerance {percent(verdict.tolerance)} for "
+                    f"{worst.dtype}).")]
 
 
 def mfu(rows: list[Row]) -> list[Finding]:
@@ -621,7 +608,7 @@ def scaling(rows: list[Row]) -> list[Finding]:
             continue
         speedup = row.scaling_efficiency * row.setup.world_size
         items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "
-                     f"({_pct(row.scaling_efficiency)} scaling efficiency, "
+                     f"({percent(row.scaling_efficiency)} scaling efficiency, "
                      f"{row.tokens_per_s_per_gpu:,.0f} tokens/s per GPU), peak memory "
                      f"{row.peak_memory_gb:.1f} GB per GPU")
     if not items:
@@ -630,5 +617,6 @@ def scaling(rows: list[Row]) -> list[Finding]:
     return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
 
 
-RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
-         attention_vs_compile, gpus, parity, mfu, energy, testing]
+RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory,
+         compile_cost, compile_payback, fit, attention_speed, attention_vs_compile, gpus,
+         loss_guard_agreed, mfu, energy, testing]

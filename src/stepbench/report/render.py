@@ -41,7 +41,8 @@ def write_output(text: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"cannot write {path} ({exc.strerror}); pass a writable --out path") from None
+        raise UserError(f"cannot write {path} ({exc.strerror}); pass a writable --out "
+                        "path") from None
 
 
 # ---------------------------------------------------------------- terminal and Markdown
@@ -110,7 +111,7 @@ CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s
             "step_ms_ci_high", "noise_flags", "first_step_warm_s", "compile_cache", "graph_breaks",
             "recompiles", "mfu", "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
             "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",
-            "energy_cost_per_m_tokens", "parity_rel_diff", "parity_ok"]
+            "energy_cost_per_m_tokens", "loss_guard", "loss_guard_rel_diff"]
 
 
 def render_csv(doc: Document) -> str:

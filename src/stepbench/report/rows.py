@@ -3,7 +3,8 @@
 Records arrive one per process (`repeat`), possibly from several runs; the report shows one row
 per GPU x setup, so repeats are combined here (median of per-process means, bootstrap CI, max
 of peaks, median of the per-process details such as MFU and energy), prices (hourly and, when
-given, of electricity) are joined, and each compiled row is checked against its eager twin's loss.
+given, of electricity) are joined, and each row carries the loss guard's verdict (stepbench.guard:
+a compiled row against its eager twin where that ran).
 Rows are ordered like the post: per GPU, per attention in order of appearance, eager first.
 
 A row is one Setup identity (`Setup.key()`) on one GPU: records that differ in any setting are
@@ -19,17 +20,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from stepbench.axes import AXES
-from stepbench.guard import TOLERANCE, Verdict, loss_verdicts
+from stepbench.guard import Verdict, loss_verdicts
 from stepbench.noise import noise_flags_for
 from stepbench.record import Record
 from stepbench import stats
 from stepbench.report.prices import price_for
 from stepbench.setup import Setup
-
-# Tolerance on the relative difference of the last loss between a compiled setup and its eager
-# twin: the loss guard's, per precision (stepbench.guard.TOLERANCE says why).
-PARITY_TOLERANCE = TOLERANCE
-
 
 @dataclass
 class Row:
@@ -92,8 +88,6 @@ class Row:
     rank_spread: float | None = None
     scaling_efficiency: float | None = None
     scaling_baseline: str | None = None
-    parity_rel_diff: float | None = None
-    parity_tolerance: float | None = None
     # The loss guard (stepbench.guard): ok, departs, reference or unchecked; None: did not run.
     loss_guard: Verdict | None = None
     # Samples for significance tests (not shown): per-process step_ms and all step times.
@@ -135,12 +129,6 @@ class Row:
         """GPUs one job of the row holds (what its cost per token pays for)."""
         return self.setup.world_size if self.setup.device == "cuda" else 1
 
-    @property
-    def parity_ok(self) -> bool | None:
-        if self.parity_rel_diff is None:
-            return None
-        return self.parity_rel_diff <= self.parity_tolerance
-
     def as_dict(self) -> dict:
         """The JSON row: the post's columns first, then everything else measured."""
         return {
@@ -180,8 +168,6 @@ class Row:
             "gpus": self.gpus, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "rank_spread": self.rank_spread, "scaling_efficiency": self.scaling_efficiency,
             "scaling_baseline": self.scaling_baseline,
-            "parity_rel_diff": self.parity_rel_diff, "parity_tolerance": self.parity_tolerance,
-            "parity_ok": self.parity_ok,
             **self.loss_guard_fields(),
         }
 
@@ -219,7 +205,6 @@ def build_rows(records: list[Record], prices: dict[str, float],
         rows.append(combine(group, price, energy_price, gpu=machine(group[0])))
         rows[-1].price_source = source
     rows.sort(key=_order(records, machine))
-    add_parity(rows)
     add_scaling(rows)
     verdicts = loss_verdicts(records)
     for row in rows:
@@ -422,21 +407,6 @@ def _last_loss(record: Record) -> float | None:
     return record.losses[-1] if record.losses else record.loss_last
 
 
-def add_parity(rows: list[Row]) -> None:
-    """Relative difference of the last loss, compiled against eager, same seed and workload.
-
-    Same seed gives the same weights and tokens, so after the same number of steps the two
-    should agree up to rounding; the largest difference over matching processes is kept.
-    """
-    for row, twin in eager_twins(rows, both_ok=True):
-        diffs = [_loss_difference(rc, re_) for rc in _ok(row.records) for re_ in _ok(twin.records)
-                 if len(rc.losses) == len(re_.losses)]
-        diffs = [d for d in diffs if d is not None]
-        if diffs:
-            row.parity_rel_diff = max(diffs)
-            row.parity_tolerance = PARITY_TOLERANCE.get(row.dtype, PARITY_TOLERANCE["bf16"])
-
-
 def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:
     """(compiled row, its eager twin's row on the same GPU), in row order, for every compiled
     row whose twin is there (and, with `both_ok`, both ran)."""
@@ -447,15 +417,6 @@ def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:
         if row.mode == "compile" and twin is not None and (not both_ok or (row.ok and twin.ok)):
             pairs.append((row, twin))
     return pairs
-
-
-def _ok(records: list[Record]) -> list[Record]:
-    return [r for r in records if r.status == "ok"]
-
-
-def _loss_difference(compiled: Record, eager: Record) -> float | None:
-    lc, le = _last_loss(compiled), _last_loss(eager)
-    return None if lc is None or not le else abs(lc - le) / abs(le)
 
 
 # Parts of a row's label beyond the setup name, shown where rows differ in them: the registry's
