@@ -66,6 +66,7 @@ class Verdict:
     steps: int | None = None          # how many steps were compared
     first_loss: float | None = None
     reference_first_loss: float | None = None
+    by_peers: bool = False            # no eager reference: judged by a vote of its peers
 
     @property
     def departs(self) -> bool:
@@ -253,7 +254,8 @@ def _by_majority(key, keys, first) -> Verdict:
     closest = min(results, key=lambda v: v.max_rel_diff if v.max_rel_diff == v.max_rel_diff
                   else float("inf"))
     peers = f"{len(agree)} of {len(results)} peers (no eager reference)"
-    return dataclasses.replace(closest, status=DEPARTS if departs else OK, reference=peers)
+    return dataclasses.replace(closest, status=DEPARTS if departs else OK, reference=peers,
+                               by_peers=True)
 
 
 def departing(records: list[Record]) -> set[tuple[str, str]]:

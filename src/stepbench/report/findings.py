@@ -524,9 +524,11 @@ def loss_guard_agreed(rows: list[Row]) -> list[Finding]:
     which = ("the one setup the loss guard checked agreed with its reference's" if len(checked) == 1
              else f"{every(len(checked), 'setups')} the loss guard checked agreed with their "
                   "references'")
+    against = ("its peers, without an eager reference" if verdict.by_peers
+               else verdict.reference)
     return [Finding("loss_guard", f"The losses of {which} within tolerance (largest "
                     f"difference {percent(verdict.max_rel_diff)}, {worst.name} on {worst.gpu} "
-                    f"against {verdict.reference}; tolerance {percent(verdict.tolerance)} for "
+                    f"against {against}; tolerance {percent(verdict.tolerance)} for "
                     f"{worst.dtype}).")]
 
 
