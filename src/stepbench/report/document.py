@@ -15,24 +15,16 @@ from stepbench import record as store
 from stepbench.errors import first_line
 from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import Record
-from stepbench.report import searches, table
+from stepbench.report import searches, table, tune
 from stepbench.report.findings import findings_for, key_findings
 from stepbench.report.layout import Document, Table
+from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, NOISE_MARKS, mark_notes,
+                                    noise_marks)
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
 from stepbench.units import percent
 
-# One mark per noise flag, placed after the step time; footnotes explain the marks used.
-_SLOWED = ("†", "the GPU reported throttling or its SM clock dropped by over 10% during the "
-                "timed steps")
-NOISE_MARKS = {
-    "high_cv": ("*", "step times varied by more than 5% (coefficient of variation)"),
-    "throttled": _SLOWED,
-    "clock_drop": _SLOWED,
-    "other_processes": ("‡", "other processes were using the GPU"),
-    "recompiled": ("§", "torch.compile recompiled during the timed steps"),
-}
 STATUS_NOTES = {
     "oom": "OOM means the step did not fit in {where}.",
     "timeout": "timeout means the setup ran past its time limit and was stopped.",
@@ -76,8 +68,8 @@ def report_document(paths: list[str], *, price_file: str | None = None,
     # A search's probes decided something; they are not measurements to rank.
     measured, _ = searches.split(records)
     if not measured:
-        warn("every record is a search's probe; the Results table is empty (see Details: "
-             "searches)")
+        warn("every record is a search's probe; the Results table is empty (the searches' "
+             "tables list them)")
     rows = build_rows(measured, prices, energy)
     _warn_prices(rows, prices)
     if energy is not None and not any(r.tokens_per_kwh for r in rows):
@@ -89,11 +81,13 @@ def report_document(paths: list[str], *, price_file: str | None = None,
 def rows_document(rows: list[Row], *, plots: bool = False,
                   searched: list[Record] = ()) -> Document:
     """The report of rows already built: results table, details, findings, plots. `searched`:
-    records among which those of searches (probes, max-batch full measurements) are listed in
-    "Details: searches" (report/searches.py)."""
+    records among which those of searches are listed: each tune's in a "Tune" table
+    (report/tune.py), the other probes and max-batch full measurements in "Details: searches"
+    (report/searches.py)."""
     tables = [Table(COLUMNS, table_cells(rows, COLUMNS), _align(COLUMNS), "Results",
                     footnotes(rows))]
     tables += details(rows)
+    tables += tune.tune_tables(list(searched))
     search_table = searches.details_table(list(searched))
     if search_table is not None:
         tables.append(search_table)
@@ -104,7 +98,8 @@ def rows_document(rows: list[Row], *, plots: bool = False,
         pngs = figures(rows)
     groups = findings_for(rows) + searches.max_batch_findings(rows)
     return Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
-                    rows=rows, pngs=pngs, searches=searches.search_dicts(list(searched)))
+                    rows=rows, pngs=pngs, searches=searches.search_dicts(list(searched)),
+                    tunes=tune.tune_dicts(list(searched)))
 
 
 def run_document(records: list[Record], searched: list[Record] = ()) -> Document:
@@ -187,12 +182,6 @@ IDENTITY = ("GPU", "$/hour", "Setup", "Batch", "Seq")
 COLUMNS = ["GPU", "$/hour", "Setup", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)",
            "M tokens per $"]
 RUN_COLUMNS = ["Setup", "Batch", "Seq", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)"]
-# Marks for what torch.compile did beyond one graph compiled once (not noise: a property of the
-# setup that the details and the record explain).
-COMPILE_MARK = ("¶", "torch.compile split the model at graph breaks or recompiled it after the "
-                "first step (counts in the details)")
-
-
 def _align(columns: list[str]) -> str:
     return "".join(CELLS[c][0] for c in columns)
 
@@ -212,15 +201,11 @@ def table_cells(rows: list[Row], columns: list[str]) -> list[list[str]]:
     return cells
 
 
-# A row the loss guard flagged (stepbench.guard): its losses left its reference's tolerance.
-DEPARTS_MARK = "!"
-
-
 def marks(row: Row) -> str:
     """The marks after a row's step time: the loss guard's, noise flags, then what
     torch.compile did."""
     found = [DEPARTS_MARK] if row.departs else []
-    found += [NOISE_MARKS[f][0] for f in row.noise_flags if f in NOISE_MARKS]
+    found += noise_marks(row.noise_flags)
     if row.graph_breaks or row.recompiles:
         found.append(COMPILE_MARK[0])
     return "".join(dict.fromkeys(found))
@@ -252,11 +237,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
     names = _row_names(rows)
     notes += _combined_notes(rows, names)
-    used_marks = dict.fromkeys(NOISE_MARKS[f] for r in rows for f in r.noise_flags
-                               if f in NOISE_MARKS)
-    if any(r.graph_breaks or r.recompiles for r in rows):
-        used_marks[COMPILE_MARK] = None
-    notes += [f"{mark} {meaning}." for mark, meaning in used_marks]
+    notes += mark_notes((r.noise_flags for r in rows),
+                        compiled=any(r.graph_breaks or r.recompiles for r in rows))
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags if f not in NOISE_MARKS})
@@ -484,16 +466,17 @@ def _dollars(value: float | None) -> str:
 
 def guard_cell(verdict: Verdict | None) -> str:
     """The loss guard's verdict in a cell: "ok 0.19% vs eager+sdpa" (the largest relative
-    difference over the steps compared), "departs 4.1% vs eager+sdpa (tolerance 2%)",
+    difference over the steps compared), "departs 4.1% (tolerance 2%) vs eager+sdpa",
     "reference" (the others of its group were checked against it), "unchecked"."""
     if verdict is None:
         return "-"
     if verdict.status not in (OK, DEPARTS) or verdict.max_rel_diff is None:
         return verdict.status
-    text = f"{verdict.status} {percent(verdict.max_rel_diff)} vs {verdict.reference}"
-    if verdict.first_only:
-        text += ", first loss"
-    return text + (f" (tolerance {percent(verdict.tolerance)})" if verdict.departs else "")
+    text = f"{verdict.status} {percent(verdict.max_rel_diff)}"
+    if verdict.departs:
+        text += f" (tolerance {percent(verdict.tolerance)})"
+    text += f" vs {verdict.reference}"
+    return text + (", first loss" if verdict.first_only else "")
 
 
 # The details as one table per theme: all their columns side by side (up to 18 with GPU and

@@ -120,15 +120,15 @@ def render_csv(doc: Document) -> str:
     for row in doc.rows:
         d = row.as_dict()
         d["step_ms_ci_low"], d["step_ms_ci_high"] = row.step_ms_ci or (None, None)
-        d["noise_flags"] = ";".join(row.noise_flags)
         cells.append(["" if d[k] is None else _csv_value(d[k]) for k in CSV_KEYS])
-    if not doc.searches:
+    listed = doc.searches + [d for tune in doc.tunes for d in tune["tried"]]
+    if not listed:
         return table.render(CSV_KEYS, cells, "csv")
-    # A search's records (probes, max-batch full measurements) after the rows, told apart by
-    # the last column; the rows leave it empty.
+    # A search's records (probes, max-batch full measurements, a tune's table) after the rows,
+    # told apart by the last column ("tune final #2"); the rows leave it empty.
     keys = CSV_KEYS + ["peak_reserved_gb", "search"]
     cells = [row + ["", ""] for row in cells]
-    for d in doc.searches:
+    for d in listed:
         cells.append(["" if d.get(k) is None else _csv_value(d[k]) for k in keys])
     return table.render(keys, cells, "csv")
 
@@ -136,13 +136,16 @@ def render_csv(doc: Document) -> str:
 def _csv_value(value) -> str:
     if isinstance(value, float):
         return repr(round(value, 6))
+    if isinstance(value, list):
+        return ";".join(map(str, value))     # noise flags
     return str(value)
 
 
 def render_json(doc: Document) -> str:
     """{"rows": [...], "findings": [{"kind", "text", "group", "key"}], "notes": [...]}; "key"
     marks the findings of the lead (Key findings). With searches' records also "searches":
-    [...], the records of "Details: searches" (probes are never rows)."""
+    [...], the records of "Details: searches" (probes are never rows), and with tunes "tunes":
+    [{"model", "seq", "device", "gpu", "tried": [...]}], each tune's table."""
     lead = {id(f) for _, f in doc.lead}
     data = {"rows": [r.as_dict() for r in doc.rows],
             "findings": [{"kind": f.kind, "text": f.text, "group": heading, "key": id(f) in lead}
@@ -150,6 +153,8 @@ def render_json(doc: Document) -> str:
             "notes": doc.notes}
     if doc.searches:
         data["searches"] = doc.searches
+    if doc.tunes:
+        data["tunes"] = doc.tunes
     return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
 
 

@@ -2,7 +2,8 @@
 
 A probe (`search.role` "probe", of any search) is a short run that decided something, not a
 measurement: it stays out of the Results table and the findings and is listed in "Details:
-searches", beside each max-batch search's full measurements. A max-batch full measurement at a
+searches", beside each max-batch search's full measurements (a tune's records are listed in the
+tune's own table instead, report/tune.py). A max-batch full measurement at a
 batch where one ran out of memory (the search then measured the next smaller batch) is an
 attempt: listed there too, not ranked. What the max-batch searches found becomes one finding
 per compiled setup and its eager twin: how far compile's memory saving lets the batch grow, and
@@ -22,6 +23,7 @@ from stepbench.report.layout import Table
 from stepbench.report.rows import Row, status_text
 
 MAX_BATCH = "max_batch"
+TUNE = "tune"       # a tune's records are listed in its own table (report/tune.py), not here
 
 
 def role(record: Record) -> str | None:
@@ -56,10 +58,10 @@ def split(records: list[Record]) -> tuple[list[Record], list[Record]]:
 
 
 def shown(records: list[Record]) -> list[Record]:
-    """The records of "Details: searches": every probe, and the max-batch full measurements,
-    grouped by search in order of appearance."""
-    picked = [r for r in records if role(r) == "probe" or (kind(r) == MAX_BATCH
-                                                           and role(r) == "final")]
+    """The records of "Details: searches": every probe but a tune's, and the max-batch full
+    measurements, grouped by search in order of appearance."""
+    picked = [r for r in records if kind(r) != TUNE and (
+        role(r) == "probe" or kind(r) == MAX_BATCH and role(r) == "final")]
     order: dict[tuple, int] = {}
     for r in picked:
         order.setdefault((kind(r), _search_key(r)), len(order))
