@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from stepbench.report.findings import Finding
     from stepbench.report.rows import Row
 
-FINDINGS_TITLE = "What the numbers say"
-
 
 @dataclass
 class Table:
@@ -46,7 +44,6 @@ class Document:
     # CSV; empty without tunes.
     tunes: list[dict] = field(default_factory=list)
     pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
-    findings_title: str = FINDINGS_TITLE     # the heading the findings are listed under
 
     @property
     def notes(self) -> list[str]:

@@ -66,7 +66,7 @@ def render_text(doc: Document, fmt: str) -> str:
             notes = t.notes if part == len(parts) - 1 else None
             out.append(table.render(columns, cells, fmt, align=align, title=title, footnotes=notes))
     if doc.findings:
-        lines = [f"## {doc.findings_title}\n" if markdown else f"{doc.findings_title}\n"]
+        lines = ["## What the numbers say\n" if markdown else "What the numbers say\n"]
         number = 0
         for heading, findings in doc.findings:
             if heading:
@@ -220,7 +220,7 @@ def render_html(doc: Document) -> str:
         parts += [f"<h2>{html.escape(t.title)}</h2>\n" if t.title else "", _html_table(t)]
         parts += [f'<p class="note">{html.escape(n)}</p>\n' for n in t.notes]
     if doc.findings:
-        parts.append(f"<h2>{html.escape(doc.findings_title)}</h2>\n")
+        parts.append("<h2>What the numbers say</h2>\n")
         for heading, findings in doc.findings:
             if heading:
                 parts.append(f"<h3>{html.escape(heading)}</h3>\n")
