@@ -3,12 +3,13 @@
 The report (`stepbench report`) shows one row per setup; this prints what lies under it, per
 setup and per process, so that the README's numbers come from the file and not from a hand:
 step time (median of per-process means, 95% CI), MFU against both peaks, compile cost cold and
-warm, numerical parity, energy, and compiled against eager tested for significance.
+warm, the loss guard's verdict on each compiled setup, energy, and compiled against eager tested
+for significance.
 
     PYTHONPATH=src python benchmarks/summarize_repeats.py RESULTS.jsonl
 
-Only reads stored results; the statistics are stepbench.report.stats's, the combined rows and the loss
-parity are the report's own (stepbench.report.rows), so the two cannot disagree.
+Only reads stored results; the statistics are stepbench.stats's, the combined rows and the loss
+guard's verdicts are the report's own (stepbench.report.rows), so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from stepbench.record import Record, ResultsFile
-from stepbench.report import stats
+from stepbench import stats
 from stepbench.report.rows import Row, build_rows, eager_twins
 
 
@@ -51,7 +52,7 @@ def step_times(rows: list[Row]) -> str:
         lo, hi = row.step_ms_ci or (None, None)
         spread = (max(means) - min(means)) / min(means) * 100
         flags = [", ".join(r.noise_flags) or "-" for r in ok_records(row)]
-        cells.append([row.setup, ", ".join(f(m) for m in means), f(row.step_ms),
+        cells.append([row.name, ", ".join(f(m) for m in means), f(row.step_ms),
                       f"{f(lo)}-{f(hi)}", f"{spread:.1f}%", "; ".join(flags)])
     return table(["setup", "per-process means (ms, in run order)", "median ms",
                   "95% CI of median (ms)", "spread (max-min)/min", "noise flags per process"],
@@ -63,7 +64,7 @@ def mfu(rows: list[Row]) -> str:
     for row in rows:
         ok = ok_records(row)
         cells.append([
-            row.setup, f(median_of(ok, lambda r: r.achieved_tflops)),
+            row.name, f(median_of(ok, lambda r: r.achieved_tflops)),
             f"{median_of(ok, lambda r: r.mfu_measured) * 100:.1f}%",
             f(median_of(ok, lambda r: r.peak_tflops_measured)),
             f"{median_of(ok, lambda r: r.mfu_datasheet) * 100:.1f}%",
@@ -82,7 +83,7 @@ def compile_cost(rows: list[Row]) -> str:
             c = r.compile
             if not c:
                 continue
-            cells.append([row.setup, str(r.repeat), c["cache"], f(r.first_step_s),
+            cells.append([row.name, str(r.repeat), c["cache"], f(r.first_step_s),
                           f(c.get("dynamo_s")), f(c.get("inductor_s")), str(c.get("graphs")),
                           str(c.get("graph_breaks")), "; ".join(c.get("break_reasons") or [])
                           or "-", str(c.get("recompiles_in_timed"))])
@@ -91,16 +92,20 @@ def compile_cost(rows: list[Row]) -> str:
                  cells)
 
 
-def parity(rows: list[Row]) -> str:
+def loss_guard(rows: list[Row]) -> str:
+    """Each compiled setup against its eager twin: the loss guard's verdict (stepbench.guard),
+    the one loss check the report and tune use."""
     cells = []
     for row, twin in eager_twins(rows):
-        if row.parity_rel_diff is None:
+        verdict = row.loss_guard
+        if verdict is None or verdict.max_rel_diff is None:
             continue
-        cells.append([row.setup, f(twin.loss_last, 4), f(row.loss_last, 4),
-                      f"{row.parity_rel_diff * 100:.3f}%", f"{row.parity_tolerance * 100:.0f}%",
-                      "yes" if row.parity_ok else "no", str(len(row.records[0].losses))])
-    return table(["compiled setup", "eager last loss (median)", "compiled last loss (median)",
-                  "largest relative difference", "tolerance (bf16)", "within", "steps"], cells)
+        cells.append([row.name, verdict.reference, f(twin.loss_last, 4), f(row.loss_last, 4),
+                      f"{verdict.max_rel_diff * 100:.3f}%", f"{verdict.tolerance * 100:.0f}%",
+                      verdict.status, str(verdict.steps)])
+    return table(["compiled setup", "checked against", "eager last loss (median)",
+                  "compiled last loss (median)", "largest relative difference",
+                  "tolerance", "verdict", "steps compared"], cells)
 
 
 def energy(rows: list[Row]) -> str:
@@ -109,7 +114,7 @@ def energy(rows: list[Row]) -> str:
         ok = ok_records(row)
         joules = median_of(ok, lambda r: (r.energy or {}).get("joules_per_step"))
         per_token = [r.energy["joules_per_step"] / (row.batch * row.seq) for r in ok]
-        cells.append([row.setup, f(joules), f"{joules / (row.batch * row.seq) * 1000:.2f}",
+        cells.append([row.name, f(joules), f"{joules / (row.batch * row.seq) * 1000:.2f}",
                       ", ".join(f"{j * 1000:.2f}" for j in per_token),
                       f(median_of(ok, lambda r: (r.energy or {}).get("avg_watts")), 0),
                       f"{row.tokens_per_kwh / 1e6:.0f}M"])
@@ -118,7 +123,7 @@ def energy(rows: list[Row]) -> str:
 
 
 def significance(rows: list[Row]) -> str:
-    by_name = {r.setup: r for r in rows}
+    by_name = {r.name: r for r in rows}
     cells = []
     for attn in dict.fromkeys(r.attn for r in rows):
         comp, eager = by_name.get(f"compile+{attn}"), by_name.get(f"eager+{attn}")
@@ -138,7 +143,7 @@ def significance(rows: list[Row]) -> str:
 
 
 SECTIONS = [("Step time", step_times), ("MFU", mfu), ("Compile cost", compile_cost),
-            ("Numerical parity", parity), ("Energy", energy),
+            ("Loss guard", loss_guard), ("Energy", energy),
             ("Compiled against eager", significance)]
 
 

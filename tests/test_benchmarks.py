@@ -79,7 +79,7 @@ def test_compare_seed_shows_a_failed_or_missing_side(compare_seed, tmp_path):
 # ---------------------------------------------------------------- summarize_repeats.py
 
 def test_summarize_repeats_prints_the_files_statistics(capsys):
-    from stepbench.report import stats
+    from stepbench import stats
 
     summarize = load("summarize_repeats")
     assert summarize.main([str(REPEATS)]) == 0
@@ -129,7 +129,8 @@ def test_two_gpus_read_both_not_all_2(example_report):
                                                                              "compile_speed")
     assert "cut peak memory on both GPUs by 30%" in findings_of(example_report,
                                                                  "compile_memory")
-    assert "within tolerance in both pairs" in findings_of(example_report, "parity")
+    assert "all 3 setups the loss guard checked agreed" in findings_of(example_report,
+                                                                      "loss_guard")
 
 
 def test_warm_compile_names_the_gpu_that_had_a_warm_cache(example_report):

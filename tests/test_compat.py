@@ -34,16 +34,31 @@ def test_a_0_1_results_file_resumes_without_running_anything(tmp_path):
     assert [r["setup"]["name"] for r in json.loads(proc.stdout)] == ["eager+sdpa", "compile+sdpa"]
 
 
+# 0.1's compiled-vs-eager "parity" (last losses) became the loss guard's verdict against the
+# eager twin: its row fields and its finding are the guard's now (loss_guard_*, "loss_guard").
+PARITY_FIELDS = {"parity_rel_diff", "parity_tolerance", "parity_ok"}
+
+
 def test_a_0_1_results_file_reports_the_same_rows_and_findings(capsys):
     assert main(["report", str(V01 / "cpu-results.jsonl"), "--format", "json"]) == 0
     new = json.loads(capsys.readouterr().out)
     old = json.loads((V01 / "report-0.1.json").read_text())
     for old_row, new_row in zip(old["rows"], new["rows"], strict=True):
-        assert {k: new_row[k] for k in old_row} == old_row
+        assert {k: new_row[k] for k in old_row if k not in PARITY_FIELDS} == \
+            {k: v for k, v in old_row.items() if k not in PARITY_FIELDS}
+        if old_row["parity_ok"] is not None:     # the compiled row: the guard agrees with 0.1
+            assert old_row["parity_ok"] and new_row["loss_guard"] == "ok"
+            assert new_row["loss_guard_reference"] == "eager+sdpa"
+            assert new_row["loss_guard_tolerance"] == old_row["parity_tolerance"]
     # Every finding 0.1 wrote, in its order; new rules (the fastest setup) may add their own.
     new_texts = iter(f["text"] for f in new["findings"])
-    assert all(any(text == t for t in new_texts) for text in (f["text"] for f in old["findings"]))
-    assert {f["kind"] for f in new["findings"]} - {f["kind"] for f in old["findings"]} <= {"fastest_setup"}
+    assert all(any(f["text"] == t for t in new_texts) for f in old["findings"]
+               if f["kind"] != "parity")
+    [parity] = [f for f in old["findings"] if f["kind"] == "parity"]
+    [guard] = [f for f in new["findings"] if f["kind"] == "loss_guard"]
+    assert "within tolerance" in parity["text"] and "within tolerance" in guard["text"]
+    kinds = {f["kind"] for f in new["findings"]} - {f["kind"] for f in old["findings"]}
+    assert kinds <= {"fastest_setup", "loss_guard"}
 
 
 def test_0_1_records_read_and_write_back_unchanged():

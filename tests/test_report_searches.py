@@ -113,3 +113,37 @@ def test_a_search_without_a_full_measurement_says_why():
         "run the same command again to resume it.",
         "NVIDIA H200 compile+sdpa at seq 2048: the search stopped when its probe at batch 44 "
         "ended error (RuntimeError: boom); no full measurement."]
+
+
+# ---------------------------------------------------------------- a tune's records
+
+TUNE = Path(__file__).parent.parent / "benchmarks" / "results" / "h200-2026-12-01-tune-468m.jsonl"
+
+
+def test_a_tunes_records_are_its_own_table_and_not_listed_again_in_details_searches():
+    records = ResultsFile(TUNE).read()
+    tuned = [r for r in records if r.search["kind"] == "tune"]
+    # With a max-batch search beside it: its records stay in "Details: searches".
+    max_batch = ResultsFile(DATA).read()
+    doc = report_document([str(TUNE), str(DATA)])
+    titles = [t.title for t in doc.tables]
+    assert "Tune: llama-468m at seq 2048 on NVIDIA H200" in titles
+    [tune] = [t for t in doc.tables if t.title.startswith("Tune")]
+    assert len(tune.cells) == len(tuned)
+    assert tune.cells[0][:5] == ["screen", "eager+sdpa", "4", "bf16", "ok"]
+    assert sum(cells[0].startswith("final #") for cells in tune.cells) == \
+        sum(r.search["role"] == "final" for r in tuned)
+    [details] = [t for t in doc.tables if t.title == "Details: searches"]
+    assert not any(c[2].startswith("tune") for c in details.cells)
+    assert len(details.cells) == len([r for r in max_batch if r.search])
+    assert "## Tune: llama-468m at seq 2048 on NVIDIA H200" in render(doc, "markdown")
+    assert "<h2>Tune: llama-468m at seq 2048 on NVIDIA H200</h2>" in render(doc, "html")
+    assert "Tune: llama-468m at seq 2048 on NVIDIA H200" in render(doc, "table")
+    # As data: "tunes" in JSON (none of its records under "searches"), its rows in CSV.
+    data = json.loads(render(doc, "json"))
+    [entry] = data["tunes"]
+    assert (entry["model"], entry["seq"], entry["gpu"]) == ("llama-468m", 2048, "NVIDIA H200")
+    assert [t["stage"] for t in entry["tried"]][:2] == ["screen", "screen"]
+    assert not any(s["search"].startswith("tune") for s in data["searches"])
+    rows = list(csv.DictReader(io.StringIO(render(doc, "csv"))))
+    assert sum(r["search"].startswith("tune ") for r in rows) == len(tuned)

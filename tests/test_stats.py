@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from stepbench import noise
-from stepbench.report import stats
+from stepbench import noise, stats
 
 # Real per-step times of one eager+sdpa and one compile+sdpa process on an H200
 # (/work/shared/anchors/h200-variance-2026-11-30.jsonl, first 20 steps of each).

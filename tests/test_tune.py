@@ -3,7 +3,9 @@ tune of a tiny model on this CPU (budget, loss guard, resume after an interrupti
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -12,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -239,8 +242,8 @@ def test_a_finalist_whose_losses_drift_apart_over_the_full_run_is_dropped(tmp_pa
     # The reference measured in full is in the result, the JSON and the summary.
     assert result.reference is refs[-1]
     assert result.to_dict()["reference"]["setup"]["checkpointing"] is True
-    from stepbench.search.tune import summary
-    line = next(text for text in summary(result) if text.startswith("Measured in full"))
+    from stepbench.report.tune import verdict
+    line = next(text for text in verdict(result) if text.startswith("Measured in full"))
     assert f"{result.winner.tokens_per_s / refs[-1].tokens_per_s:.2f}x" in line
 
 
@@ -389,6 +392,55 @@ def test_bad_tune_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path):
     code = main(["tune", "--device", "cpu", "--out", str(tmp_path / "t.jsonl"), *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- the tune's output
+
+STORED = Path(__file__).parent.parent / "benchmarks" / "results" / "h200-2026-12-01-tune-135m.json"
+
+
+@pytest.fixture(scope="module")
+def stored_tune():
+    from stepbench.search.tune import TuneResult
+
+    return TuneResult.from_dict(json.loads(STORED.read_text()))
+
+
+def test_the_tune_prints_its_table_and_verdict_in_every_format_but_json(stored_tune, capsys):
+    from stepbench.cli.tune import print_result
+
+    print_result(stored_tune, "table")
+    text = capsys.readouterr().out
+    assert text.startswith("Tried\n")
+    # The report's noise marks after the step time, with their footnote.
+    assert "128*" in text and "* step times varied by more than 5%" in text
+    assert text.rstrip().endswith("Budget 16 min 0 s, spent 14 min 54 s; 19 measurements.")
+    print_result(stored_tune, "markdown")
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("**Tried**\n\n| Stage | Setup | Batch | Precision | Status |")
+    assert "\n\nWinner: compile+flex_attention batch 16 bf16: 310,854 tokens/s" in markdown
+    print_result(stored_tune, "html")
+    page = capsys.readouterr().out
+    assert "<h1>Tried</h1>" in page and "<p class=\"note\">Reproduce: stepbench run" in page
+    print_result(stored_tune, "csv")
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == len(stored_tune.tried)
+    assert [r["search"] for r in rows[:2]] == ["tune screen", "tune screen"]
+    assert rows[1]["noise_flags"] == "high_cv" and rows[0]["loss_guard"] == "reference"
+    assert rows[-1]["search"] == "tune final #3" and float(rows[-1]["tokens_per_s"]) > 3e5
+    # json stays the TuneResult object.
+    print_result(stored_tune, "json")
+    assert set(json.loads(capsys.readouterr().out)) >= {"winner", "runner_up", "tried", "command"}
+
+
+def test_the_tune_and_the_report_of_its_records_build_one_table(stored_tune):
+    from stepbench.report.tune import tried_table, tune_tables
+
+    tried = [t.record for t in stored_tune.tried]
+    [in_report] = tune_tables(tried)
+    own = tried_table([(t.stage, t.record) for t in stored_tune.tried])
+    assert in_report.title == "Tune: llama-135m at seq 2048 on NVIDIA H200"
+    assert in_report.columns == own.columns and in_report.cells == own.cells
 
 
 # ---------------------------------------------------------------- one real tune on the CPU

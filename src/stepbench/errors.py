@@ -13,8 +13,9 @@ class UserError(Exception):
 
 
 def first_line(text: str | None, limit: int = 200, last: bool = False) -> str:
-    """The first (or, with `last`, the last) non-empty line of `text`, stripped; longer than
-    `limit`, cut at a word where one is near and ended with "..."; "" when there is none."""
+    """The first (or, with `last`, the last) non-empty line of `text`, stripped, cut to `limit`
+    characters with "..." at the end; "" when there is none. An exception's first line names
+    it; a crash's stderr ends in the line that says why it died."""
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
     if not lines:
         return ""

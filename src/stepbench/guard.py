@@ -3,15 +3,18 @@
 Setups of one model, seed, batch and sequence length start from the same weights and train on
 the same tokens, whatever their mode, attention kernel, precision, fused kernels, checkpointing
 or optimizer implementation. So their losses must agree step for step, up to rounding: within a
-relative tolerance set by the precision (`TOLERANCE`, the one the report uses for compiled-vs-
-eager parity). A setup whose losses depart from its reference is flagged; the report says so,
-and a search over setups (`tune`) must never pick it.
+relative tolerance set by the precision (`TOLERANCE`). A setup whose losses depart from its
+reference is flagged; the report says so, and a search over setups (`tune`) must never pick it. This
+is the only loss check: the report's word on a compiled setup against eager mode is the guard's
+verdict against its eager twin.
 
-The reference is the eager setup of the same model, seed, batch and sequence on the same GPU,
-with no fused kernels and no float8 (the plainest: bf16, sdpa, fused AdamW, no checkpointing,
-first); a setup of another precision is checked against the eager setup of its own precision
-where there is one, and that one against the reference. Where there is no eager setup, a setup
-departs when it disagrees with most of its peers.
+A compiled setup is checked against its eager twin (`Setup.eager_twin()`: the same setup in
+eager mode) where that twin ran and may be a reference: what compilation changes, and nothing
+else. Every other setup is checked against the eager setup of the same model, seed, batch and
+sequence on the same GPU, with no fused kernels and no float8 (the plainest: bf16, sdpa, fused
+AdamW, no checkpointing, first); a setup of another precision against the eager setup of its own
+precision where there is one, and that one against the reference. Where there is no eager
+setup, a setup departs when it disagrees with most of its peers.
 Losses are compared over the steps both ran (the first step and every step after it), so
 setups with other warm-up or timed step counts are still peers. Reads records only (no torch).
 """
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from stepbench.axes import AXES
 from stepbench.record import Record
 from stepbench.setup import Setup
+from stepbench.units import percent
 
 # Relative tolerance on a loss, per precision. bf16 keeps about 3 significant digits (8-bit
 # mantissa) and fused kernels round in another order, so losses drift apart over the steps;
@@ -60,6 +64,7 @@ class Verdict:
     steps: int | None = None          # how many steps were compared
     first_loss: float | None = None
     reference_first_loss: float | None = None
+    by_peers: bool = False            # no eager reference: judged by a vote of its peers
 
     @property
     def departs(self) -> bool:
@@ -77,23 +82,20 @@ class Verdict:
                 where, mine, theirs = "first loss", self.first_loss, self.reference_first_loss
                 apart = self.first_rel_diff
             else:
-                where, mine, theirs = f"loss at step {self.step + 1}", self.loss, self.reference_loss
+                where = f"loss at step {self.step + 1}"
+                mine, theirs = self.loss, self.reference_loss
                 apart = self.max_rel_diff
             return (f"{name}'s {where} is {mine:.4g} against {theirs:.4g} for "
-                    f"{self.reference} ({_pct(apart)} apart, tolerance {_pct(self.tolerance)})")
+                    f"{self.reference} ({percent(apart)} apart, tolerance "
+                    f"{percent(self.tolerance)})")
         if self.status == DEPARTS:
             return f"{name}'s losses disagree with {self.reference}"
         if self.status == OK:
-            what = "first loss agrees" if self.first_only else f"losses agree over {self.steps} steps"
+            what = ("first loss agrees" if self.first_only
+                    else f"losses agree over {self.steps} steps")
             return (f"{name}'s {what} with {self.reference} within "
-                    f"{_pct(self.max_rel_diff)} (tolerance {_pct(self.tolerance)})")
+                    f"{percent(self.max_rel_diff)} (tolerance {percent(self.tolerance)})")
         return f"{name}: {self.status}"
-
-
-def _pct(fraction: float | None) -> str:
-    if fraction is None:
-        return "?"
-    return f"{fraction * 100:,.0f}%" if fraction >= 1 else f"{fraction * 100:.2g}%"
 
 
 def peers_key(setup: Setup, gpu: str) -> tuple:
@@ -167,11 +169,12 @@ def loss_verdicts(records: list[Record]) -> dict[tuple[str, str], Verdict]:
 
 
 def _judge_group(keys, first) -> dict:
-    """The group's reference is its plainest eager setup (`_rank`). Every other setup is checked
-    against the plainest eager setup of its own precision (which keeps fp32's tight tolerance
-    among fp32 setups), else of its weights' dtype, else against the group's reference: curves
-    where the weights share a dtype, the first loss where they do not. An eager candidate is
-    checked against candidates ranked before it, so that no two check only each other."""
+    """The group's reference is its plainest eager setup (`_rank`). A compiled setup whose eager
+    twin is a candidate is checked against that twin; every other setup against the plainest
+    eager setup of its own precision (which keeps fp32's tight tolerance among fp32 setups),
+    else of its weights' dtype, else against the group's reference: curves where the weights
+    share a dtype, the first loss where they do not. An eager candidate is checked against
+    candidates ranked before it, so that no two check only each other."""
     out = {}
     candidates = sorted(((i, k) for i, k in enumerate(keys) if can_be_reference(first[k][0])),
                         key=lambda c: _rank(first[c[1]][0], len(first[c[1]][1]), c[0]))
@@ -187,13 +190,7 @@ def _judge_group(keys, first) -> dict:
         # references ends at the group's reference.
         order = [k for _, k in candidates]
         before = order[:order.index(key)] if key in order else order
-        ref_key = main
-        for alike in (lambda other: other.dtype == setup.dtype,
-                      lambda other: weights_of(other) == weights_of(setup)):
-            found = [k for k in before if alike(first[k][0])]
-            if found:
-                ref_key = found[0]
-                break
+        ref_key = _twin(setup, key[1], order) or _alike(setup, before, first) or main
         ref_setup, ref_losses = first[ref_key]
         tolerance = max(loss_tolerance(setup), loss_tolerance(ref_setup))
         verdict = compare(losses, ref_losses, tolerance,
@@ -203,8 +200,30 @@ def _judge_group(keys, first) -> dict:
     return out
 
 
+def _twin(setup: Setup, gpu: str, candidates: list) -> tuple[str, str] | None:
+    """The candidate that is `setup`'s eager twin on `gpu`, or None (not compiled, or its twin
+    did not run or may not be a reference)."""
+    if setup.mode == "eager":
+        return None
+    twin = (setup.eager_twin().key(), gpu)
+    return twin if twin in candidates else None
+
+
+def _alike(setup: Setup, before: list, first) -> tuple[str, str] | None:
+    """The first of `before` (ranked candidates) of `setup`'s precision, else of its weights'
+    dtype, or None."""
+    for alike in (lambda other: other.dtype == setup.dtype,
+                  lambda other: weights_of(other) == weights_of(setup)):
+        found = [k for k in before if alike(first[k][0])]
+        if found:
+            return found[0]
+    return None
+
+
 def _label(reference: Setup, setup: Setup) -> str:
-    return reference.name if reference.dtype == setup.dtype else f"{reference.name} ({reference.dtype})"
+    if reference.dtype == setup.dtype:
+        return reference.name
+    return f"{reference.name} ({reference.dtype})"
 
 
 def _with_reference(verdict: Verdict, reference: str) -> Verdict:
@@ -232,5 +251,6 @@ def _by_majority(key, keys, first) -> Verdict:
     departs = len(results) - len(agree) > len(results) / 2 or (len(results) == 1 and not agree)
     closest = min(results, key=lambda v: v.max_rel_diff if v.max_rel_diff == v.max_rel_diff
                   else float("inf"))
-    return dataclasses.replace(closest, status=DEPARTS if departs else OK,
-                               reference=f"{len(agree)} of {len(results)} peers (no eager reference)")
+    peers = f"{len(agree)} of {len(results)} peers (no eager reference)"
+    return dataclasses.replace(closest, status=DEPARTS if departs else OK, reference=peers,
+                               by_peers=True)

@@ -9,6 +9,8 @@ from stepbench.cli.base import given, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_options
 from stepbench.settings import TUNE, TuneSettings
 
+FORMATS = ("table", "markdown", "csv", "json", "html")
+
 
 def add(sub) -> None:
     p = sub.add_parser(
@@ -25,8 +27,9 @@ def add(sub) -> None:
                         "tokens)")
     add_axis_flags(p, TUNE)
     add_options(p, TUNE, ("device", "repeats", "timeout", "compile_cache", "out"))
-    p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
-                   help="table (default), markdown, or json: one object with winner, runner_up, "
+    p.add_argument("--format", default=None, choices=FORMATS,
+                   help="table (default), markdown, csv, html (what it tried and its verdict, as "
+                        "the report prints a table), or json: one object with winner, runner_up, "
                         "tried and command")
     p.set_defaults(handler=cmd_tune)
 
@@ -63,12 +66,22 @@ def cmd_tune(args) -> int:
     finally:
         display.close()
         executor.close()
-    if settings.format == "json":
-        print(json.dumps(result.to_dict(), indent=1, default=str))
-    else:
-        print(tune.render(result, settings.format), end="")
+    print_result(result, settings.format)
+    if settings.format != "json":
         print(f"results: {settings.out} (stepbench report {settings.out})", file=sys.stderr)
     return 0 if result.winner is not None else 1
 
 
-__all__ = ["add", "cmd_tune", "say"]
+def print_result(result, fmt: str) -> None:
+    """json: the TuneResult object (a documented output); every other format: the tune's
+    Document (its table and verdict), rendered as the report renders one."""
+    if fmt == "json":
+        print(json.dumps(result.to_dict(), indent=1, default=str))
+        return
+    from stepbench.report.render import render
+    from stepbench.report.tune import tune_document
+
+    sys.stdout.write(render(tune_document(result), fmt))
+
+
+__all__ = ["add", "cmd_tune", "print_result", "say"]

@@ -10,27 +10,21 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from stepbench import record as store
+from stepbench.errors import first_line
+from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import Record
-from stepbench.report import searches, table
-from stepbench.report.findings import Finding, findings_for, key_findings
+from stepbench.report import searches, table, tune
+from stepbench.report.findings import findings_for, key_findings
+from stepbench.report.layout import Document, Table
+from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, NOISE_MARKS, mark_notes,
+                                    noise_marks)
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
+from stepbench.units import percent
 
-# One mark per noise flag, placed after the step time; footnotes explain the marks used.
-_SLOWED = ("†", "the GPU reported throttling or its SM clock dropped by over 10% during the "
-                "timed steps")
-NOISE_MARKS = {
-    "high_cv": ("*", "step times varied by more than 5% (coefficient of variation)"),
-    "throttled": _SLOWED,
-    "clock_drop": _SLOWED,
-    "other_processes": ("‡", "other processes were using the GPU"),
-    "recompiled": ("§", "torch.compile recompiled during the timed steps"),
-}
 STATUS_NOTES = {
     "oom": "OOM means the step did not fit in {where}.",
     "timeout": "timeout means the setup ran past its time limit and was stopped.",
@@ -40,57 +34,18 @@ STATUS_NOTES = {
 }
 
 
-
-
-@dataclass
-class Table:
-    """A table of formatted cells, with its title and the notes printed under it."""
-
-    columns: list[str]
-    cells: list[list[str]]
-    align: str
-    title: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Document:
-    """Everything a report shows, formatted once; render.py only lays it out."""
-
-    title: str | None
-    tables: list[Table]                    # the main table first
-    findings: list[tuple[str | None, list[Finding]]] = field(default_factory=list)  # per heading
-    # The few findings to read first, as (workload's short name or None, finding); each is also
-    # in `findings`, in its place.
-    lead: list[tuple[str | None, Finding]] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
-    # Records a search asked for that are not ranked (probes) and its full measurements, for
-    # JSON and CSV (report/searches.py); empty without searches.
-    searches: list[dict] = field(default_factory=list)
-    pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
-
-    @property
-    def notes(self) -> list[str]:
-        return [note for t in self.tables for note in t.notes]
-
-    def write_plots(self, folder: Path) -> list[Path]:
-        from stepbench.report.plots import write_plots
-
-        return write_plots(self.pngs, folder)
-
-
 def status_note(status: str, rows: list[Row]) -> str:
     """The meaning of `status`; for OOM, which memory the step did not fit in."""
     if status != "oom":
         return STATUS_NOTES[status]
     places = []
-    if any(r.config.memory_limit_gb is not None and r.config.device == "cuda" for r in rows):
+    if any(r.setup.memory_limit_gb is not None and r.setup.device == "cuda" for r in rows):
         places.append("its --memory-limit-gb cap")
-    if any(r.config.memory_limit_gb is not None and r.config.device == "cpu" for r in rows):
+    if any(r.setup.memory_limit_gb is not None and r.setup.device == "cpu" for r in rows):
         places.append("its --memory-limit-gb cap on address space")
-    if any(r.config.memory_limit_gb is None and r.config.device == "cuda" for r in rows):
+    if any(r.setup.memory_limit_gb is None and r.setup.device == "cuda" for r in rows):
         places.append("the GPU's memory")
-    if any(r.config.memory_limit_gb is None and r.config.device == "cpu" for r in rows):
+    if any(r.setup.memory_limit_gb is None and r.setup.device == "cpu" for r in rows):
         places.append("the machine's memory")
     return STATUS_NOTES["oom"].format(where=" or ".join(places))
 
@@ -113,8 +68,8 @@ def report_document(paths: list[str], *, price_file: str | None = None,
     # A search's probes decided something; they are not measurements to rank.
     measured, _ = searches.split(records)
     if not measured:
-        warn("every record is a search's probe; the Results table is empty (see Details: "
-             "searches)")
+        warn("every record is a search's probe; the Results table is empty (the searches' "
+             "tables list them)")
     rows = build_rows(measured, prices, energy)
     _warn_prices(rows, prices)
     if energy is not None and not any(r.tokens_per_kwh for r in rows):
@@ -126,11 +81,13 @@ def report_document(paths: list[str], *, price_file: str | None = None,
 def rows_document(rows: list[Row], *, plots: bool = False,
                   searched: list[Record] = ()) -> Document:
     """The report of rows already built: results table, details, findings, plots. `searched`:
-    records among which those of searches (probes, max-batch full measurements) are listed in
-    "Details: searches" (report/searches.py)."""
+    records among which those of searches are listed: each tune's in a "Tune" table
+    (report/tune.py), the other probes and max-batch full measurements in "Details: searches"
+    (report/searches.py)."""
     tables = [Table(COLUMNS, table_cells(rows, COLUMNS), _align(COLUMNS), "Results",
                     footnotes(rows))]
     tables += details(rows)
+    tables += tune.tune_tables(list(searched))
     search_table = searches.details_table(list(searched))
     if search_table is not None:
         tables.append(search_table)
@@ -141,7 +98,8 @@ def rows_document(rows: list[Row], *, plots: bool = False,
         pngs = figures(rows)
     groups = findings_for(rows) + searches.max_batch_findings(rows)
     return Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
-                    rows=rows, pngs=pngs, searches=searches.search_dicts(list(searched)))
+                    rows=rows, pngs=pngs, searches=searches.search_dicts(list(searched)),
+                    tunes=tune.tune_dicts(list(searched)))
 
 
 def run_document(records: list[Record], searched: list[Record] = ()) -> Document:
@@ -157,7 +115,8 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
     hosts = list(dict.fromkeys(r.host for r in records if r.host))
     precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
     if head is not None:
-        where = head.machine.gpu if head.machine.gpu != "cpu" else f"CPU ({head.machine.cpu or 'unknown'})"
+        where = (head.machine.gpu if head.machine.gpu != "cpu"
+                 else f"CPU ({head.machine.cpu or 'unknown'})")
         title = f"{head.setup.model_label}, {precisions}, on {where}"
         if len(hosts) == 1:
             title += f" at {hosts[0]}"
@@ -187,7 +146,8 @@ def peak_document(result: dict) -> Document:
     notes = [f"measured: median of {result['repeats']} timed {n} x {n} x {n} products on random "
              f"data (2*n^3 FLOPs each), {when}.",
              "datasheet: the vendor's dense peak (no sparsity) for this dtype, "
-             "stepbench.measure.peaks.DATASHEET_PEAK_TFLOPS; '-' where the GPU or dtype is not listed."]
+             "stepbench.measure.peaks.DATASHEET_PEAK_TFLOPS; '-' where the GPU or dtype is not "
+             "listed."]
     columns = ["device", "dtype", "size", "measured TFLOP/s", "datasheet TFLOP/s", "of datasheet"]
     return Document(None, [Table(columns, [row], "llrrrr", notes=notes)])
 
@@ -222,12 +182,6 @@ IDENTITY = ("GPU", "$/hour", "Setup", "Batch", "Seq")
 COLUMNS = ["GPU", "$/hour", "Setup", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)",
            "M tokens per $"]
 RUN_COLUMNS = ["Setup", "Batch", "Seq", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)"]
-# Marks for what torch.compile did beyond one graph compiled once (not noise: a property of the
-# setup that the details and the record explain).
-COMPILE_MARK = ("¶", "torch.compile split the model at graph breaks or recompiled it after the "
-                "first step (counts in the details)")
-
-
 def _align(columns: list[str]) -> str:
     return "".join(CELLS[c][0] for c in columns)
 
@@ -247,15 +201,11 @@ def table_cells(rows: list[Row], columns: list[str]) -> list[list[str]]:
     return cells
 
 
-# A row the loss guard flagged (stepbench.guard): its losses left its reference's tolerance.
-DEPARTS_MARK = "!"
-
-
 def marks(row: Row) -> str:
     """The marks after a row's step time: the loss guard's, noise flags, then what
     torch.compile did."""
     found = [DEPARTS_MARK] if row.departs else []
-    found += [NOISE_MARKS[f][0] for f in row.noise_flags if f in NOISE_MARKS]
+    found += noise_marks(row.noise_flags)
     if row.graph_breaks or row.recompiles:
         found.append(COMPILE_MARK[0])
     return "".join(dict.fromkeys(found))
@@ -273,12 +223,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
         notes.append('"M tokens per $" is training tokens per dollar of GPU time, in millions, '
                      "at each machine's hourly price.")
-    if any(r.config.distributed for r in rows):
+    if any(r.setup.distributed for r in rows):
         notes.append(DISTRIBUTED_NOTE)
     labels = setup_labels(rows)
     notes += [f"{DEPARTS_MARK} loss guard: {r.loss_guard.describe(labels[id(r)])}; "
               "do not take its speed as a way to train this model." for r in rows if r.departs]
-    if any(r.config.uses_cudagraphs for r in rows if r.ok):
+    if any(r.setup.uses_cudagraphs for r in rows if r.ok):
         notes.append("Under CUDA graphs (compile modes reduce-overhead, max-autotune) Peak memory "
                      "is the peak reserved memory, graph pools included: max_memory_allocated "
                      "does not see a graph replay's memory.")
@@ -287,11 +237,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
     names = _row_names(rows)
     notes += _combined_notes(rows, names)
-    used_marks = dict.fromkeys(NOISE_MARKS[f] for r in rows for f in r.noise_flags
-                               if f in NOISE_MARKS)
-    if any(r.graph_breaks or r.recompiles for r in rows):
-        used_marks[COMPILE_MARK] = None
-    notes += [f"{mark} {meaning}." for mark, meaning in used_marks]
+    notes += mark_notes((r.noise_flags for r in rows),
+                        compiled=any(r.graph_breaks or r.recompiles for r in rows))
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags if f not in NOISE_MARKS})
@@ -300,7 +247,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     for row in rows:
         if not row.ok and row.status != "oom" and row.error:
             notes.append(f"{names[id(row)]} {status_text(row.status)}: "
-                         f"{_one_line(row.error, first=row.status == 'error')}")
+                         f"{_error_line(row)}")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
@@ -311,6 +258,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      + " are the provider's hourly price of the rented machine, per GPU; "
                      "--price or --prices overrides them.")
     return notes
+
+
+def _error_line(row: Row) -> str:
+    """An error's line for a note: the first for an `error` (the exception the child caught; the
+    stderr tail after it may end in an unrelated warning), else the last (a crash's stderr)."""
+    return first_line(row.error, limit=160, last=row.status != "error")
 
 
 def _by_workload(rows: list[Row], value) -> str:
@@ -434,19 +387,20 @@ DISTRIBUTED_NOTE = (
     "the job.")
 
 
+LOSS_GUARD_NOTE = (
+    "Loss guard: each setup's losses against its reference's, step by step over the steps both "
+    "ran; the percentage is the largest relative difference (stepbench.guard). A compiled setup "
+    "is checked against its eager twin where that ran, every other setup against the plainest "
+    "eager setup of the same model, seed, batch and sequence length (of its own precision where "
+    "there is one), the row marked reference; where the weights are kept in another dtype, only "
+    "the first loss is compared.")
+
+
 def _scaling_note(rows: list[Row]) -> str | None:
     return ("Tokens/s per GPU: the job's tokens/s over its GPUs (processes). Scaling efficiency: "
             "that over the tokens/s of the same setup on one GPU without a wrapper (the "
             "baseline named); 100% is perfect data-parallel scaling. Rank spread: how far the "
             "ranks' mean step times differ, (slowest - fastest) / fastest.")
-
-
-def _one_line(text: str, limit: int = 160, first: bool = False) -> str:
-    """An error's line for a note: the first for an `error` (the exception the child caught; the
-    stderr tail after it may end in an unrelated warning), else the last (a crash's stderr)."""
-    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    line = (lines[0] if first else lines[-1]) if lines else ""
-    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups them
@@ -482,8 +436,8 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
      lambda r: _dollars(r.dollars_per_m_tokens)),
     ("$/M tokens (energy)", "r", lambda r: r.energy_cost_per_m_tokens is not None,
      lambda r: _dollars(r.energy_cost_per_m_tokens)),
-    ("Loss vs eager", "l", lambda r: r.parity_rel_diff is not None, lambda r: _parity_cell(r)),
-    ("Processes", "r", lambda r: r.config.distributed, lambda r: r.config.parallel_label),
+    ("Loss guard", "l", lambda r: r.loss_guard is not None, lambda r: guard_cell(r.loss_guard)),
+    ("Processes", "r", lambda r: r.setup.distributed, lambda r: r.setup.parallel_label),
     ("Tokens/s per GPU", "r", lambda r: r.tokens_per_s_per_gpu is not None,
      lambda r: table.num(r.tokens_per_s_per_gpu, 0, thousands=True)),
     ("Rank spread", "r", lambda r: r.rank_spread is not None,
@@ -510,11 +464,19 @@ def _dollars(value: float | None) -> str:
     return "-" if value is None else "$" + table.sig(value, 2)
 
 
-def _parity_cell(row: Row) -> str:
-    if row.parity_rel_diff is None:
+def guard_cell(verdict: Verdict | None) -> str:
+    """The loss guard's verdict in a cell: "ok 0.19% vs eager+sdpa" (the largest relative
+    difference over the steps compared), "departs 4.1% (tolerance 2%) vs eager+sdpa",
+    "reference" (the others of its group were checked against it), "unchecked"."""
+    if verdict is None:
         return "-"
-    text = f"{row.parity_rel_diff * 100:.2g}%"
-    return text if row.parity_ok else f"{text} (over {row.parity_tolerance * 100:.2g}%)"
+    if verdict.status not in (OK, DEPARTS) or verdict.max_rel_diff is None:
+        return verdict.status
+    text = f"{verdict.status} {percent(verdict.max_rel_diff)}"
+    if verdict.departs:
+        text += f" (tolerance {percent(verdict.tolerance)})"
+    text += f" vs {verdict.reference}"
+    return text + (", first loss" if verdict.first_only else "")
 
 
 # The details as one table per theme: all their columns side by side (up to 18 with GPU and
@@ -526,8 +488,9 @@ DETAIL_TABLES = [
      ["TFLOP/s", "MFU (measured)", "MFU (datasheet)", "FLOP counter diff"],
      lambda rows: [_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows)]),
     ("Details: torch.compile",
-     ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)", "Loss vs eager"],
+     ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)"],
      lambda rows: []),
+    ("Details: losses", ["Loss guard"], lambda rows: [LOSS_GUARD_NOTE]),
     ("Details: scaling",
      ["Processes", "Tokens/s per GPU", "Rank spread", "Scaling efficiency", "Baseline"],
      lambda rows: [_scaling_note(rows)]),
@@ -539,7 +502,7 @@ DETAIL_TABLES = [
 
 def details(rows: list[Row]) -> list[Table]:
     """What the records measured beyond the post's columns (repeats, CI, noise flags, TFLOP/s
-    and MFU, the FLOP counter's cross-check, compile cache, loss parity, energy and its cost),
+    and MFU, the FLOP counter's cross-check, compile cache, the loss guard, energy and its cost),
     one table per theme of DETAIL_TABLES. A column appears only when some row has its number,
     a table only when it has a column, and a row only when it has one of its table's numbers."""
     by_header = {c[0]: c for c in DETAIL_COLUMNS}

@@ -16,10 +16,12 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations, permutations
 
-from stepbench.report import stats
+from stepbench import stats
+from stepbench.guard import OK
 from stepbench.report.rows import LABEL_PARTS, Row, eager_twins
 from stepbench.report.table import sig
 from stepbench.setup import Setup
+from stepbench.units import duration, percent
 
 BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
 
@@ -27,7 +29,7 @@ BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "16
 # Tags a rule may give its finding (what its content says, for `key_findings`).
 NOISE = "noise"                              # a comparison in it was within the noise
 FITS_ONLY_COMPILED = "fits_only_compiled"    # a setup fit in memory only with torch.compile
-WRONG_LOSS = "wrong_loss"                    # a compiled setup's loss left eager's tolerance
+WRONG_LOSS = "wrong_loss"                    # a setup's losses left its reference's tolerance
 ACROSS_GPUS = "across_gpus"                  # compares GPUs (on one GPU the fastest setup is
                                              # also the cheapest: said once, by fastest_setup)
 
@@ -57,7 +59,7 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
 # difference the table seems to show. compile_payback's "not measurably" repeats compile_speed's.
 # A comparison across GPUs comes with its caveat when they ran different software. max_batch
 # (report/searches.py) says what compile's memory saving buys at the largest batch that fits.
-LEAD = [("loss_guard", WRONG_LOSS), ("parity", WRONG_LOSS), ("fastest_setup", None),
+LEAD = [("loss_guard", WRONG_LOSS), ("fastest_setup", None),
         ("scaling", None), ("fastest_gpu", None), ("software", None),
         ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED), ("max_batch", None),
         ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
@@ -97,21 +99,10 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
 # ---------------------------------------------------------------- helpers
 
 def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's step times against b's; None when nothing can be tested.
-
-    Per-process means come first, since identical processes differ by more than the steps
-    within one do; when there are too few processes for the test to reach p < 0.05 (fewer than
-    4 against 4, say), the pooled per-step times are tested instead.
-    """
-    if len(a.repeat_step_ms) >= 2 and len(b.repeat_step_ms) >= 2:
-        result = stats.compare(a.repeat_step_ms, b.repeat_step_ms)
-        if result.significant is not None:
-            return result
-    if len(a.step_times_ms) >= 2 and len(b.step_times_ms) >= 2:
-        result = stats.compare(a.step_times_ms, b.step_times_ms)
-        if result.significant is not None:
-            return result
-    return None
+    """Test a's step times against b's (stats.compare_step_times: per-process means first, else
+    the pooled per-step times); None when nothing can be tested."""
+    return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms, a.step_times_ms,
+                                    b.step_times_ms)
 
 
 def change(new_ms: float, old_ms: float) -> tuple[str, str]:
@@ -170,14 +161,6 @@ def on_gpus(gpus: list[str], total: int) -> str:
 
 def compiler(compile_mode: str) -> str:
     return "torch.compile" if compile_mode == "default" else f"torch.compile ({compile_mode})"
-
-
-def duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def variants(rows: list[Row], both_ok: bool = True) -> dict[tuple, list[tuple[Row, Row]]]:
@@ -468,13 +451,13 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
         phrase, direction = verdict(second, top)
         if direction == "noise":
             tags.add(NOISE)
-            items.append(f"{top.setup} and {second.setup} on {gpu}, equally fast within the noise "
+            items.append(f"{top.name} and {second.name} on {gpu}, equally fast within the noise "
                          f"({sig(top.step_ms)} vs {sig(second.step_ms)} ms, {phrase})")
         else:
             lead = change(top.step_ms, second.step_ms)[0] or "no"
-            items.append(f"{top.setup} on {gpu} ({top.tokens_per_s:,.0f} tokens/s, "
+            items.append(f"{top.name} on {gpu} ({top.tokens_per_s:,.0f} tokens/s, "
                          f"{sig(top.step_ms)} ms; {lead} faster than the runner-up, "
-                         f"{second.setup} at {sig(second.step_ms)} ms)")
+                         f"{second.name} at {sig(second.step_ms)} ms)")
     if not items:
         return []
     return [Finding("fastest_setup", "Fastest setup: " + "; ".join(items) + ".", frozenset(tags))]
@@ -488,7 +471,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
     if len(by_dollar) >= 2:
         top, rest = by_dollar[0], by_dollar[1:]
         text = (f"Per dollar, {top.gpu} trained the most tokens: "
-                f"{sig(top.m_tokens_per_dollar, 2)}M tokens per $ with {top.setup}, against "
+                f"{sig(top.m_tokens_per_dollar, 2)}M tokens per $ with {top.name}, against "
                 + join([f"{sig(r.m_tokens_per_dollar, 2)}M on {r.gpu}" for r in rest]))
         fastest = by_speed[0]
         if fastest.gpu != top.gpu and fastest.price_per_hour:
@@ -497,7 +480,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
         out.append(Finding("tokens_per_dollar", text + ".", frozenset({ACROSS_GPUS})))
     elif len(by_dollar) == 1:
         top = by_dollar[0]
-        out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.setup} trained the most "
+        out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.name} trained the most "
                            f"tokens per dollar: {sig(top.m_tokens_per_dollar, 2)}M per $."))
     if len(by_speed) >= 2:
         top, second = by_speed[:2]
@@ -508,8 +491,8 @@ def gpus(rows: list[Row]) -> list[Finding]:
                     f"the noise ({sig(top.step_ms)} vs {sig(second.step_ms)} ms)")
         else:
             text = (f"{top.gpu} was the fastest GPU ({top.tokens_per_s:,.0f} tokens/s with "
-                    f"{top.setup}), {_times(top.tokens_per_s / second.tokens_per_s)} "
-                    f"{second.gpu} ({second.tokens_per_s:,.0f} tokens/s with {second.setup})")
+                    f"{top.name}), {_times(top.tokens_per_s / second.tokens_per_s)} "
+                    f"{second.gpu} ({second.tokens_per_s:,.0f} tokens/s with {second.name})")
             if top.price_per_hour and second.price_per_hour:
                 text += f" at {_times(top.price_per_hour / second.price_per_hour)} its price"
         out.append(Finding("fastest_gpu", text + ".", tags))
@@ -520,38 +503,33 @@ def _times(ratio: float) -> str:
     return f"{ratio:.2f}x" if ratio < 1 else f"{ratio:.1f}x"
 
 
-def parity(rows: list[Row]) -> list[Finding]:
-    """Compiled and eager losses after the same steps: flag a difference over tolerance."""
-    checked = [r for r in rows if r.parity_rel_diff is not None]
-    if not checked:
-        return []
-    bad = [r for r in checked if not r.parity_ok]
-    if bad:
-        return [Finding("parity", f"{r.setup} on {r.gpu} ended at a loss "
-                        f"{_pct(r.parity_rel_diff)} away from eager mode's, over the "
-                        f"{_pct(r.parity_tolerance)} tolerance for {r.dtype}: check its "
-                        "numerics before trusting its speed.", frozenset({WRONG_LOSS}))
-                for r in bad]
-    worst = max(checked, key=lambda r: r.parity_rel_diff)
-    where = ("in the one pair checked" if len(checked) == 1
-             else f"in {every(len(checked), 'pairs')}")
-    return [Finding("parity", f"Compiled and eager setups ended at the same loss within "
-                    f"tolerance {where} (largest difference "
-                    f"{_pct(worst.parity_rel_diff)}, {worst.setup} on {worst.gpu}; tolerance "
-                    f"{_pct(worst.parity_tolerance)} for {worst.dtype}).")]
-
-
 def loss_guard(rows: list[Row]) -> list[Finding]:
     """Setups whose losses depart from their reference's (stepbench.guard): fast or not, they
     train something else, and the other findings leave them out."""
-    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.setup)}; its "
+    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.name)}; its "
                     "numbers do not describe training this model, so it is left out of the "
                     "fastest setup and GPU.", frozenset({WRONG_LOSS}))
             for r in rows if r.departs]
 
 
-def _pct(fraction: float) -> str:
-    return f"{fraction * 100:.2g}%"
+def loss_guard_agreed(rows: list[Row]) -> list[Finding]:
+    """When no setup departs: that every setup the loss guard checked agreed with its
+    reference, and the largest difference (a compiled setup's against its eager twin, where
+    it ran)."""
+    checked = [r for r in rows if r.loss_guard is not None and r.loss_guard.status == OK]
+    if not checked or any(r.departs for r in rows):
+        return []
+    worst = max(checked, key=lambda r: r.loss_guard.max_rel_diff)
+    verdict = worst.loss_guard
+    which = ("the one setup the loss guard checked agreed with its reference's" if len(checked) == 1
+             else f"{every(len(checked), 'setups')} the loss guard checked agreed with their "
+                  "references'")
+    against = ("its peers, without an eager reference" if verdict.by_peers
+               else verdict.reference)
+    return [Finding("loss_guard", f"The losses of {which} within tolerance (largest "
+                    f"difference {percent(verdict.max_rel_diff)}, {worst.name} on {worst.gpu} "
+                    f"against {against}; tolerance {percent(verdict.tolerance)} for "
+                    f"{worst.dtype}).")]
 
 
 def mfu(rows: list[Row]) -> list[Finding]:
@@ -560,7 +538,7 @@ def mfu(rows: list[Row]) -> list[Finding]:
     if not best:
         return []
     peak = {"measured": "the measured matmul peak", "datasheet": "the datasheet peak"}
-    items = [f"{r.mfu * 100:.0f}% on {r.gpu} with {r.setup} (against {peak[r.mfu_source]})"
+    items = [f"{r.mfu * 100:.0f}% on {r.gpu} with {r.name} (against {peak[r.mfu_source]})"
              for r in best]
     return [Finding("mfu", "Best model FLOPs utilization: " + join(items) + ".")]
 
@@ -570,7 +548,7 @@ def energy(rows: list[Row]) -> list[Finding]:
     best = _best_per_gpu(rows, lambda r: r.tokens_per_kwh)
     if not best:
         return []
-    items = [f"{sig(r.tokens_per_kwh / 1e6, 2)}M on {r.gpu} with {r.setup}" for r in best]
+    items = [f"{sig(r.tokens_per_kwh / 1e6, 2)}M on {r.gpu} with {r.name}" for r in best]
     return [Finding("energy", "Most tokens per kWh of GPU energy: " + join(items) + ".")]
 
 
@@ -630,16 +608,17 @@ def scaling(rows: list[Row]) -> list[Finding]:
     for row in rows:
         if row.scaling_efficiency is None:
             continue
-        speedup = row.scaling_efficiency * row.config.world_size
-        items.append(f"{row.setup} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "
-                     f"({_pct(row.scaling_efficiency)} scaling efficiency, "
+        speedup = row.scaling_efficiency * row.setup.world_size
+        items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "
+                     f"({percent(row.scaling_efficiency)} scaling efficiency, "
                      f"{row.tokens_per_s_per_gpu:,.0f} tokens/s per GPU), peak memory "
                      f"{row.peak_memory_gb:.1f} GB per GPU")
     if not items:
         return []
-    label = rows[0].config.parallel_label
+    label = rows[0].setup.parallel_label
     return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
 
 
-RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory, compile_cost, compile_payback, fit, attention_speed,
-         attention_vs_compile, gpus, parity, mfu, energy, testing]
+RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory,
+         compile_cost, compile_payback, fit, attention_speed, attention_vs_compile, gpus,
+         loss_guard_agreed, mfu, energy, testing]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stepbench.errors import UserError
 from stepbench.report import table
-from stepbench.report.document import Document, Table
+from stepbench.report.layout import Document, Table
 
 FORMATS = ("table", "markdown", "csv", "json", "html")
 # A terminal table wider than this is printed in parts (each repeating the first two columns),
@@ -41,7 +41,8 @@ def write_output(text: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"cannot write {path} ({exc.strerror}); pass a writable --out path") from None
+        raise UserError(f"cannot write {path} ({exc.strerror}); pass a writable --out "
+                        "path") from None
 
 
 # ---------------------------------------------------------------- terminal and Markdown
@@ -110,7 +111,7 @@ CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s
             "step_ms_ci_high", "noise_flags", "first_step_warm_s", "compile_cache", "graph_breaks",
             "recompiles", "mfu", "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
             "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",
-            "energy_cost_per_m_tokens", "parity_rel_diff", "parity_ok"]
+            "energy_cost_per_m_tokens", "loss_guard", "loss_guard_rel_diff"]
 
 
 def render_csv(doc: Document) -> str:
@@ -119,15 +120,15 @@ def render_csv(doc: Document) -> str:
     for row in doc.rows:
         d = row.as_dict()
         d["step_ms_ci_low"], d["step_ms_ci_high"] = row.step_ms_ci or (None, None)
-        d["noise_flags"] = ";".join(row.noise_flags)
         cells.append(["" if d[k] is None else _csv_value(d[k]) for k in CSV_KEYS])
-    if not doc.searches:
+    listed = doc.searches + [d for tune in doc.tunes for d in tune["tried"]]
+    if not listed:
         return table.render(CSV_KEYS, cells, "csv")
-    # A search's records (probes, max-batch full measurements) after the rows, told apart by
-    # the last column; the rows leave it empty.
+    # A search's records (probes, max-batch full measurements, a tune's table) after the rows,
+    # told apart by the last column ("tune final #2"); the rows leave it empty.
     keys = CSV_KEYS + ["peak_reserved_gb", "search"]
     cells = [row + ["", ""] for row in cells]
-    for d in doc.searches:
+    for d in listed:
         cells.append(["" if d.get(k) is None else _csv_value(d[k]) for k in keys])
     return table.render(keys, cells, "csv")
 
@@ -135,13 +136,16 @@ def render_csv(doc: Document) -> str:
 def _csv_value(value) -> str:
     if isinstance(value, float):
         return repr(round(value, 6))
+    if isinstance(value, list):
+        return ";".join(map(str, value))     # noise flags
     return str(value)
 
 
 def render_json(doc: Document) -> str:
     """{"rows": [...], "findings": [{"kind", "text", "group", "key"}], "notes": [...]}; "key"
     marks the findings of the lead (Key findings). With searches' records also "searches":
-    [...], the records of "Details: searches" (probes are never rows)."""
+    [...], the records of "Details: searches" (probes are never rows), and with tunes "tunes":
+    [{"model", "seq", "device", "gpu", "tried": [...]}], each tune's table."""
     lead = {id(f) for _, f in doc.lead}
     data = {"rows": [r.as_dict() for r in doc.rows],
             "findings": [{"kind": f.kind, "text": f.text, "group": heading, "key": id(f) in lead}
@@ -149,6 +153,8 @@ def render_json(doc: Document) -> str:
             "notes": doc.notes}
     if doc.searches:
         data["searches"] = doc.searches
+    if doc.tunes:
+        data["tunes"] = doc.tunes
     return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
 
 

@@ -3,7 +3,8 @@
 Records arrive one per process (`repeat`), possibly from several runs; the report shows one row
 per GPU x setup, so repeats are combined here (median of per-process means, bootstrap CI, max
 of peaks, median of the per-process details such as MFU and energy), prices (hourly and, when
-given, of electricity) are joined, and each compiled row is checked against its eager twin's loss.
+given, of electricity) are joined, and each row carries the loss guard's verdict (stepbench.guard:
+a compiled row against its eager twin where that ran).
 Rows are ordered like the post: per GPU, per attention in order of appearance, eager first.
 
 A row is one Setup identity (`Setup.key()`) on one GPU: records that differ in any setting are
@@ -19,24 +20,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from stepbench.axes import AXES
-from stepbench.guard import TOLERANCE, Verdict, loss_verdicts
+from stepbench.guard import Verdict, loss_verdicts
 from stepbench.noise import noise_flags_for
 from stepbench.record import Record
-from stepbench.report import stats
+from stepbench import stats
 from stepbench.report.prices import price_for
 from stepbench.setup import Setup
-
-# Tolerance on the relative difference of the last loss between a compiled setup and its eager
-# twin: the loss guard's, per precision (stepbench.guard.TOLERANCE says why).
-PARITY_TOLERANCE = TOLERANCE
-
 
 @dataclass
 class Row:
     """One GPU x setup: the records of all its repeats combined. Units are in the names."""
 
     gpu: str                     # the machine: the GPU's name, with the host where that tells apart
-    config: Setup                # what ran: every record of the row has this Setup
+    setup: Setup                 # what ran: every record of the row has this Setup
     status: str
     statuses: dict[str, int]
     repeats: int
@@ -92,8 +88,6 @@ class Row:
     rank_spread: float | None = None
     scaling_efficiency: float | None = None
     scaling_baseline: str | None = None
-    parity_rel_diff: float | None = None
-    parity_tolerance: float | None = None
     # The loss guard (stepbench.guard): ok, departs, reference or unchecked; None: did not run.
     loss_guard: Verdict | None = None
     # Samples for significance tests (not shown): per-process step_ms and all step times.
@@ -112,49 +106,43 @@ class Row:
 
     @property
     def key(self) -> tuple[str, str]:
-        return self.config.key(), self.gpu
+        return self.setup.key(), self.gpu
 
     @property
     def workload(self) -> Setup:
         """What the row trains; rows of one workload are compared with each other."""
-        return self.config.workload()
+        return self.setup.workload()
 
     # The setup's fields, read often enough by findings and tables to be named here.
-    setup = property(lambda self: self.config.name)
-    mode = property(lambda self: self.config.mode)
-    attn = property(lambda self: self.config.attn)
-    compile_mode = property(lambda self: self.config.compile_mode)
-    batch = property(lambda self: self.config.batch)
-    seq = property(lambda self: self.config.seq)
-    dtype = property(lambda self: self.config.dtype)
-    model = property(lambda self: self.config.model_label)
-    parallel = property(lambda self: self.config.parallel)
+    name = property(lambda self: self.setup.name)
+    mode = property(lambda self: self.setup.mode)
+    attn = property(lambda self: self.setup.attn)
+    compile_mode = property(lambda self: self.setup.compile_mode)
+    batch = property(lambda self: self.setup.batch)
+    seq = property(lambda self: self.setup.seq)
+    dtype = property(lambda self: self.setup.dtype)
+    model = property(lambda self: self.setup.model_label)
+    parallel = property(lambda self: self.setup.parallel)
 
     @property
     def gpus(self) -> int:
         """GPUs one job of the row holds (what its cost per token pays for)."""
-        return self.config.world_size if self.config.device == "cuda" else 1
-
-    @property
-    def parity_ok(self) -> bool | None:
-        if self.parity_rel_diff is None:
-            return None
-        return self.parity_rel_diff <= self.parity_tolerance
+        return self.setup.world_size if self.setup.device == "cuda" else 1
 
     def as_dict(self) -> dict:
         """The JSON row: the post's columns first, then everything else measured."""
         return {
             "gpu": self.gpu, "gpu_name": self.gpu_name, "host": self.host,
             "price_per_hour": self.price_per_hour, "price_source": self.price_source,
-            "setup": self.setup,
+            "setup": self.name,
             "status": self.status, "step_ms": self.step_ms, "tokens_per_s": self.tokens_per_s,
             "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
             "m_tokens_per_dollar": self.m_tokens_per_dollar,
             "mode": self.mode, "attn": self.attn, "compile_mode": self.compile_mode,
-            "model": self.config.model, "model_label": self.model, "batch": self.batch,
-            "seq": self.seq, "dtype": self.dtype, "device": self.config.device,
-            "warmup": self.config.warmup, "steps": self.config.steps, "seed": self.config.seed,
-            "memory_limit_gb": self.config.memory_limit_gb,
+            "model": self.setup.model, "model_label": self.model, "batch": self.batch,
+            "seq": self.seq, "dtype": self.dtype, "device": self.setup.device,
+            "warmup": self.setup.warmup, "steps": self.setup.steps, "seed": self.setup.seed,
+            "memory_limit_gb": self.setup.memory_limit_gb,
             "repeats": self.repeats, "runs": self.runs, "statuses": self.statuses,
             "step_ms_ci": list(self.step_ms_ci) if self.step_ms_ci else None,
             "step_ms_ci_method": self.ci_method, "noise_flags": self.noise_flags,
@@ -176,12 +164,10 @@ class Row:
             "energy_price_per_kwh": self.energy_price_per_kwh,
             "energy_cost_per_m_tokens": self.energy_cost_per_m_tokens,
             "loss_last": self.loss_last,
-            "parallel": self.parallel, "nproc": self.config.nproc, "nnodes": self.config.nnodes,
+            "parallel": self.parallel, "nproc": self.setup.nproc, "nnodes": self.setup.nnodes,
             "gpus": self.gpus, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "rank_spread": self.rank_spread, "scaling_efficiency": self.scaling_efficiency,
             "scaling_baseline": self.scaling_baseline,
-            "parity_rel_diff": self.parity_rel_diff, "parity_tolerance": self.parity_tolerance,
-            "parity_ok": self.parity_ok,
             **self.loss_guard_fields(),
         }
 
@@ -195,8 +181,8 @@ class Row:
 
     def row_label(self) -> str:
         """"compile+sdpa (batch 16 x 2048, float8) on NVIDIA H200": enough to find the row."""
-        c = self.config
-        return f"{self.setup} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
+        c = self.setup
+        return f"{self.name} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
 
     @property
     def departs(self) -> bool:
@@ -219,7 +205,6 @@ def build_rows(records: list[Record], prices: dict[str, float],
         rows.append(combine(group, price, energy_price, gpu=machine(group[0])))
         rows[-1].price_source = source
     rows.sort(key=_order(records, machine))
-    add_parity(rows)
     add_scaling(rows)
     verdicts = loss_verdicts(records)
     for row in rows:
@@ -267,7 +252,7 @@ def _order(records: list[Record], machine):
                     ("name", r.setup.name)):
             first.setdefault(key, i)
     return lambda row: (first[("gpu", row.gpu)], first[("work", row.workload)],
-                        first[("attn", row.attn)], row.mode != "eager", first[("name", row.setup)])
+                        first[("attn", row.attn)], row.mode != "eager", first[("name", row.name)])
 
 
 def _median(values) -> float | None:
@@ -296,7 +281,7 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     ok = [r for r in records if r.ok]
     failed = [r for r in records if r.status != "ok"]
     row = Row(
-        gpu=gpu or head.machine.gpu, gpu_name=head.machine.gpu, host=head.host, config=head.setup,
+        gpu=gpu or head.machine.gpu, gpu_name=head.machine.gpu, host=head.host, setup=head.setup,
         status="ok" if ok else statuses.most_common(1)[0][0], statuses=dict(statuses),
         repeats=len(records), runs=len({r.run_id for r in records}),
         price_per_hour=price, gpu_memory_gb=head.machine.gpu_memory_gb,
@@ -312,7 +297,7 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     elif len(row.step_times_ms) >= 2:
         row.step_ms_ci = stats.mean_ci(row.step_times_ms)
         row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
-    row.tokens_per_s = row.config.tokens_per_step * 1000.0 / row.step_ms
+    row.tokens_per_s = row.setup.tokens_per_step * 1000.0 / row.step_ms
     if row.tokens_per_s and price:
         # A job pays for every GPU it holds: the price is per GPU, the tokens the job's.
         job_price = price * row.gpus
@@ -343,7 +328,8 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
     compiled = [r.compile for r in ok if r.compile]
     row.graph_breaks = _most(c.get("graph_breaks") for c in compiled)
     row.recompiles = _most(c.get("recompiles") for c in compiled)
-    row.break_reasons = list(dict.fromkeys(b for c in compiled for b in c.get("break_reasons") or []))
+    row.break_reasons = list(dict.fromkeys(b for c in compiled
+                                           for b in c.get("break_reasons") or []))
     caches = Counter(_cache(r) for r in ok if _cache(r))
     if set(caches) == {"shared"}:
         hits = [(r.compile.get("cache_hits"), r.compile.get("cache_misses")) for r in ok
@@ -383,7 +369,7 @@ def _flop_counter_diff(record: Record) -> float | None:
 def _combine_energy(row: Row, ok: list[Record], energy_price: float | None) -> None:
     energies = [r.energy for r in ok if isinstance(r.energy, dict)]
     row.tokens_per_kwh = _median(e.get("tokens_per_kwh") for e in energies)
-    row.joules_per_token = _median(e["joules_per_step"] / row.config.tokens_per_step
+    row.joules_per_token = _median(e["joules_per_step"] / row.setup.tokens_per_step
                                    for e in energies if e.get("joules_per_step") is not None)
     row.energy_price_per_kwh = energy_price
     if energy_price is not None and row.tokens_per_kwh:
@@ -397,15 +383,15 @@ def add_scaling(rows: list[Row]) -> None:
     records were given at run time against a baseline in their own results file."""
     by_key = {row.key: row for row in rows}
     for row in rows:
-        if not row.ok or not row.config.distributed:
+        if not row.ok or not row.setup.distributed:
             continue
-        row.tokens_per_s_per_gpu = row.tokens_per_s / row.config.world_size
+        row.tokens_per_s_per_gpu = row.tokens_per_s / row.setup.world_size
         spreads = [(r.scaling or {}).get("rank_step_ms_spread") for r in row.records if r.ok]
         row.rank_spread = _median(spreads)
-        twin = by_key.get((row.config.single_process_twin().key(), row.gpu))
+        twin = by_key.get((row.setup.single_process_twin().key(), row.gpu))
         if twin is not None and twin.ok:
             row.scaling_efficiency = row.tokens_per_s_per_gpu / twin.tokens_per_s
-            row.scaling_baseline = (f"{twin.setup}, 1 process ({twin.repeats} run"
+            row.scaling_baseline = (f"{twin.name}, 1 process ({twin.repeats} run"
                                     f"{'s' if twin.repeats > 1 else ''} in this report)")
             continue
         recorded = [r.scaling for r in row.records if r.ok and isinstance(r.scaling, dict)
@@ -413,27 +399,12 @@ def add_scaling(rows: list[Row]) -> None:
         if recorded:
             row.scaling_efficiency = _median(s["efficiency"] for s in recorded)
             base = recorded[-1].get("baseline") or {}
-            row.scaling_baseline = (f"{row.setup}, 1 process, as recorded at run time (run "
+            row.scaling_baseline = (f"{row.name}, 1 process, as recorded at run time (run "
                                     f"{base.get('run_id', '?')})")
 
 
 def _last_loss(record: Record) -> float | None:
     return record.losses[-1] if record.losses else record.loss_last
-
-
-def add_parity(rows: list[Row]) -> None:
-    """Relative difference of the last loss, compiled against eager, same seed and workload.
-
-    Same seed gives the same weights and tokens, so after the same number of steps the two
-    should agree up to rounding; the largest difference over matching processes is kept.
-    """
-    for row, twin in eager_twins(rows, both_ok=True):
-        diffs = [_loss_difference(rc, re_) for rc in _ok(row.records) for re_ in _ok(twin.records)
-                 if len(rc.losses) == len(re_.losses)]
-        diffs = [d for d in diffs if d is not None]
-        if diffs:
-            row.parity_rel_diff = max(diffs)
-            row.parity_tolerance = PARITY_TOLERANCE.get(row.dtype, PARITY_TOLERANCE["bf16"])
 
 
 def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:
@@ -442,19 +413,10 @@ def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:
     by_key = {row.key: row for row in rows}
     pairs = []
     for row in rows:
-        twin = by_key.get((row.config.eager_twin().key(), row.gpu))
+        twin = by_key.get((row.setup.eager_twin().key(), row.gpu))
         if row.mode == "compile" and twin is not None and (not both_ok or (row.ok and twin.ok)):
             pairs.append((row, twin))
     return pairs
-
-
-def _ok(records: list[Record]) -> list[Record]:
-    return [r for r in records if r.status == "ok"]
-
-
-def _loss_difference(compiled: Record, eager: Record) -> float | None:
-    lc, le = _last_loss(compiled), _last_loss(eager)
-    return None if lc is None or not le else abs(lc - le) / abs(le)
 
 
 # Parts of a row's label beyond the setup name, shown where rows differ in them: the registry's
@@ -465,10 +427,10 @@ LABEL_PARTS = {a.name: a.detail for a in AXES if a.detail is not None}
 def setup_labels(rows: list[Row], shown: list[str] = ()) -> dict[int, str]:
     """Setup name, plus what tells rows apart where they differ beyond it (model, batch x seq,
     dtype, steps, seed, memory limit); batch x seq is left out when the table `shown` them."""
-    parts = [lambda r, p=p: p(r.config) for name, p in LABEL_PARTS.items()
+    parts = [lambda r, p=p: p(r.setup) for name, p in LABEL_PARTS.items()
              if not (name == "batch" and shown)]
     varying = [part for part in parts if len({part(r) for r in rows}) > 1]
-    return {id(r): r.setup + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
+    return {id(r): r.name + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
             for r in rows}
 
 

@@ -1,8 +1,9 @@
-"""Records a search asked for (`run --max-batch`, `tune`): what the report ranks, what it only lists.
+"""Records a search asked for (`run --max-batch`, `tune`): what the report ranks, what it lists.
 
 A probe (`search.role` "probe", of any search) is a short run that decided something, not a
 measurement: it stays out of the Results table and the findings and is listed in "Details:
-searches", beside each max-batch search's full measurements. A max-batch full measurement at a
+searches", beside each max-batch search's full measurements (a tune's records are listed in the
+tune's own table instead, report/tune.py). A max-batch full measurement at a
 batch where one ran out of memory (the search then measured the next smaller batch) is an
 attempt: listed there too, not ranked. What the max-batch searches found becomes one finding
 per compiled setup and its eager twin: how far compile's memory saving lets the batch grow, and
@@ -13,12 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from stepbench.errors import first_line
 from stepbench.record import Record
-from stepbench.report import stats, table
+from stepbench import stats
+from stepbench.report import table
 from stepbench.report.findings import BIG_RATIO, Finding, compiler
+from stepbench.report.layout import Table
 from stepbench.report.rows import Row, status_text
 
 MAX_BATCH = "max_batch"
+TUNE = "tune"       # a tune's records are listed in its own table (report/tune.py), not here
 
 
 def role(record: Record) -> str | None:
@@ -53,10 +58,10 @@ def split(records: list[Record]) -> tuple[list[Record], list[Record]]:
 
 
 def shown(records: list[Record]) -> list[Record]:
-    """The records of "Details: searches": every probe, and the max-batch full measurements,
-    grouped by search in order of appearance."""
-    picked = [r for r in records if role(r) == "probe" or (kind(r) == MAX_BATCH
-                                                           and role(r) == "final")]
+    """The records of "Details: searches": every probe but a tune's, and the max-batch full
+    measurements, grouped by search in order of appearance."""
+    picked = [r for r in records if kind(r) != TUNE and (
+        role(r) == "probe" or kind(r) == MAX_BATCH and role(r) == "final")]
     order: dict[tuple, int] = {}
     for r in picked:
         order.setdefault((kind(r), _search_key(r)), len(order))
@@ -78,9 +83,7 @@ COLUMNS = ["GPU", "Setup", "Search", "Batch", "Seq", "Steps", "Status", "Peak me
 
 
 def details_table(records: list[Record]):
-    """"Details: searches" (a document.Table), or None when no record came from a search."""
-    from stepbench.report.document import Table
-
+    """"Details: searches", or None when no record came from a search."""
     listed = shown(records)
     if not listed:
         return None
@@ -121,8 +124,8 @@ def _unfinished(probe: Record) -> str:
     if probe.status in ("ok", "oom"):
         return (f"{where}: the search was stopped before its full measurement; run the same "
                 "command again to resume it.")
-    lines = [ln.strip() for ln in (probe.error or "").splitlines() if ln.strip()]
-    why = f" ({lines[0][:160]})" if lines else ""
+    line = first_line(probe.error, limit=160)
+    why = f" ({line})" if line else ""
     return (f"{where}: the search stopped when its probe at batch {probe.setup.batch} ended "
             f"{status_text(probe.status)}{why}; no full measurement.")
 
@@ -189,15 +192,15 @@ def max_batch_findings(rows: list[Row]) -> list[tuple[str | None, list[Finding]]
         if comp.mode != "compile":
             continue
         start = finals[id(comp)].get("start_batch")
-        twin = dataclasses.replace(comp.config.eager_twin(), batch=1).key()
+        twin = dataclasses.replace(comp.setup.eager_twin(), batch=1).key()
         eager = next((by_id[i] for i, tag in finals.items() if by_id[i].gpu == comp.gpu
                       and tag.get("start_batch") == start
-                      and dataclasses.replace(by_id[i].config, batch=1).key() == twin), None)
+                      and dataclasses.replace(by_id[i].setup, batch=1).key() == twin), None)
         if eager is None:
             continue
-        base_key = dataclasses.replace(comp.config.eager_twin(), batch=start).key()
+        base_key = dataclasses.replace(comp.setup.eager_twin(), batch=start).key()
         base = next((r for r in rows if r.ok and not r.departs and r.gpu == comp.gpu
-                     and r.config.key() == base_key and r is not eager), None)
+                     and r.setup.key() == base_key and r is not eager), None)
         heading = (f"{comp.model}, largest batch at seq {comp.seq}, {comp.dtype}")
         groups.setdefault(heading, []).append(_finding(comp, eager, base, start))
     return list(groups.items())
@@ -237,12 +240,8 @@ def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
 
 
 def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's time per token against b's (their batches differ): per-process means first, else
-    the per-step times (findings.compare_rows, scaled by each row's tokens per step)."""
-    ta, tb = a.config.tokens_per_step, b.config.tokens_per_step
-    for xa, xb in ((a.repeat_step_ms, b.repeat_step_ms), (a.step_times_ms, b.step_times_ms)):
-        if len(xa) >= 2 and len(xb) >= 2:
-            result = stats.compare([t / ta for t in xa], [t / tb for t in xb])
-            if result.significant is not None:
-                return result
-    return None
+    """Test a's time per token against b's (their batches differ): stats.compare_step_times,
+    scaled by each row's tokens per step."""
+    return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms, a.step_times_ms,
+                                    b.step_times_ms, a_tokens=a.setup.tokens_per_step,
+                                    b_tokens=b.setup.tokens_per_step)

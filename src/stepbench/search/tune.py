@@ -21,9 +21,10 @@ final    the two best setups measured in full, with repeats (interleaved), and a
 The loss guard (guard.py) checks every probe against the eager reference of its batch, which the
 tune measures where it is missing; a setup whose losses depart is never picked and its option is
 not tried further. Probes are compared by their median timed step (`rate`): a probe times a
-few steps, and one slow step must not decide. The budget counts the wall time of every probe the tune used (stored ones
-included) plus this invocation's own time; every probe's timeout is what the budget has left, so
-a tune ends within its budget.
+few steps, and one slow step must not decide. The budget counts the wall time of every probe the
+tune used (stored ones included) plus this invocation's own time; every probe's timeout is what
+the budget has left, so a tune ends within its budget. What it found is a TuneResult; the
+report draws it (report/tune.py), the search only decides.
 
 Objective "fit": the fastest setup at the given batch whose step fits under --memory-limit-gb
 (the cap stands in for a smaller card); the batch is not grown and checkpointing is an option.
@@ -38,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from stepbench import stats
 from stepbench.axes import AXES, axis
 from stepbench.guard import OK, REFERENCE, can_be_reference, loss_verdicts
 from stepbench.record import Record
@@ -363,8 +365,8 @@ class Tuner:
     def pairs(self) -> list[tuple[tuple[str, str], Record]]:
         """The screened (mode, attention) pairs that ran and agree, fastest first."""
         pairs: list[tuple[tuple[str, str], Record]] = []
-        for t in sorted((t for t in self.tried if t.stage == "screen" and self.acceptable(t.record)),
-                        key=lambda t: -rate(t.record)):
+        screened = [t for t in self.tried if t.stage == "screen" and self.acceptable(t.record)]
+        for t in sorted(screened, key=lambda t: -rate(t.record)):
             pair = (t.record.setup.mode, t.record.setup.attn)
             if pair not in [p for p, _ in pairs]:
                 pairs.append((pair, t.record))
@@ -394,8 +396,8 @@ class Tuner:
             record = bigger
         top = self.oom_batch.get(pair)
         if rank == 0 and top is not None and top > record.setup.batch + 1:
-            between = self.probe(dataclasses.replace(record.setup,
-                                                     batch=(record.setup.batch + top) // 2), "batch")
+            middle = (record.setup.batch + top) // 2
+            between = self.probe(dataclasses.replace(record.setup, batch=middle), "batch")
             if between is not None and between.ok:
                 self.reference(between.setup.batch)
 
@@ -551,11 +553,8 @@ def representative(records: list[Record]) -> Record:
 
 def compare(a: list[Record], b: list[Record]) -> dict | None:
     """The winner's time per token against the runner-up's (their batches may differ), tested
-    as the report tests two searched setups (report.searches.compare_throughput)."""
-    from stepbench.report.rows import combine
-    from stepbench.report.searches import compare_throughput
-
-    result = compare_throughput(combine(a, None), combine(b, None))
+    as the report tests two searched setups (stats.compare_step_times, per token)."""
+    result = stats.compare_records(a, b, per_token=True)
     if result is None:
         return None
     return {"ratio": result.ratio, "p_value": result.p_value, "significant": result.significant,
@@ -578,104 +577,3 @@ def outcome(record: Record) -> str:
                      "step, which the search goes by)")
         return text
     return record.status
-
-
-# ---------------------------------------------------------------- output
-
-COLUMNS = ["Stage", "Setup", "Batch", "Precision", "Status", "Tokens/s", "Step (ms)",
-           "Peak memory", "First step (s)", "Loss guard"]
-
-
-def render(result: TuneResult, fmt: str) -> str:
-    """The tune for people: what it tried, the winner, the runner-up and the command."""
-    from stepbench.report import table
-
-    verdicts = loss_verdicts([t.record for t in result.tried])
-    cells = []
-    for t in result.tried:
-        r = t.record
-        verdict = verdicts.get((r.setup.key(), r.machine.gpu))
-        repeat = f" #{r.repeat + 1}" if t.stage == "final" else ""
-        cells.append([t.stage + repeat, r.setup.name, str(r.setup.batch), r.setup.dtype, r.status,
-                      f"{r.tokens_per_s:,.0f}" if r.ok else "-",
-                      table.sig(r.step_ms) if r.ok else "-",
-                      f"{r.peak_memory_gb:.1f} GB" if r.peak_memory_gb is not None else "-",
-                      f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",
-                      verdict.status if verdict else "-"])
-    lines = [table.render(COLUMNS, cells, fmt, title="Tried")]
-    lines += [f"{'- ' if fmt == 'markdown' else ''}{text}" for text in summary(result)]
-    return "\n".join(lines) + "\n"
-
-
-def summary(result: TuneResult) -> list[str]:
-    """The verdict in sentences."""
-    out = []
-    winner, second = result.winner, result.runner_up
-    if winner is None:
-        out.append("No setup ran without failing or departing from the reference's losses; "
-                   "see the table.")
-    else:
-        how = ("measured in full" if result.measured_in_full
-               else "from a short probe only: the budget left no time to measure it in full")
-        out.append(f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} tokens/s, "
-                   f"{winner.step_ms:.1f} ms/step, peak {peak(winner)} ({how}).")
-        if winner.setup.dtype == "float8":
-            out.append("The winner trains its linear layers in float8: compare its tokens/s with "
-                       "bf16 setups knowing that, and its MFU is taken against the bf16 peak.")
-        if second is not None:
-            out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} tokens/s"
-                       f"{versus(result.comparison)}.")
-        ref = result.reference
-        if ref is not None and ref.ok and ref.setup.key() != winner.setup.key():
-            out.append(f"Measured in full at batch {winner.setup.batch}, the winner ran at "
-                       f"{winner.tokens_per_s / ref.tokens_per_s:.2f}x the tokens/s of "
-                       f"{label(ref.setup)}, the loss guard's reference "
-                       f"({winner.tokens_per_s:,.0f} against {ref.tokens_per_s:,.0f}).")
-        plain, probe = plainest(result), probe_of(result, winner.setup)
-        if plain is not None and probe is not None and plain.ok and probe is not plain:
-            out.append(f"In the short probes the winner ran at {probe.tokens_per_s / plain.tokens_per_s:.2f}x "
-                       f"the tokens/s of {label(plain.setup)}, the plainest setup "
-                       f"({probe.tokens_per_s:,.0f} against {plain.tokens_per_s:,.0f}).")
-        out.append(f"Reproduce: {result.command}")
-    out += result.skipped
-    out.append(f"Budget {duration(result.budget_s)}, spent {duration(result.spent_s)}; "
-               f"{len(result.tried)} measurements.")
-    return out
-
-
-def peak(record: Record) -> str:
-    return f"{record.peak_memory_gb:.1f} GB" if record.peak_memory_gb is not None else "unknown"
-
-
-def versus(comparison: dict | None) -> str:
-    if comparison is None:
-        return " (too few steps to test the difference)"
-    faster = (1 / comparison["ratio"] - 1) * 100
-    if comparison["significant"]:
-        return f"; the winner is {faster:.1f}% faster (p = {comparison['p_value']:.2g})"
-    return (f"; equally fast within the noise ({faster:+.1f}%, p = "
-            f"{comparison['p_value']:.2g})")
-
-
-def plainest(result: TuneResult) -> Record | None:
-    """eager mode with sdpa at the start batch, as the post recommended."""
-    for t in result.tried:
-        s = t.record.setup
-        if t.stage == "screen" and s.mode == "eager" and s.attn == "sdpa":
-            return t.record
-    return None
-
-
-def probe_of(result: TuneResult, setup: Setup) -> Record | None:
-    """The probe of `setup` (any step counts): how it did under the probes' protocol."""
-    same = dataclasses.replace(setup, warmup=0, steps=1)
-    for t in result.tried:
-        if t.stage != "final" and \
-                dataclasses.replace(t.record.setup, warmup=0, steps=1) == same:
-            return t.record
-    return None
-
-
-def duration(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"

@@ -1,10 +1,11 @@
-"""Statistics for step times: confidence intervals, comparisons and noise flags.
+"""Statistics for step times: confidence intervals and the comparison of two setups.
 
 Step times are not normally distributed (a floor with bursts of slow steps; see
 docs/report.md), and a process's mean moves by several percent between identical processes, so
 everything here is distribution-free: bootstrap intervals and the Mann-Whitney U test. Every
 random draw comes from a seeded generator, so a report built twice from the same files says the
-same thing.
+same thing. Below report/ and search/, so that a search decides with the same test the report
+then prints (`compare_step_times`).
 """
 
 from __future__ import annotations
@@ -123,3 +124,37 @@ def min_p_value(n_a: int, n_b: int) -> float:
     """Smallest two-sided Mann-Whitney U p-value that samples of these sizes can give (no ties):
     2 / C(n_a + n_b, n_a). 3 processes against 3 can never reach 0.05 (0.10); 4 against 4 can."""
     return min(1.0, 2 / math.comb(n_a + n_b, n_a))
+
+
+def compare_step_times(a_means: Sequence[float], b_means: Sequence[float],
+                       a_steps: Sequence[float], b_steps: Sequence[float], *,
+                       a_tokens: int = 1, b_tokens: int = 1) -> Comparison | None:
+    """Setup a's step times against b's; None when nothing can be tested.
+
+    `*_means`: each process's mean step time; `*_steps`: every timed step of every process.
+    Per-process means come first, since identical processes differ by more than the steps
+    within one do; when there are too few processes for the test to reach p < alpha (fewer
+    than 4 against 4, say), the pooled per-step times are tested instead. With `*_tokens`
+    (tokens per step) the times are per token: setups of different batches compare by what a
+    token costs.
+    """
+    for xa, xb in ((a_means, b_means), (a_steps, b_steps)):
+        if len(xa) >= 2 and len(xb) >= 2:
+            result = compare([t / a_tokens for t in xa], [t / b_tokens for t in xb])
+            if result.significant is not None:
+                return result
+    return None
+
+
+def compare_records(a: Sequence, b: Sequence, per_token: bool = False) -> Comparison | None:
+    """`compare_step_times` of two setups' records (stepbench.record.Record; those that ran),
+    per token with `per_token`."""
+    a_ok, b_ok = [r for r in a if r.ok], [r for r in b if r.ok]
+    if not a_ok or not b_ok:
+        return None
+    tokens = ((a_ok[0].setup.tokens_per_step, b_ok[0].setup.tokens_per_step) if per_token
+              else (1, 1))
+    return compare_step_times([r.step_ms for r in a_ok], [r.step_ms for r in b_ok],
+                              [t for r in a_ok for t in r.step_times_ms],
+                              [t for r in b_ok for t in r.step_times_ms],
+                              a_tokens=tokens[0], b_tokens=tokens[1])

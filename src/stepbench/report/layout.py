@@ -1,0 +1,55 @@
+"""What a report is made of: tables of formatted cells, findings, and the data behind them.
+
+Its own module so that the builders (document.py, searches.py, tune.py) and the renderer
+(render.py) import it without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stepbench.report.findings import Finding
+    from stepbench.report.rows import Row
+
+
+@dataclass
+class Table:
+    """A table of formatted cells, with its title and the notes printed under it."""
+
+    columns: list[str]
+    cells: list[list[str]]
+    align: str
+    title: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    """Everything a report shows, formatted once; render.py only lays it out."""
+
+    title: str | None
+    tables: list[Table]                    # the main table first
+    findings: list[tuple[str | None, list[Finding]]] = field(default_factory=list)  # per heading
+    # The few findings to read first, as (workload's short name or None, finding); each is also
+    # in `findings`, in its place.
+    lead: list[tuple[str | None, Finding]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
+    # Records a search asked for that are not ranked (probes) and its full measurements, for
+    # JSON and CSV (report/searches.py); empty without searches.
+    searches: list[dict] = field(default_factory=list)
+    # Each tune's records, as its table lists them (report/tune.py's tune_dict), for JSON and
+    # CSV; empty without tunes.
+    tunes: list[dict] = field(default_factory=list)
+    pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
+
+    @property
+    def notes(self) -> list[str]:
+        return [note for t in self.tables for note in t.notes]
+
+    def write_plots(self, folder: Path) -> list[Path]:
+        from stepbench.report.plots import write_plots
+
+        return write_plots(self.pngs, folder)

@@ -1,0 +1,233 @@
+"""A tune as a Document: the table of what it tried and its verdict.
+
+`stepbench tune` prints `tune_document` in every format but json (which stays the TuneResult
+object, a documented output), and `stepbench report` shows the same table for each tune in its
+files, read back from the records' `search` tags (`tune_tables`): one table builder, so that the
+tune's own output and the report of its results file list the same measurements alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from stepbench.guard import loss_verdicts
+from stepbench.record import Record
+from stepbench.report import searches, table
+from stepbench.report.layout import Document, Table
+from stepbench.report.marks import mark_notes, noise_marks
+from stepbench.search.tune import TuneResult, label
+from stepbench.setup import Setup
+from stepbench.units import duration
+
+COLUMNS = ["Stage", "Setup", "Batch", "Precision", "Status", "Tokens/s", "Step (ms)",
+           "Peak memory", "First step (s)", "Loss guard"]
+ALIGN = "llrllrrrrl"
+# (stage, record): what a tune used, in the order it used it. The stage is the probe's stage
+# (screen, batch, option, reference, final reference) or "final".
+Entry = tuple[str, Record]
+
+
+# ---------------------------------------------------------------- the table
+
+def stage_text(stage: str, record: Record) -> str:
+    """"final #2" for a finalist's second process; a probe's stage as it is."""
+    return f"{stage} #{record.repeat + 1}" if stage == "final" else stage
+
+
+def tried_table(entries: list[Entry], title: str | None = None) -> Table:
+    """What a tune tried, one row per measurement, with the loss guard's verdict over them all
+    and the noise marks after the step time."""
+    verdicts = loss_verdicts([r for _, r in entries])
+    cells = []
+    for stage, r in entries:
+        verdict = verdicts.get((r.setup.key(), r.machine.gpu))
+        cells.append([stage_text(stage, r), r.setup.name, str(r.setup.batch), r.setup.dtype,
+                      r.status, f"{r.tokens_per_s:,.0f}" if r.ok else "-",
+                      table.sig(r.step_ms) + "".join(noise_marks(r.noise_flags)) if r.ok else "-",
+                      f"{r.peak_memory_gb:.1f} GB" if r.peak_memory_gb is not None else "-",
+                      f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",
+                      verdict.status if verdict else "-"])
+    notes = mark_notes(r.noise_flags for _, r in entries if r.ok)
+    return Table(COLUMNS, cells, ALIGN, title, notes)
+
+
+def tried_dicts(entries: list[Entry]) -> list[dict]:
+    """The table's measurements with unformatted numbers, for JSON and CSV (`search`: the
+    stage as CSV tells a search's records apart)."""
+    verdicts = loss_verdicts([r for _, r in entries])
+    out = []
+    for stage, r in entries:
+        verdict = verdicts.get((r.setup.key(), r.machine.gpu))
+        out.append({"gpu": r.machine.gpu, "host": r.host, "setup": r.setup.name,
+                    "search": f"{searches.TUNE} {stage_text(stage, r)}", "stage": stage,
+                    "repeat": r.repeat, "mode": r.setup.mode, "attn": r.setup.attn,
+                    "compile_mode": r.setup.compile_mode, "model": r.setup.model,
+                    "batch": r.setup.batch, "seq": r.setup.seq, "dtype": r.setup.dtype,
+                    "warmup": r.setup.warmup, "steps": r.setup.steps, "status": r.status,
+                    "step_ms": r.step_ms, "tokens_per_s": r.tokens_per_s,
+                    "peak_memory_gb": r.peak_memory_gb, "peak_reserved_gb": r.peak_reserved_gb,
+                    "first_step_s": r.first_step_s, "noise_flags": list(r.noise_flags),
+                    "loss_guard": verdict.status if verdict else None,
+                    "loss_guard_reference": verdict.reference if verdict else None,
+                    "loss_guard_rel_diff": verdict.max_rel_diff if verdict else None})
+    return out
+
+
+# ---------------------------------------------------------------- tune's own output
+
+def tune_document(result: TuneResult) -> Document:
+    """`stepbench tune`'s output: the "Tried" table, then the verdict as its notes (the
+    noise marks' footnotes first), in the order a reader checks them: the winner, the
+    runner-up, the ratios to the plain setups, the command that measures the winner again,
+    what was not tried, the budget."""
+    entries = [(t.stage, t.record) for t in result.tried]
+    tried = tried_table(entries)
+    tried.notes += verdict(result)
+    first = entries[0][1] if entries else None
+    tunes = [tune_dict(first, entries)] if first is not None else []
+    return Document("Tried", [tried], tunes=tunes)
+
+
+def verdict(result: TuneResult) -> list[str]:
+    """The verdict in sentences."""
+    out = []
+    winner, second = result.winner, result.runner_up
+    if winner is None:
+        out.append("No setup ran without failing or departing from the reference's losses; "
+                   "see the table.")
+    else:
+        out += _winner(result)
+        if second is not None:
+            out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} tokens/s"
+                       f"{versus(result.comparison)}.")
+        out += _ratios(result)
+        out.append(f"Reproduce: {result.command}")
+    out += result.skipped
+    out.append(f"Budget {duration(result.budget_s, exact=True)}, spent "
+               f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurements.")
+    return out
+
+
+def _winner(result: TuneResult) -> list[str]:
+    winner = result.winner
+    how = ("measured in full" if result.measured_in_full
+           else "from a short probe only: the budget left no time to measure it in full")
+    out = [f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} tokens/s, "
+           f"{winner.step_ms:.1f} ms/step, peak {peak(winner)} ({how})."]
+    if winner.setup.dtype == "float8":
+        out.append("The winner trains its linear layers in float8: compare its tokens/s with "
+                   "bf16 setups knowing that, and its MFU is taken against the bf16 peak.")
+    return out
+
+
+def _ratios(result: TuneResult) -> list[str]:
+    """The winner against the loss guard's reference measured in full at its batch, and (in
+    the probes) against the plainest setup at the start batch."""
+    out = []
+    winner, ref = result.winner, result.reference
+    if ref is not None and ref.ok and ref.setup.key() != winner.setup.key():
+        out.append(f"Measured in full at batch {winner.setup.batch}, the winner ran at "
+                   f"{winner.tokens_per_s / ref.tokens_per_s:.2f}x the tokens/s of "
+                   f"{label(ref.setup)}, the loss guard's reference "
+                   f"({winner.tokens_per_s:,.0f} against {ref.tokens_per_s:,.0f}).")
+    plain, probe = plainest(result), probe_of(result, winner.setup)
+    if plain is not None and probe is not None and plain.ok and probe is not plain:
+        out.append(f"In the short probes the winner ran at "
+                   f"{probe.tokens_per_s / plain.tokens_per_s:.2f}x the tokens/s of "
+                   f"{label(plain.setup)}, the plainest setup "
+                   f"({probe.tokens_per_s:,.0f} against {plain.tokens_per_s:,.0f}).")
+    return out
+
+
+def peak(record: Record) -> str:
+    return f"{record.peak_memory_gb:.1f} GB" if record.peak_memory_gb is not None else "unknown"
+
+
+def versus(comparison: dict | None) -> str:
+    if comparison is None:
+        return " (too few steps to test the difference)"
+    faster = (1 / comparison["ratio"] - 1) * 100
+    if comparison["significant"]:
+        return f"; the winner is {faster:.1f}% faster (p = {comparison['p_value']:.2g})"
+    return (f"; equally fast within the noise ({faster:+.1f}%, p = "
+            f"{comparison['p_value']:.2g})")
+
+
+def plainest(result: TuneResult) -> Record | None:
+    """eager mode with sdpa at the start batch, as the post recommended."""
+    for t in result.tried:
+        s = t.record.setup
+        if t.stage == "screen" and s.mode == "eager" and s.attn == "sdpa":
+            return t.record
+    return None
+
+
+def probe_of(result: TuneResult, setup: Setup) -> Record | None:
+    """The probe of `setup` (any step counts): how it did under the probes' protocol."""
+    same = dataclasses.replace(setup, warmup=0, steps=1)
+    for t in result.tried:
+        if t.stage != "final" and \
+                dataclasses.replace(t.record.setup, warmup=0, steps=1) == same:
+            return t.record
+    return None
+
+
+# ---------------------------------------------------------------- tunes in a report
+
+def is_tune(record: Record) -> bool:
+    return searches.kind(record) == searches.TUNE
+
+
+def stage_of(record: Record) -> str:
+    """A tune record's stage: a probe's `stage`, else its role ("final", or "reference" for a
+    reference measured in full, whose stage says "final reference")."""
+    tag = record.search or {}
+    return tag.get("stage") or tag.get("role") or "?"
+
+
+def tune_key(record: Record) -> tuple:
+    """What identifies one tune: the model, sequence length and device it searched, and the
+    machine it ran on (a resumed tune is the same tune)."""
+    s = record.setup
+    return (s.model, s.seq, s.device, record.machine.gpu, record.host)
+
+
+def tunes(records: list[Record]) -> list[list[Entry]]:
+    """The records of each tune in `records`, in the order they were measured."""
+    found: dict[tuple, list[Entry]] = {}
+    for r in records:
+        if is_tune(r):
+            found.setdefault(tune_key(r), []).append((stage_of(r), r))
+    return list(found.values())
+
+
+def tune_tables(records: list[Record]) -> list[Table]:
+    """A "Tune" table per tune in `records` (every probe, reference and final it stored)."""
+    out = []
+    for entries in tunes(records):
+        t = tried_table(entries, title=f"Tune: {_where(entries[0][1])}")
+        t.notes.insert(0, TUNE_NOTE)
+        out.append(t)
+    return out
+
+
+TUNE_NOTE = ("Every measurement the tune stored, in the order it ran them: its probes (short runs "
+             "it decided by) and its finals and references measured in full, which the Results "
+             "table ranks too. Loss guard: the guard's verdict among this tune's records.")
+
+
+def tune_dicts(records: list[Record]) -> list[dict]:
+    """Each tune in `records` for JSON and CSV."""
+    return [tune_dict(entries[0][1], entries) for entries in tunes(records)]
+
+
+def tune_dict(head: Record, entries: list[Entry]) -> dict:
+    return {"model": head.setup.model, "model_label": head.setup.model_label,
+            "seq": head.setup.seq, "device": head.setup.device, "gpu": head.machine.gpu,
+            "host": head.host, "tried": tried_dicts(entries)}
+
+
+def _where(record: Record) -> str:
+    where = record.machine.gpu if record.machine.gpu != "cpu" else "the CPU"
+    host = f" at {record.host}" if record.host else ""
+    return f"{record.setup.model_label} at seq {record.setup.seq} on {where}{host}"
