@@ -125,6 +125,32 @@ def wait_for(proc: subprocess.Popen, text: str) -> str:
     raise AssertionError(f"never saw {text!r}; stderr was:\n{''.join(seen)}")
 
 
+def on_a_terminal(args: list[str], env: dict | None = None, timeout: float = 300):
+    """`python -m stepbench ARGS` with its stderr on a pseudo-terminal (where the live progress
+    is drawn); (exit code, what the terminal showed, stdout)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "stepbench", *map(str, args)], stdin=follower,
+                            stdout=subprocess.PIPE, stderr=follower,
+                            env={**(env or os.environ), "PYTHONPATH": SRC})
+    os.close(follower)
+    seen = b""
+    try:
+        while True:     # read as it comes, so that a full terminal buffer never blocks it
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:     # EIO: the child's end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+    stdout = proc.stdout.read()
+    return proc.wait(timeout=timeout), seen, stdout
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

@@ -97,35 +97,12 @@ def test_weights_drawn_on_the_gpu_are_another_setup_than_0_1s():
 def test_a_run_on_a_terminal_shows_its_live_progress(tmp_path):
     # On a terminal the runner's display is rich's Live block; a resumed 0.1 file is the quickest
     # real run that makes one (it once crashed as it was made: AttributeError).
-    import os
-    import pty
-    import subprocess
-    import sys
-
-    from conftest import SRC
+    from conftest import on_a_terminal
 
     out = tmp_path / "r.jsonl"
     shutil.copy(V01 / "cpu-results.jsonl", out)
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq",
-                             "64", "--warmup", "1", "--steps", "3", "--attn", "sdpa", "--out",
-                             str(out)], stdin=follower, stdout=subprocess.PIPE, stderr=follower,
-                            env={**os.environ, "PYTHONPATH": SRC})
-    os.close(follower)
-    seen = b""
-    try:
-        while True:         # read as it comes, so that a full terminal buffer never blocks it
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:     # EIO: the child's end closed
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        os.close(leader)
-    stdout = proc.stdout.read()
-    proc.wait(timeout=120)
-    assert proc.returncode == 0, seen.decode(errors="replace")[-2000:]
+    code, seen, stdout = on_a_terminal(["run", "--device", "cpu", "--seq", "64", "--warmup", "1",
+                                        "--steps", "3", "--attn", "sdpa", "--out", out])
+    assert code == 0, seen.decode(errors="replace")[-2000:]
     assert b"Traceback" not in seen and b"skipped" in seen
     assert b"eager+sdpa" in stdout

@@ -501,7 +501,7 @@ DETAIL_TABLES = [
 
 
 def details(rows: list[Row]) -> list[Table]:
-    """What the records measured beyond the post's columns (repeats, CI, noise flags, TFLOP/s
+    """What the records measured beyond the main table's columns (repeats, CI, noise flags, TFLOP/s
     and MFU, the FLOP counter's cross-check, compile cache, the loss guard, energy and its cost),
     one table per theme of DETAIL_TABLES. A column appears only when some row has its number,
     a table only when it has a column, and a row only when it has one of its table's numbers."""

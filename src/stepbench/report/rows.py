@@ -5,7 +5,8 @@ per GPU x setup, so repeats are combined here (median of per-process means, boot
 of peaks, median of the per-process details such as MFU and energy), prices (hourly and, when
 given, of electricity) are joined, and each row carries the loss guard's verdict (stepbench.guard:
 a compiled row against its eager twin where that ran).
-Rows are ordered like the post: per GPU, per attention in order of appearance, eager first.
+Rows are ordered as the original experiment's table: per GPU, per attention in order of
+appearance, eager first.
 
 A row is one Setup identity (`Setup.key()`) on one GPU: records that differ in any setting are
 never combined, and a compiled row's eager twin is the row of `Setup.eager_twin()`. Records run
@@ -130,7 +131,7 @@ class Row:
         return self.setup.world_size if self.setup.device == "cuda" else 1
 
     def as_dict(self) -> dict:
-        """The JSON row: the post's columns first, then everything else measured."""
+        """The JSON row: the results contract's columns first, then everything else measured."""
         return {
             "gpu": self.gpu, "gpu_name": self.gpu_name, "host": self.host,
             "price_per_hour": self.price_per_hour, "price_source": self.price_source,
@@ -192,7 +193,8 @@ class Row:
 
 def build_rows(records: list[Record], prices: dict[str, float],
                energy_price: float | None = None) -> list[Row]:
-    """Group records by setup identity x GPU, combine each group, order the rows like the post.
+    """Group records by setup identity x GPU, combine each group, order the rows (per GPU, per
+    attention, eager first).
 
     `energy_price` is dollars per kWh of electricity (None: no energy cost)."""
     machine = machine_labels(records)

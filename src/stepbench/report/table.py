@@ -107,7 +107,7 @@ def sig(value: float | None, digits: int = 3, *, thousands: bool = False) -> str
 
 
 def gb(value: float | None) -> str:
-    """Memory in GB (1e9 bytes): one decimal as the post prints it, two below 1 GB (CPU runs)."""
+    """Memory in GB (1e9 bytes): one decimal on a GPU, two below 1 GB (CPU runs)."""
     if value is None:
         return "-"
     return f"{value:.1f} GB" if value >= 1 else f"{value:.2f} GB"

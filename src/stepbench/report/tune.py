@@ -154,7 +154,7 @@ def versus(comparison: dict | None) -> str:
 
 
 def plainest(result: TuneResult) -> Record | None:
-    """eager mode with sdpa at the start batch, as the post recommended."""
+    """Eager mode with sdpa at the start batch: the plainest way to run the step."""
     for t in result.tried:
         s = t.record.setup
         if t.stage == "screen" and s.mode == "eager" and s.attn == "sdpa":

@@ -192,9 +192,8 @@ class Tuner:
 
     def estimate_s(self, setup: Setup) -> float:
         """What a probe of `setup` will take: the slowest like it so far (same mode, compile
-        mode and steps; of those, the same precision's where there are any: on the H200 a
-        float8 compile took 155 s against 60 s in bf16, and priced every later bf16 probe out
-        of the budget), else the prior."""
+        mode and steps; of those, the same precision's where there are any, since one slow
+        precision's compile must not price the others out of the budget), else the prior."""
         kind = ("autotune" if setup.compile_mode.startswith("max-autotune")
                 else "compile" if setup.mode == "compile" else "eager")
         like = [t.record for t in self.tried if t.record.wall_s
@@ -458,11 +457,11 @@ class Tuner:
         return cheap + dear
 
     def final(self):
-        """The best setups measured in full, `repeats` processes each, interleaved, with the
-        loss guard's reference measured in full at their batches: a finalist whose losses
-        depart over the full run (a probe's few steps can hide a slow drift: float8 on the
-        H200) is measured no more, and the next best probe takes its place. The winner is the
-        faster that agrees, tested against the runner-up."""
+        """The best setups measured in full, `repeats` processes each, interleaved, with the loss
+        guard's reference measured in full at their batches: a finalist whose losses depart over the
+        full run (a probe's few steps can hide a slow drift) is measured no more, and the next best
+        probe takes its place. The winner is the faster that agrees, tested against the
+        runner-up."""
         ranked = []
         for record in sorted((t.record for t in self.tried if self.acceptable(t.record)),
                              key=lambda r: -rate(r)):
@@ -539,7 +538,7 @@ class Tuner:
 def rate(record: Record) -> float:
     """The tokens/s the search decides by: a record's, but by its median timed step. A probe
     times only 5 steps (3 on a CPU), and one hiccup among them must not decide what grows or is
-    kept (on the H200 a 1.35 s step among 0.2 s ones made a probe's mean 2.1x its median)."""
+    kept."""
     if not (record.ok and record.tokens_per_s and record.step_ms and record.step_ms_median):
         return record.tokens_per_s or 0.0
     return record.tokens_per_s * record.step_ms / record.step_ms_median
