@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from hooks.stepbench_test_hooks import DIVERGE_ENV, FAULT_ENV  # noqa: F401 - for the tests
+from hooks.stepbench_test_hooks import (DIVERGE_ENV, FAULT_ENV, SERVER_THREAD_ENV,  # noqa: F401
+                                        SETUP_FAULT_ENV)
 
 # Two pytest workers share two cores (pyproject's addopts): one torch thread per process, so that
 # processes never wait on each other's spinning OpenMP threads (a 2-thread step on a core that
@@ -96,9 +97,11 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -SLOW_FILES.get(item.path.name, 0))
 
 
-def run_cli(*args, timeout=900, check_json=False) -> subprocess.CompletedProcess:
-    """`python -m stepbench ARGS` in a real subprocess, as a user would run it."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])))
+def run_cli(*args, timeout=900, check_json=False, env=None) -> subprocess.CompletedProcess:
+    """`python -m stepbench ARGS` in a real subprocess, as a user would run it (in `env`, else
+    this process's environment)."""
+    env = env if env is not None else os.environ
+    env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [SRC, env.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "stepbench", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env=env)
     if check_json:

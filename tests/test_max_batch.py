@@ -1,8 +1,9 @@
 """`stepbench run --max-batch` for real: tiny models in real processes under a real memory cap.
 
-On the CPU --memory-limit-gb caps each child's address space (RLIMIT_AS). With llama-tiny at 128
-tokens a 1.07 GB cap lets about 20 sequences fit (8 MB of address space each); the search starts
-at 16, so it doubles once, then bisects (about 5 probes and one full measurement). What it
+On the CPU --memory-limit-gb caps what each child may add to its address space after its imports
+(RLIMIT_AS). With llama-tiny at 128 tokens a 0.21 GB cap lets about 20 sequences fit (8 MB of
+address space each); the search starts at 16, so it doubles once, then bisects (about 5 probes and
+one full measurement). What it
 returns is then checked directly by plain runs into another results file: the batch it chose
 fits, and one half again as big does not.
 
@@ -23,7 +24,7 @@ from conftest import read_jsonl, run_cli
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
 SEARCH = ["--device", "cpu", "--modes", "eager", "--attn", "sdpa", "--seq", "128",
-          "--memory-limit-gb", "1.07", "--warmup", "2", "--steps", "2"]
+          "--memory-limit-gb", "0.21", "--warmup", "2", "--steps", "2"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -111,7 +112,7 @@ def test_a_probe_that_cannot_run_stops_its_search(tmp_path):
     # which no batch changes, so the search stops there, says so in one line, and measures
     # nothing. A plan file asks for the search.
     plan = tmp_path / "plan.toml"
-    plan.write_text('device = "cpu"\nmax_batch = true\nmemory_limit_gb = 1.07\nsteps = 2\n'
+    plan.write_text('device = "cpu"\nmax_batch = true\nmemory_limit_gb = 0.21\nsteps = 2\n'
                     '[axes]\nmodes = "eager"\nattn = "flash_attention_2"\nseq = 128\n')
     out = tmp_path / "r.jsonl"
     dry = run_cli("run", "--plan", plan, "--dry-run")

@@ -12,10 +12,11 @@ import signal
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, even by SIGKILL. Safe as a
-    Popen preexec_fn (it runs in the child before exec); a no-op where prctl is missing."""
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` (SIGKILL) to this process when its parent dies, even by SIGKILL.
+    Safe as a Popen preexec_fn (it runs in the child before exec); a no-op where prctl is
+    missing."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):
         pass

@@ -33,7 +33,7 @@ SCHEMA = 1
 # a record that does not use them is written as 0.1 wrote it, so old files read back unchanged.
 # Reading, a missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
-                "phases", "ranks", "scaling", "placement", "host", "rental", "search")
+                "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads")
 
 
 class _FromDict:
@@ -117,6 +117,7 @@ class Record:
     energy: dict | None = None
     noise_flags: list[str] = field(default_factory=list)
     phases: dict | None = None   # wall seconds per phase of the process (measure/phases.py)
+    threads: dict | None = None  # torch's intra-op and inter-op threads in the setup's process
     # A distributed job (setup.parallel ddp or fsdp2): every rank's own numbers, and the job's
     # scaling figures (measure/distributed.combine; efficiency from the runner).
     ranks: list[dict] = field(default_factory=list)

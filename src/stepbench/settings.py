@@ -44,6 +44,8 @@ class Option:
         return "--" + self.key.replace("_", "-")
 
     def check(self, value):
+        if self.choices and value is not None and value not in self.choices:
+            raise UserError(f"{self.flag} takes one of {', '.join(self.choices)}, got {value!r}")
         if value is None or self.least is None:
             return value
         if self.kind is int and value < self.least:
@@ -59,6 +61,10 @@ RUN, TUNE = "run", "tune"
 OPTIONS = [
     Option("device", str, "where to run: auto (CUDA when torch sees a GPU), cuda or cpu",
            {RUN: "auto", TUNE: "auto"}, plan=True, choices=DEVICE_CHOICES),
+    Option("start", str, "how each setup's process starts: server (forked by a process server "
+           "that imported torch and transformers once for the run) or fresh (a new Python "
+           "that imports them itself)", {RUN: "server", TUNE: "server"}, plan=True,
+           choices=("server", "fresh")),
     Option("repeats", int, "processes per setup, interleaved across setups",
            {RUN: 1}, plan=True, least=1),
     Option("repeats", int, "processes per finalist in the final measurement", {TUNE: 3},
@@ -162,6 +168,7 @@ class RunSettings:
     rent: Rent = field(default_factory=Rent)
     dry_run: bool = False
     format: str = "table"
+    start: str = "server"               # server or fresh: how each setup's process starts
 
     @property
     def remote_run(self) -> bool:
@@ -211,7 +218,8 @@ class RunSettings:
             out=Path(opts["out"]), rerun=opts["rerun"], measure_peak=not opts["no_peak"],
             gpus=opts["gpus"], node_rank=opts["node_rank"], rdzv_endpoint=opts["rdzv_endpoint"],
             max_batch=_max_batch(opts, given), remote=_remote(given), rent=_rent(given),
-            dry_run=opts["dry_run"], format=given.get("format") or "table")
+            dry_run=opts["dry_run"], format=given.get("format") or "table",
+            start=opts["start"])
         settings.check()
         return settings
 
@@ -351,6 +359,7 @@ class TuneSettings:
     compile_cache: Path | None = None
     out: Path = Path(DEFAULT_TUNE_OUT)
     format: str = "table"
+    start: str = "server"
 
     @classmethod
     def build(cls, flags: Mapping[str, Any]) -> "TuneSettings":
@@ -372,7 +381,7 @@ class TuneSettings:
                    budget_s=parse_budget(given.get("budget")), objective=objective,
                    device=opts["device"], repeats=opts["repeats"], timeout_s=opts["timeout"],
                    compile_cache=_path(opts["compile_cache"]), out=Path(opts["out"]),
-                   format=given.get("format") or "table")
+                   format=given.get("format") or "table", start=opts["start"])
 
     def resolved(self, device: str) -> "TuneSettings":
         values = dict(self.values, device=device)

@@ -13,7 +13,12 @@ its functions with a version that reads its variable at call time:
   tests);
 - FAULT_ENV = "RANK:KIND:PHASE": `distributed.enter_phase` makes rank RANK fail as it enters
   PHASE: KIND "raise" raises RuntimeError("fault injected by the tests on rank RANK in phase
-  PHASE"), "crash" exits with code 3 without a word, "hang" sleeps forever.
+  PHASE"), "crash" exits with code 3 without a word, "hang" sleeps forever;
+- SETUP_FAULT_ENV = "NAME:KIND:PHASE[,...]": `step.measure`'s progress makes the setup NAME fail
+  as it enters PHASE (raise, crash, segv, hang, or kill-parent: SIGKILL to its parent, the
+  process server, then go on);
+- SERVER_THREAD_ENV set: the process server's `preload` starts a thread (it must then refuse
+  to fork).
 
 Because the variables are read at call time, a process forked from a long-lived one after these
 modules were imported there (a process server's child) is reached too, with the variables of its

@@ -10,6 +10,12 @@ import time
 
 DIVERGE_ENV = "STEPBENCH_TEST_DIVERGE"
 FAULT_ENV = "STEPBENCH_TEST_FAULT"
+# "NAME:KIND:PHASE[,...]": the setup named NAME (Setup.name) fails as it enters PHASE (a progress
+# phase of measure/step.py: building, first_step, warmup, timed): KIND raise, crash (exit 3),
+# segv (SIGSEGV), hang, or kill-parent (SIGKILL to the process that started it, then go on).
+SETUP_FAULT_ENV = "STEPBENCH_TEST_SETUP_FAULT"
+# Set: the process server starts a thread after its imports (it must then refuse to fork).
+SERVER_THREAD_ENV = "STEPBENCH_TEST_SERVER_THREAD"
 
 
 def spoil_weights(apply_options):
@@ -53,10 +59,60 @@ def inject_fault(rank: int, phase: str) -> None:
             time.sleep(60)
 
 
+def fail_in_setup(measure):
+    """step.measure, with its progress callback failing where SETUP_FAULT_ENV says."""
+
+    @functools.wraps(measure)
+    def measure_with_faults(setup, result, progress, *args, **kwargs):
+        faults = [spec.split(":") for spec in os.environ.get(SETUP_FAULT_ENV, "").split(",")
+                  if spec.count(":") == 2]
+        mine = {phase: kind for name, kind, phase in faults if name == setup.name}
+
+        def progress_then_fail(phase, *pargs, **info):
+            progress(phase, *pargs, **info)
+            kind = mine.get(phase)
+            if kind == "raise":
+                raise RuntimeError(f"fault injected by the tests in phase {phase}")
+            if kind == "crash":
+                os._exit(3)
+            if kind == "segv":
+                import signal
+
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if kind == "hang":
+                while True:
+                    time.sleep(60)
+            if kind == "kill-parent":
+                import signal
+
+                os.kill(os.getppid(), signal.SIGKILL)
+
+        return measure(setup, result, progress_then_fail, *args, **kwargs)
+
+    return measure_with_faults
+
+
+def thread_after_preload(preload):
+    """The server's preload, then a thread when SERVER_THREAD_ENV is set."""
+
+    @functools.wraps(preload)
+    def preload_then_thread(spec):
+        seconds = preload(spec)
+        if os.environ.get(SERVER_THREAD_ENV):
+            import threading
+
+            threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+        return seconds
+
+    return preload_then_thread
+
+
 # module -> (function name, wrapper factory)
 PATCHES = {
     "stepbench.measure.options": ("apply_options", spoil_weights),
     "stepbench.measure.distributed": ("enter_phase", fail_on_entry),
+    "stepbench.measure.step": ("measure", fail_in_setup),
+    "stepbench.execute.server": ("preload", thread_after_preload),
 }
 
 

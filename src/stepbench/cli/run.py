@@ -114,9 +114,10 @@ def cmd_run(args) -> int:
     gpus = pool.gpu_pool(local, plan)
     rendezvous = pool.rendezvous(local, gpus, plan)
     store = ResultsFile(local.out).check_writable()
-    executor = LocalProcess(compile_cache=local.compile_cache, gpus=gpus, rendezvous=rendezvous)
-    runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak)
     display = Display()
+    executor = LocalProcess(compile_cache=local.compile_cache, gpus=gpus, rendezvous=rendezvous,
+                            start=local.start, preload=preload(plan), note=display.note)
+    runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak)
     searched = []
     try:
         if local.max_batch is None:
@@ -136,6 +137,13 @@ def cmd_run(args) -> int:
         executor.close()
     print_records(local, records, searched)
     return 0
+
+
+def preload(plan) -> dict:
+    """What the process server imports for `plan`: its models' modeling code, and torch.compile's
+    stack where a setup compiles."""
+    return {"models": [list(pair) for pair in dict.fromkeys((s.model, s.seq) for s in plan)],
+            "compile": any(s.mode == "compile" for s in plan)}
 
 
 def run_hosts(settings: RunSettings) -> int:

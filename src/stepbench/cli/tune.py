@@ -26,7 +26,7 @@ def add(sub) -> None:
                         "fastest setup whose step at --batch fits --memory-limit-gb (default "
                         "tokens)")
     add_axis_flags(p, TUNE)
-    add_options(p, TUNE, ("device", "repeats", "timeout", "compile_cache", "out"))
+    add_options(p, TUNE, ("device", "start", "repeats", "timeout", "compile_cache", "out"))
     p.add_argument("--format", default=None, choices=FORMATS,
                    help="table (default), markdown, csv, html (what it tried and its verdict, as "
                         "the report prints a table), or json: one object with winner, runner_up, "
@@ -50,9 +50,12 @@ def cmd_tune(args) -> int:
     base = tune.start(settings, space)
     check_models([base])
     store = ResultsFile(settings.out).check_writable()
-    executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor")
-    runner = Runner(executor, store)
     display = Display()
+    executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor",
+                            start=settings.start, note=display.note,
+                            preload={"models": [[base.model, base.seq]],
+                                     "compile": "compile" in space["mode"]})
+    runner = Runner(executor, store)
     tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
                        objective=settings.objective, timeout_s=settings.timeout_s,
                        repeats=settings.repeats, final_steps=(base.warmup, base.steps),

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from stepbench import protocol
+from stepbench.execute.server import ProcessServer, ServerError
 from stepbench.measure.distributed import RANK_DIR_ENV
 from stepbench.setup import Setup
 
@@ -125,7 +126,15 @@ class LocalProcess:
     """
 
     def __init__(self, compile_cache: Path | None = None, python: str = sys.executable,
-                 gpus: list[int] | None = None, rendezvous: Rendezvous | None = None):
+                 gpus: list[int] | None = None, rendezvous: Rendezvous | None = None,
+                 start: str = "fresh", preload: dict | None = None,
+                 note: Callable[[str], None] = lambda text: None):
+        self.start = start              # "server" (forked by a process server) or "fresh"
+        self.preload = preload or {"models": [], "compile": True}
+        self.note = note
+        self._server = None             # the ProcessServer, started by the first job that needs it
+        self._server_lock = threading.Lock()
+        self._server_starts = 0
         self.gpus = list(gpus) if gpus is not None else None
         self.slots = [str(g) for g in self.gpus] if self.gpus else ["0"]
         self.host = None
@@ -215,13 +224,12 @@ class LocalProcess:
             rank_dir = self.workdir / f"ranks-{name}"
             rank_dir.mkdir()
             env[RANK_DIR_ENV] = str(rank_dir)
+        # Before the clock starts: the server's one-time start is the run's, not this setup's
+        # (recorded in the placement of the job that waited for it).
+        server = self._server_for(job, outcome.placement)
         start = time.monotonic()
         with open(stderr_path, "wb") as stderr:
-            # A new session: one process group to kill whole; it also keeps Ctrl-C away from
-            # the child, so that only the parent decides what happens to it.
-            proc = subprocess.Popen(self.command(job), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=stderr,
-                                    env=env, start_new_session=True)
+            proc = self._spawn(job, env, stderr, server, outcome.placement)
             with self._lock:
                 self._running.add(proc)
                 stopping = self._stopping
@@ -237,6 +245,8 @@ class LocalProcess:
                     self._running.discard(proc)
                     outcome.stopped = self._stopping
         outcome.returncode = proc.returncode
+        if getattr(proc, "exit_unknown", False):
+            outcome.detail = "its exit status is unknown: the process server died while it ran"
         outcome.stderr_tail = tail(stderr_path)
         stderr_path.unlink(missing_ok=True)
         if rank_dir is not None:
@@ -245,6 +255,52 @@ class LocalProcess:
         outcome.wall_s = time.monotonic() - start
         outcome.finished_at = now_iso()
         return outcome
+
+    def _spawn(self, job: Job, env: dict[str, str], stderr, server, placement: dict):
+        """The job's process: forked by the server, or started fresh. Either way in a new
+        session (one process group to kill whole, and Ctrl-C kept away from it, so that only the
+        parent decides what happens to it)."""
+        if server is not None:
+            try:
+                child = server.spawn(job.payload(), env, stderr.fileno())
+                placement["start"] = "server"
+                return child
+            except ServerError as exc:
+                with self._server_lock:
+                    if self.start == "server":
+                        self.note(f"{exc}; every setup's process starts fresh from here")
+                        self.start = "fresh"
+        placement["start"] = "fresh"
+        return subprocess.Popen(self.command(job), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=stderr, env=env,
+                                start_new_session=True)
+
+    def _server_for(self, job: Job, placement: dict):
+        """The running process server for `job` (started, or started again, here), or None:
+        fresh start asked for, a torchrun job, or a server that could not start."""
+        if self.start != "server" or job.setup.distributed:
+            return None
+        with self._server_lock:
+            if self._server is not None and not self._server.dead:
+                return self._server
+            if self._server is not None:
+                code = self._server._proc.poll() if self._server._proc else None
+                self.note(f"the process server died (exit code {code}); starting a new one")
+                self._server.close()
+            try:
+                log = self.workdir / f"server-{self._server_starts + 1}.log"
+                self._server = ProcessServer(self.preload, log=log).start()
+            except ServerError as exc:
+                self.note(f"{exc}; every setup's process starts fresh")
+                self.start, self._server = "fresh", None
+                return None
+            self._server_starts += 1
+            placement["server_start_s"] = round(self._server.ready_s, 3)
+            if self._server_starts == 1:
+                imports = self._server.info.get("imports_s") or {}
+                self.note(f"process server ready in {self._server.ready_s:.1f} s (imports: "
+                          + ", ".join(f"{k} {v:.1f} s" for k, v in imports.items()) + ")")
+            return self._server
 
     def placement(self, job: Job, slot: str, env: dict[str, str]) -> dict:
         """Where the job ran, for its record: its GPUs (CUDA indices as stepbench was given them,
@@ -264,6 +320,10 @@ class LocalProcess:
             kill_group(proc)
 
     def close(self) -> None:
+        with self._server_lock:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
