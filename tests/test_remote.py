@@ -47,6 +47,9 @@ def test_two_hosts_run_at_once_into_one_file_tagged_and_resume(sshd, tmp_path):
         assert 6.0 < r["loss_first"] < 8.0          # the Qwen2 config's vocabulary: ln(1024)
         assert r["machine"]["gpu"] == "cpu" and r["machine"]["hostname"]
         assert r["software"]["stepbench"] and r["software"]["torch"]
+        # Forked by the host's own process server (hostside serve), as a local run's are.
+        assert r["placement"]["start"] == "server", proc.stderr
+    assert "stepbench: alpha: process server ready" in proc.stderr
     assert len({r["run_id"] for r in records}) == 1
     # Each record was appended as it finished (finish order), and the file holds them all.
     assert sorted(map(json.dumps, read_jsonl(out))) == sorted(map(json.dumps, records))

@@ -91,6 +91,7 @@ def cmd_run(args) -> int:
         return run_hosts(settings)
     from stepbench.execute import pool
     from stepbench.execute.executor import LocalProcess
+    from stepbench.execute.server import imports_for
     from stepbench.execute.progress import Display
     from stepbench.execute.runner import Runner
     from stepbench.measure.machine import resolve_device
@@ -116,7 +117,7 @@ def cmd_run(args) -> int:
     store = ResultsFile(local.out).check_writable()
     display = Display()
     executor = LocalProcess(compile_cache=local.compile_cache, gpus=gpus, rendezvous=rendezvous,
-                            start=local.start, preload=preload(plan), note=display.note)
+                            start=local.start, preload=imports_for(plan), note=display.note)
     runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak)
     searched = []
     try:
@@ -137,13 +138,6 @@ def cmd_run(args) -> int:
         executor.close()
     print_records(local, records, searched)
     return 0
-
-
-def preload(plan) -> dict:
-    """What the process server imports for `plan`: its models' modeling code, and torch.compile's
-    stack where a setup compiles."""
-    return {"models": [list(pair) for pair in dict.fromkeys((s.model, s.seq) for s in plan)],
-            "compile": any(s.mode == "compile" for s in plan)}
 
 
 def run_hosts(settings: RunSettings) -> int:

@@ -37,6 +37,7 @@ def add(sub) -> None:
 def cmd_tune(args) -> int:
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
+    from stepbench.execute.server import imports_for
     from stepbench.execute.runner import Runner
     from stepbench.measure.cache import cache_dir
     from stepbench.measure.machine import resolve_device
@@ -53,8 +54,7 @@ def cmd_tune(args) -> int:
     display = Display()
     executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor",
                             start=settings.start, note=display.note,
-                            preload={"models": [[base.model, base.seq]],
-                                     "compile": "compile" in space["mode"]})
+                            preload=imports_for([base.replace(mode=m) for m in space["mode"]]))
     runner = Runner(executor, store)
     tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
                        objective=settings.objective, timeout_s=settings.timeout_s,

@@ -68,6 +68,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, new_run_id, stop_signals
     from stepbench.execute.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
+    from stepbench.execute.server import imports_for
     from stepbench.measure.models import check_models
 
     options = settings.remote
@@ -101,6 +102,8 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             there = settings.resolved(device)
             plan = there.plan()
             check_models(plan)
+            if there.start == "server":
+                view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
                             run_id=run_id)
             result.records = runner.run(plan, repeats=there.repeats, timeout_s=there.timeout_s,

@@ -10,8 +10,14 @@ is one process group, killed whole after it exits, on SIGTERM/SIGHUP, and when t
 stdin reaches its end. The parent never writes to stdin: it reaches its end when the parent
 closes it (a timeout, Ctrl-C) or when the SSH connection is gone, so no setup outlives the run
 that started it. The command's stdout (the protocol's JSON lines) is passed through as it comes,
-its stderr goes to this process's stderr, and a last line {"event": "exit", "returncode": N}
-gives its exit code (negative: the signal that killed it).
+its stderr goes to this process's stderr, and a last line {"event": "exit", "returncode": N,
+"start": "server"|"fresh"} gives its exit code (negative: the signal that killed it) and how it
+started: forked by the host's process server when SPEC names one ("server": its socket), else
+fresh.
+
+`python -m stepbench.execute.hostside serve PATH PRELOAD` is that server for one run
+(execute/server.py `serve_at`): it listens at PATH, prints one "ready" JSON line, and ends (its
+children with it) when its stdin ends: when the SSH channel that started it closes.
 """
 
 from __future__ import annotations
@@ -61,9 +67,11 @@ def run(spec: dict) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _raise_stop)
     out = sys.stdout.buffer
-    proc = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            env=env, cwd=spec.get("cwd"), start_new_session=True,
-                            preexec_fn=die_with_parent)
+    proc, start = _forked(spec, env), "server"
+    if proc is None:
+        proc, start = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, env=env, cwd=spec.get("cwd"),
+                                       start_new_session=True, preexec_fn=die_with_parent), "fresh"
     try:
         _pass_through(proc, out)
     except (_Stop, BrokenPipeError):
@@ -73,10 +81,35 @@ def run(spec: dict) -> int:
             signal.signal(sig, signal.SIG_IGN)      # already stopping: finish the clean-up
         kill_group(proc)
     try:
-        out.write(json.dumps({"event": EXIT_EVENT, "returncode": proc.returncode}).encode() + b"\n")
+        out.write(json.dumps({"event": EXIT_EVENT, "returncode": proc.returncode,
+                              "start": start}).encode() + b"\n")
         out.flush()
     except BrokenPipeError:
         pass
+    return 0
+
+
+def _forked(spec: dict, env: dict):
+    """The setup's process forked by this host's process server (`serve`), or None where the
+    spec names none or it cannot (then the process starts fresh; stderr says why)."""
+    if not spec.get("server") or not spec.get("payload"):
+        return None
+    from stepbench.execute.server import ProcessServer, ServerError
+
+    try:
+        server = ProcessServer.connect(spec["server"])
+        return server.spawn(spec["payload"], env, sys.stderr.fileno(), cwd=spec.get("cwd"))
+    except (OSError, ServerError) as exc:
+        print(f"stepbench: the host's process server could not start this setup ({exc}); it "
+              "starts fresh", file=sys.stderr, flush=True)
+        return None
+
+
+def serve(path: str, preload: str) -> int:
+    """This host's process server for one run, listening at `path` (execute/server.py)."""
+    from stepbench.execute.server import serve_at
+
+    serve_at(path, json.loads(preload))
     return 0
 
 
@@ -109,7 +142,10 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["run"] and len(argv) == 2:
         return run(json.loads(argv[1]))
-    print("usage: python -m stepbench.execute.hostside probe DEVICE | run SPEC", file=sys.stderr)
+    if argv[:1] == ["serve"] and len(argv) == 3:
+        return serve(argv[1], argv[2])
+    print("usage: python -m stepbench.execute.hostside probe DEVICE | run SPEC | serve PATH "
+          "PRELOAD", file=sys.stderr)
     return 2
 
 

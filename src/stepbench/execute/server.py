@@ -12,9 +12,10 @@ forkserver would add its own bootstrap, resource tracker and pickling around the
 
 The server (`serve`, started as `python -c SERVER_MAIN`):
 - imports what a setup's process imports (torch, transformers, the models' modeling modules,
-  torch._dynamo/_inductor for compiled setups, stepbench.measure) with one OpenMP thread, and
-  never starts CUDA (PYTORCH_NVML_BASED_CUDA_CHECK) nor runs a torch operation: a thread pool or a
-  CUDA context in the server would be copied broken into every child;
+  torch._dynamo for compiled setups, stepbench.measure) with one OpenMP thread and no jemalloc
+  background thread, and never starts CUDA (PYTORCH_NVML_BASED_CUDA_CHECK; torch._inductor is
+  left to the child, since importing it starts the CUDA driver) nor runs a torch operation: a
+  thread pool or a CUDA context in the server would be copied broken into every child;
 - forks only while it has exactly one thread (/proc/self/task), and refuses otherwise;
 - in the child: a new session, the job's pipes on fds 1 and 2, the job's own environment, the
   threads a fresh process would have (torch intra-/inter-op threads, inductor's compile threads
@@ -45,6 +46,14 @@ START_METHODS = ("server", "fresh")
 READY_TIMEOUT_S = 600.0
 MAX_FDS = 4
 MESSAGE_BYTES = 1 << 20
+# The server's environment while it imports, so that no thread starts: one OpenMP thread;
+# pyarrow's jemalloc (pandas imports it under transformers) without its background thread; CUDA
+# asked through NVML, never started.
+SERVER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "JE_ARROW_MALLOC_CONF": "background_thread:false",
+              "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+# A Unix socket's path has at most 107 bytes; a longer one is made in the temporary folder.
+SOCKET_PATH_MAX = 100
 # The server's command: this module's main as the imported module (not a `__main__` copy), so
 # that what wraps its functions as it is imported (the tests' hooks) wraps the ones that run.
 SERVER_MAIN = ("import sys; from stepbench.execute import server; "
@@ -209,8 +218,8 @@ class ProcessServer:
     def _spawn_server(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         src = str(Path(__file__).resolve().parents[2])
-        env = dict(self.env, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   PYTORCH_NVML_BASED_CUDA_CHECK="1", STEPBENCH_SERVER_FD=str(theirs.fileno()),
+        env = dict(self.env, **SERVER_ENV, PYTHONUNBUFFERED="1",
+                   STEPBENCH_SERVER_FD=str(theirs.fileno()),
                    STEPBENCH_SERVER_PARENT_ENV=json.dumps(self.env),
                    PYTHONPATH=os.pathsep.join(p for p in (src, self.env.get("PYTHONPATH")) if p))
         log = open(self.log, "ab") if self.log else subprocess.DEVNULL
@@ -259,6 +268,17 @@ class ProcessServer:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    @classmethod
+    def connect(cls, path: str) -> "ProcessServer":
+        """A handle on a server already listening at `path` (an SSH host's, `serve_at`):
+        closing it leaves that server running."""
+        handle = cls(preload={}, env={})
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.connect(path)
+        handle._sock = sock
+        threading.Thread(target=handle._read, name="stepbench-server", daemon=True).start()
+        return handle
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -327,6 +347,13 @@ class ProcessServer:
             self._reply_ready.notify_all()
 
 
+def imports_for(plan) -> dict:
+    """What a process server imports for `plan` (its `preload`): the models' modeling code at
+    their sequence lengths, and torch.compile's stack where a setup compiles."""
+    return {"models": [list(pair) for pair in dict.fromkeys((s.model, s.seq) for s in plan)],
+            "compile": any(s.mode == "compile" for s in plan)}
+
+
 # ---------------------------------------------------------------- the server's side
 
 def preload(spec: dict) -> dict:
@@ -352,10 +379,12 @@ def preload(spec: dict) -> dict:
             pass
     lap("transformers")
     if spec.get("compile"):
+        # Dynamo, not inductor: importing torch._inductor starts the CUDA driver (its benchmarking
+        # module, with triton), which a forked child must not inherit; a compiled setup's process
+        # imports the rest itself.
         import torch._dynamo  # noqa: F401
-        import torch._inductor.codecache  # noqa: F401
-        import torch._inductor.compile_fx  # noqa: F401
-        lap("inductor")
+        import torch._inductor.config  # noqa: F401
+        lap("dynamo")
     return seconds
 
 
@@ -381,33 +410,81 @@ def fresh_threads(parent_env: dict[str, str]) -> list[int]:
     return value
 
 
-def serve(sock: socket.socket, spec: dict, parent_env: dict[str, str]) -> None:
-    try:
-        seconds = preload(spec)
-        threads = fresh_threads(parent_env)
-        import torch
+def ready(spec: dict, parent_env: dict[str, str]) -> dict:
+    """Import what the setups need, learn a fresh process's threads; the "ready" message (or a
+    ServerError)."""
+    seconds = preload(spec)
+    threads = fresh_threads(parent_env)
+    import torch
 
-        if torch.cuda.is_initialized():
-            raise ServerError("CUDA was started while importing; the server cannot fork")
+    if torch.cuda.is_initialized():
+        raise ServerError("CUDA was started while importing; the server cannot fork")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return {"op": "ready", "pid": os.getpid(), "imports_s": seconds, "threads": thread_names(),
+            "fresh_threads": threads}
+
+
+def serve(sock: socket.socket, spec: dict, parent_env: dict[str, str]) -> None:
+    """The server of one parent, on the socket it was started with: it ends when the parent
+    closes it."""
+    try:
+        message = ready(spec, parent_env)
     except Exception as exc:  # noqa: BLE001 - the parent says it in one line
         _send(sock, {"op": "failed", "error": f"the process server could not start: "
                                               f"{type(exc).__name__}: {exc}"})
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _send(sock, {"op": "ready", "pid": os.getpid(), "imports_s": seconds,
-                 "threads": thread_names(), "fresh_threads": threads})
-    Server(sock, threads).loop()
+    _send(sock, message)
+    Server(message["fresh_threads"], parent=sock).loop()
+
+
+def serve_at(path: str, spec: dict) -> None:
+    """The server of an SSH host (`hostside serve`): it listens at `path` (or, where that is too
+    long for a Unix socket, in a temporary folder) for the run's `hostside run` processes, says
+    "ready" with the path (one JSON line on stdout) and ends when its stdin ends (the SSH channel
+    that started it closed). Started with the host's own environment, it takes SERVER_ENV
+    before anything imports torch."""
+    import shutil
+    import tempfile
+
+    parent_env = dict(os.environ)
+    os.environ.update(SERVER_ENV)
+    folder = None
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        folder = tempfile.mkdtemp(prefix="stepbench-server-")
+        path = os.path.join(folder, "server.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        listener.bind(path)
+        listener.listen(8)
+        try:
+            message = ready(spec, parent_env)
+        except Exception as exc:  # noqa: BLE001 - the parent says it in one line
+            print(json.dumps({"op": "failed", "error": f"the process server could not start: "
+                                                       f"{type(exc).__name__}: {exc}"}), flush=True)
+            return
+        print(json.dumps({**message, "path": path}), flush=True)
+        Server(message["fresh_threads"], listener=listener).loop()
+    finally:
+        listener.close()
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class Server:
-    """The loop: fork on request, report exits, end everything when the parent goes."""
+    """The loop: fork on request, tell each child's parent how it ended, and kill what still
+    runs when the server ends (its parent closed the socket, its stdin ended, or a signal)."""
 
-    def __init__(self, sock: socket.socket, threads: list[int]):
-        self.sock, self.threads = sock, threads
-        self.children: dict[int, int] = {}       # pidfd -> pid
+    def __init__(self, threads: list[int], parent: socket.socket | None = None,
+                 listener: socket.socket | None = None):
+        self.threads, self.parent, self.listener = threads, parent, listener
+        self.children: dict[int, tuple[int, socket.socket]] = {}   # pidfd -> (pid, client)
         self.selector = selectors.DefaultSelector()
-        self.selector.register(sock, selectors.EVENT_READ)
+        if parent is not None:
+            self.selector.register(parent, selectors.EVENT_READ, "client")
+        if listener is not None:
+            self.selector.register(listener, selectors.EVENT_READ, "listener")
+            self.selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "stdin")
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, self._stop)
 
@@ -418,24 +495,41 @@ class Server:
         try:
             while True:
                 for key, _ in self.selector.select():
-                    if key.fileobj is self.sock:
-                        message, fds = _receive(self.sock)
-                        if message is None:
+                    if key.data == "listener":
+                        client, _ = self.listener.accept()
+                        self.selector.register(client, selectors.EVENT_READ, "client")
+                    elif key.data == "stdin":
+                        if not os.read(key.fd, 4096):
+                            return      # the SSH channel that started it is gone
+                    elif key.data == "client":
+                        if not self.receive(key.fileobj):
                             return      # the parent is gone or done
-                        self.start(message, fds)
                     else:
                         self.reap(key.fd)
         finally:
             self.kill_all()
 
-    def start(self, message: dict, fds: list[int]) -> None:
+    def receive(self, client: socket.socket) -> bool:
+        """Serve one message of `client`; False when the server should end."""
+        try:
+            message, fds = _receive(client)
+        except OSError:
+            message, fds = None, []
+        if message is not None:
+            self.start(message, fds, client)
+            return True
+        self.selector.unregister(client)
+        client.close()
+        return client is not self.parent
+
+    def start(self, message: dict, fds: list[int], client: socket.socket) -> None:
         threads = thread_names()
         if len(threads) != 1:
             for fd in fds:
                 os.close(fd)
-            _send(self.sock, {"op": "refused", "id": message["id"],
-                              "error": f"the process server holds {len(threads)} threads "
-                                       f"({', '.join(threads)}); forking it is not safe"})
+            _send(client, {"op": "refused", "id": message["id"],
+                           "error": f"the process server holds {len(threads)} threads "
+                                    f"({', '.join(threads)}); forking it is not safe"})
             return
         pid = os.fork()
         if pid == 0:
@@ -443,26 +537,29 @@ class Server:
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        self.children[pidfd] = pid
-        self.selector.register(pidfd, selectors.EVENT_READ)
-        _send(self.sock, {"op": "started", "id": message["id"], "pid": pid})
+        self.children[pidfd] = (pid, client)
+        self.selector.register(pidfd, selectors.EVENT_READ, "child")
+        _send(client, {"op": "started", "id": message["id"], "pid": pid})
 
     def reap(self, pidfd: int) -> None:
-        pid = self.children.pop(pidfd)
+        pid, client = self.children.pop(pidfd)
         self.selector.unregister(pidfd)
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
-        _send(self.sock, {"op": "exit", "pid": pid,
-                          "returncode": os.waitstatus_to_exitcode(status)})
+        try:
+            _send(client, {"op": "exit", "pid": pid,
+                           "returncode": os.waitstatus_to_exitcode(status)})
+        except OSError:
+            pass        # that child's parent is gone
 
     def kill_all(self) -> None:
-        for pid in self.children.values():
+        for pid, _ in self.children.values():
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
                     os.killpg(pid, sig)
                 except (ProcessLookupError, PermissionError):
                     break
-        for pidfd, pid in list(self.children.items()):
+        for pid, _ in list(self.children.values()):
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:

@@ -136,6 +136,7 @@ class _Exit:
     stopped: bool = False
     lost: str | None = None             # the connection is gone: why
     stderr_tail: str = ""
+    start: str | None = None            # how hostside started the setup: server or fresh
 
 
 # ---------------------------------------------------------------- the executor
@@ -154,6 +155,8 @@ class SSHExecutor:
         self._conn = None
         self._stopping = False
         self._stop_event = asyncio.Event()
+        self._server = None             # this run's process server there (hostside serve)
+        self._server_path: str | None = None
 
     # -- before the runner: connect and prepare ------------------------------------------------
 
@@ -176,6 +179,38 @@ class SSHExecutor:
             raise HostError(probe["error"])
         self.info = result
         return result
+
+    def start_server(self, preload: dict) -> str:
+        """Start this run's process server on the host (`hostside serve`), which forks each
+        setup's process there; one line for the user: ready, or why every setup there starts
+        fresh."""
+        try:
+            return self.loop.call(self._until_stopped(self._start_server(preload)))
+        except HostStopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the setups start fresh instead; said once
+            return f"no process server ({_reason(exc)}); every setup's process starts fresh"
+
+    async def _start_server(self, preload: dict) -> str:
+        from stepbench.execute.server import READY_TIMEOUT_S
+
+        path = f"{self.info['workdir']}/server.sock"
+        command = quote_command([self.info["python"], "-m", "stepbench.execute.hostside",
+                                 "serve", path, json.dumps(preload)], self.options.setup)
+        proc = await self._conn.create_process(command, encoding=None)
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
+            ready = json.loads(line)
+        except (asyncio.TimeoutError, ValueError):
+            proc.close()
+            return ("no process server (it did not say it was ready); every setup's process "
+                    "starts fresh")
+        if ready.get("op") != "ready":
+            proc.close()
+            return f"{ready.get('error', 'no process server')}; every setup's process starts fresh"
+        self._server, self._server_path = proc, ready.get("path", path)
+        imports = ", ".join(f"{k} {v:.1f} s" for k, v in (ready.get("imports_s") or {}).items())
+        return f"process server ready (imports: {imports})"
 
     async def _until_stopped(self, coro):
         task = asyncio.ensure_future(coro)
@@ -284,8 +319,9 @@ class SSHExecutor:
         self.running = f"{setup.name} batch {setup.batch} seq {setup.seq}"
         start = time.monotonic()
         end = self.loop.call(self._exec([self.info["python"], "-m", "stepbench.measure.worker",
-                                         payload], env, dirs, timeout_s, on_line))
+                                         payload], env, dirs, timeout_s, on_line, payload))
         outcome.returncode, outcome.timed_out = end.returncode, end.timed_out
+        outcome.placement = {"start": end.start} if end.start else {}
         outcome.stderr_tail = end.stderr_tail
         outcome.wall_s, outcome.finished_at = time.monotonic() - start, now_iso()
         if outcome.result_at is not None:
@@ -319,6 +355,12 @@ class SSHExecutor:
 
     async def _close(self) -> None:
         conn = self._conn
+        if self._server is not None:
+            try:
+                self._server.stdin.write_eof()      # the host's server ends with its stdin
+            except Exception:  # noqa: BLE001 - see close()
+                pass
+            self._server = None
         try:
             if self.info.get("workdir") and not self.lost:
                 await asyncio.wait_for(conn.run(quote_command(["rm", "-rf", "--",
@@ -335,11 +377,14 @@ class SSHExecutor:
     # -- one remote command --------------------------------------------------------------------
 
     async def _exec(self, argv: list[str], env: dict, dirs: list[str], timeout_s: float,
-                    on_line) -> _Exit:
-        """Run argv through hostside there; `on_line` gets each stdout line as it comes."""
+                    on_line, payload: str | None = None) -> _Exit:
+        """Run argv through hostside there (a worker's `payload` through the host's process
+        server, where it runs); `on_line` gets each stdout line as it comes."""
         asyncssh = require_asyncssh()
         end = _Exit()
         spec = {"argv": argv, "env": env, "dirs": dirs, "cwd": self.info["workdir"]}
+        if payload is not None and self._server_path:
+            spec.update(server=self._server_path, payload=payload)
         command = quote_command([self.info["python"], "-m", "stepbench.execute.hostside", "run",
                                  json.dumps(spec)], self.options.setup)
         try:
@@ -395,6 +440,7 @@ class SSHExecutor:
                 message = None
             if isinstance(message, dict) and message.get("event") == EXIT_EVENT:
                 end.returncode = message.get("returncode")
+                end.start = message.get("start")
             else:
                 on_line(line)
 
