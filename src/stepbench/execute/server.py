@@ -388,33 +388,51 @@ def preload(spec: dict) -> dict:
     return seconds
 
 
-def fresh_threads(parent_env: dict[str, str]) -> list[int]:
+class FreshThreads:
     """[intra-op, inter-op] threads torch sets in a fresh process started with `parent_env`:
-    cached per machine, torch and thread settings (measure/cache.py), else measured in one."""
-    from stepbench.measure.cache import JsonCache, positive_number
+    cached per machine, torch and thread settings (measure/cache.py), else measured by a process
+    started here, which imports torch while the server imports too."""
 
-    import torch
+    def __init__(self, parent_env: dict[str, str]):
+        from importlib.metadata import version
 
-    key = {"torch": torch.__version__, "cpus": len(os.sched_getaffinity(0)),
-           "host": socket.gethostname(),
-           "env": {k: parent_env.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+        from stepbench.measure.cache import JsonCache
 
-    def measure() -> list[int]:
-        env = {k: v for k, v in parent_env.items() if not k.startswith("STEPBENCH_SERVER")}
-        out = subprocess.run([sys.executable, "-c", THREADS_PROBE], env=env, check=True,
-                             capture_output=True, text=True, timeout=300).stdout
-        return json.loads(out.strip().splitlines()[-1])
+        self.cache = JsonCache("threads")
+        self.key = {"torch": version("torch"), "cpus": len(os.sched_getaffinity(0)),
+                    "host": socket.gethostname(),
+                    "env": {k: parent_env.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+        hit = self.cache.get(self.key)
+        self.value = hit[0] if hit is not None and self._valid(hit[0]) else None
+        self.proc = None
+        if self.value is None:
+            env = {k: v for k, v in parent_env.items() if not k.startswith("STEPBENCH_SERVER")}
+            self.proc = subprocess.Popen([sys.executable, "-c", THREADS_PROBE], env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         text=True)
 
-    value, _ = JsonCache("threads").fetch(key, measure, valid=lambda v: isinstance(v, list)
-                                          and len(v) == 2 and all(map(positive_number, v)))
-    return value
+    @staticmethod
+    def _valid(value) -> bool:
+        return isinstance(value, list) and len(value) == 2 and \
+            all(isinstance(v, int) and v > 0 for v in value)
+
+    def result(self) -> list[int]:
+        if self.value is None:
+            out, _ = self.proc.communicate(timeout=300)
+            value = json.loads(out.strip().splitlines()[-1])
+            if not self._valid(value):
+                raise ServerError(f"a fresh process's threads could not be told ({out!r})")
+            self.value = value
+            self.cache.put(self.key, value)
+        return self.value
 
 
 def ready(spec: dict, parent_env: dict[str, str]) -> dict:
     """Import what the setups need, learn a fresh process's threads; the "ready" message (or a
     ServerError)."""
+    probe = FreshThreads(parent_env)
     seconds = preload(spec)
-    threads = fresh_threads(parent_env)
+    threads = probe.result()
     import torch
 
     if torch.cuda.is_initialized():
