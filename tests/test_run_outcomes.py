@@ -40,6 +40,29 @@ def test_resume_runs_only_the_missing_setups_and_rerun_measures_again(tmp_path):
     assert rows[0]["step_ms"] == pytest.approx(records[2]["step_ms"])
 
 
+def test_by_default_a_setup_runs_in_two_processes_and_a_third_where_they_disagree(tmp_path):
+    from stepbench.noise import processes_disagree
+    from stepbench.record import Record
+
+    assert SMALL[-2:] == ["--repeats", "1"]
+    default = SMALL[:-2]             # SMALL without its --repeats 1: run's own default
+    out = tmp_path / "r.jsonl"
+    proc = run_cli("run", *default, "--modes", "eager", "--attn", "sdpa", "--out", out,
+                   "--format", "json", check_json=True)
+    records = [Record.from_dict(r) for r in proc.records]
+    assert [r.repeat for r in records[:2]] == [0, 1] and all(r.ok for r in records)
+    # A third exactly when the first two disagree (on a busy CPU, either can happen).
+    third = processes_disagree(records[:2])
+    assert [r.repeat for r in records] == ([0, 1, 2] if third else [0, 1])
+    assert ("whose two disagreed: eager+sdpa batch 4 seq 64" in proc.stderr) == third
+    # Done: the same command resumes with nothing to run and points at the report.
+    again = run_cli("run", *default, "--modes", "eager", "--attn", "sdpa", "--out", out)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("already in the results file (ok), skipped") == len(records)
+    assert f"repeats combined, with confidence intervals and findings: stepbench report {out}" \
+        in again.stderr
+
+
 def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
     # A 2 GB cap on what each child adds to its address space: SDPA attention fits, the naive
     # attention's 8 x 4 x 2048 x 2048 score matrices do not.
