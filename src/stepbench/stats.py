@@ -177,19 +177,26 @@ def _resampled_means(processes: list[np.ndarray], n_boot: int,
     k = len(processes)
     sizes = np.array([p.size for p in processes])
     width = int(sizes.max())
-    padded = np.zeros((k, width))
+    steps = np.zeros((k, width))            # one row per process, padded to the longest
     for i, p in enumerate(processes):
-        padded[i, :p.size] = p
+        steps[i, :p.size] = p
+    flat = steps.ravel()
     out = np.empty(n_boot)
     chunk = max(1, _DRAWS_PER_CHUNK // (k * width))
     for start in range(0, n_boot, chunk):
         n = min(chunk, n_boot - start)
         chosen = rng.integers(k, size=(n, k))
+        if (sizes == width).all():
+            # Every process timed as many steps: whole rows of draws, no padding to mask.
+            picks = rng.integers(width, size=(n, k, width))
+            picks += (chosen * width)[..., None]
+            out[start:start + n] = flat[picks].mean(axis=-1).mean(axis=-1)
+            continue
         size = sizes[chosen][..., None]                      # (n, k, 1): steps of each pick
         picks = (rng.random((n, k, width)) * size).astype(np.intp)
-        used = np.arange(width) < size                       # only a process's own count
-        steps = np.where(used, padded[chosen[..., None], picks], 0.0)
-        out[start:start + n] = (steps.sum(axis=-1) / size[..., 0]).mean(axis=-1)
+        picks += (chosen * width)[..., None]
+        drawn = np.where(np.arange(width) < size, flat[picks], 0.0)   # only its own count
+        out[start:start + n] = (drawn.sum(axis=-1) / size[..., 0]).mean(axis=-1)
     return out
 
 

@@ -99,10 +99,8 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
 # ---------------------------------------------------------------- helpers
 
 def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's step times against b's (stats.compare_step_times: their processes where both
-    ran two or more, else the pooled per-step times); None when nothing can be tested."""
-    return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms,
-                                    a.process_step_times_ms, b.process_step_times_ms)
+    """Test a's step times against b's (Row.compare); None when nothing can be tested."""
+    return a.compare(b)
 
 
 def change(new_ms: float, old_ms: float) -> tuple[str, str]:

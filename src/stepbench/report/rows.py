@@ -97,6 +97,8 @@ class Row:
     process_step_times_ms: list[list[float]] = field(default_factory=list, repr=False)
     step_times_ms: list[float] = field(default_factory=list, repr=False)
     records: list[Record] = field(default_factory=list, repr=False)
+    # compare()'s results by (other row's id, per token): (other row, comparison).
+    _compared: dict = field(default_factory=dict, repr=False, compare=False)
     gpu_name: str = ""           # the GPU's name as the driver gives it (prices are keyed by it)
     host: str | None = None      # the SSH host the records ran on (`run --host`), None for local
 
@@ -186,6 +188,22 @@ class Row:
         """"compile+sdpa (batch 16 x 2048, float8) on NVIDIA H200": enough to find the row."""
         c = self.setup
         return f"{self.name} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
+
+    def compare(self, other: "Row", per_token: bool = False) -> stats.Comparison | None:
+        """This row's step times against `other`'s (stats.compare_step_times: their processes
+        where both ran two or more, else the pooled per-step times), per token with
+        `per_token` (rows of different batches); None when nothing can be tested. Kept, since
+        several findings test the same pair and a bootstrap is the report's costliest step."""
+        key = (id(other), per_token)
+        kept = self._compared.get(key)
+        if kept is None or kept[0] is not other:
+            tokens = ((self.setup.tokens_per_step, other.setup.tokens_per_step) if per_token
+                      else (1, 1))
+            kept = (other, stats.compare_step_times(
+                self.repeat_step_ms, other.repeat_step_ms, self.process_step_times_ms,
+                other.process_step_times_ms, a_tokens=tokens[0], b_tokens=tokens[1]))
+            self._compared[key] = kept
+        return kept[1]
 
     @property
     def departs(self) -> bool:
