@@ -3,17 +3,19 @@
 The children are real processes (a new session, pipes, a timeout, the group killed), so the
 executor and the runner run for real; only the model is missing. `ProtocolChild` is a child that
 speaks stepbench's protocol (stepbench.protocol) the way a setup's process does and logs when it
-ran; HANG, QUICK_OK and SEGFAULT are children that misbehave or finish at once.
+ran; HANG, QUICK_OK and SEGFAULT are children that misbehave or finish at once. `InProcess` is
+an executor without children, for what the runner decides.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable
 
-from stepbench.execute.executor import Job, LocalProcess
+from stepbench.execute.executor import Job, LocalProcess, Outcome
 
 
 class ScriptedProcesses(LocalProcess):
@@ -116,3 +118,37 @@ import ctypes, sys
 print("about to crash", file=sys.stderr, flush=True)
 ctypes.string_at(0)
 """
+
+
+class InProcess:
+    """An Executor (stepbench.execute.executor's protocol) that starts no process: each job's
+    outcome is made here, with `step_times(job)` as its timed steps (None: the job was stopped,
+    as by Ctrl-C or a lost host). `ran` lists (batch, repeat) in the order the jobs ran. For the
+    runner's own decisions (which jobs, in which order) in the fast loop."""
+
+    host = None
+
+    def __init__(self, step_times: Callable[[Job], list[float] | None]):
+        self.slots = ["0"]
+        self.step_times = step_times
+        self.ran: list[tuple[int, int]] = []
+
+    def slots_needed(self, setup) -> int:
+        return 1
+
+    def gpu_name(self, setup, slot) -> str:
+        return "cpu"
+
+    def run(self, job: Job, slot: str, timeout_s: float, on_message) -> Outcome:
+        self.ran.append((job.setup.batch, job.repeat))
+        times = self.step_times(job)
+        if times is None:
+            return Outcome(stopped=True)
+        measured = {"phase": "done", "step_times_ms": times, "step_ms": statistics.fmean(times),
+                    "step_ms_median": statistics.median(times)}
+        return Outcome(result={"status": "ok", "error": None, "measured": measured},
+                       returncode=0)
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None: ...

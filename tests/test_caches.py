@@ -187,7 +187,7 @@ def test_a_resumed_run_imports_neither_torch_nor_transformers(tmp_path):
     shutil.copy(V01 / "cpu-results.jsonl", out)
     code = ("import sys; from stepbench.cli import main; "
             f"code = main(['run', '--device', 'auto', '--seq', '64', '--warmup', '1', '--steps', '3', "
-            f"'--attn', 'sdpa', '--out', {str(out)!r}, '--format', 'markdown']); "
+            f"'--attn', 'sdpa', '--repeats', '1', '--out', {str(out)!r}, '--format', 'markdown']); "
             "print('RESULT', code, 'torch' in sys.modules, 'transformers' in sys.modules)")
     words = run_python(code)
     assert words[words.index("RESULT"):] == ["RESULT", "0", "False", "False"]

@@ -25,8 +25,10 @@ def test_a_0_1_results_file_resumes_without_running_anything(tmp_path):
     out = tmp_path / "results.jsonl"
     shutil.copy(V01 / "cpu-results.jsonl", out)
     before = out.read_bytes()
+    # One process per setup, as 0.1 ran them (the default would add a second).
     proc = run_cli("run", "--device", "cpu", "--seq", "64", "--warmup", "1", "--steps", "3",
-                   "--attn", "sdpa", "--out", out, "--format", "json", timeout=120)
+                   "--attn", "sdpa", "--repeats", "1", "--out", out, "--format", "json",
+                   timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("already in the results file (ok), skipped") == 2
     assert "starting Python" not in proc.stderr
@@ -102,7 +104,8 @@ def test_a_run_on_a_terminal_shows_its_live_progress(tmp_path):
     out = tmp_path / "r.jsonl"
     shutil.copy(V01 / "cpu-results.jsonl", out)
     code, seen, stdout = on_a_terminal(["run", "--device", "cpu", "--seq", "64", "--warmup", "1",
-                                        "--steps", "3", "--attn", "sdpa", "--out", out])
+                                        "--steps", "3", "--attn", "sdpa", "--repeats", "1",
+                                        "--out", out])
     assert code == 0, seen.decode(errors="replace")[-2000:]
     assert b"Traceback" not in seen and b"skipped" in seen
     assert b"eager+sdpa" in stdout

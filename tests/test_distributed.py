@@ -20,7 +20,7 @@ from stepbench.cli import main
 from conftest import FAULT_ENV, read_jsonl, run_cli, with_hooks
 
 TINY = ["--device", "cpu", "--model", "llama-tiny", "--seq", "64", "--warmup", "1", "--steps", "2",
-        "--modes", "eager", "--attn", "sdpa"]
+        "--modes", "eager", "--attn", "sdpa", "--repeats", "1"]
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from conftest import read_jsonl, run_cli
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
 SEARCH = ["--device", "cpu", "--modes", "eager", "--attn", "sdpa", "--seq", "128",
-          "--memory-limit-gb", "0.21", "--warmup", "2", "--steps", "2"]
+          "--memory-limit-gb", "0.21", "--warmup", "2", "--steps", "2", "--repeats", "1"]
 
 
 @pytest.fixture(scope="module", autouse=True)

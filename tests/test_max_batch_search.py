@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from stepbench.execute.runner import least_processes
 from stepbench.record import Machine, Record
 from stepbench.search.max_batch import MaxBatch, starts
 from stepbench.settings import MaxBatchOptions
@@ -32,11 +33,13 @@ class StandIn:
         self.status, self.peak_gb, self.gpu_memory_gb = status, peak_gb, gpu_memory_gb
         self.store: dict[tuple, Record] = {}
         self.started = 0          # "processes" started
+        self.asked: list = []     # (role, repeats) of each call
 
     def run(self, plan, *, repeats=1, timeout_s=None, tag=None, display=None):
+        self.asked.append(((tag or {}).get("role"), repeats))
         out = []
         for setup in plan:
-            for repeat in range(repeats):
+            for repeat in range(least_processes(repeats)):
                 key = (setup.key(), repeat)
                 if key not in self.store:
                     self.started += 1
@@ -153,6 +156,13 @@ def test_a_full_measurement_out_of_memory_steps_down_to_the_next_batch_that_fit(
     assert found.finals[-1].search["chosen"] == 16
 
 
+def test_the_full_measurement_takes_the_runs_repeats_and_probes_one_process():
+    runner = StandIn(fits_up_to(20))
+    found = search(runner, setup=replace(CPU, batch=8), repeats=None)
+    assert found.measured == 20
+    assert {asked for asked in runner.asked} == {("probe", 1), ("final", None)}
+
+
 def test_rerunning_replays_the_decisions_from_the_store():
     runner = StandIn(fits_up_to(37))
     first = search(runner)
@@ -210,7 +220,13 @@ def test_a_plan_asks_for_the_search_with_a_boolean(tmp_path, capsys):
     # One search from the smallest batch; no margin on the CPU.
     assert (item["start_batch"], item["limit"], item["margin"]) == (2, 64, None)
     assert item["probe"] == {"warmup": 1, "steps": 3}
-    assert item["final"] == {"warmup": 4, "steps": 20, "repeats": 1}
+    # The full measurement takes run's default: 2 processes, and a third where they disagree.
+    assert item["final"] == {"warmup": 4, "steps": 20, "repeats": None}
+    assert main(["run", "--plan", str(plan), "--dry-run"]) == 0
+    assert "4 warm-up + 20 timed steps x 2 (a third where they disagree) at the chosen batch" \
+        in capsys.readouterr().out
+    assert main(["run", "--plan", str(plan), "--dry-run", "--repeats", "3"]) == 0
+    assert "4 warm-up + 20 timed steps x 3 at the chosen batch" in capsys.readouterr().out
 
 
 def test_the_schema_document_names_every_key_of_the_tags():

@@ -11,11 +11,14 @@ from stepbench.guard import REFERENCE, OK, loss_verdicts
 from stepbench.record import ResultsFile
 from conftest import run_cli
 
+# One process per setup: run's default (2, and a third where they disagree) would double the
+# real run below.
 STUDY = """\
 model = "llama-tiny"
 device = "cpu"
 steps = 2
 warmup = 1
+repeats = 1
 [axes]
 modes = ["eager"]
 attn = ["sdpa", "eager"]
@@ -91,6 +94,7 @@ def test_where_the_weights_are_drawn_and_the_parallel_style_can_be_planned(plan_
     (STUDY.replace("steps = 2", 'steps = "two"'), "steps must be an integer, got 'two'"),
     (STUDY.replace('batch = [1, 2]', 'batch = []'), "batch must be a non-empty list"),
     (STUDY + "[[axes]]\n", "not valid TOML"),
+    (STUDY.replace("repeats = 1", "repeats = 0"), "--repeats must be an integer >= 1, got 0"),
     (STUDY.replace('modes = ["eager"]', 'modes = ["eager"]\ncompile_scope = ["layer"]'),
      "--compile-scope layer needs torch.compile; eager mode compiles nothing"),
 ])
@@ -100,6 +104,16 @@ def test_a_bad_plan_is_refused_before_anything_runs(plan_file, capsys, tmp_path,
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not out.exists()
+
+
+def test_repeats_default_to_two_and_a_third_unless_a_plan_or_a_flag_fixes_them(plan_file):
+    from stepbench.plan import read_plan
+    from stepbench.settings import RunSettings
+
+    assert RunSettings.build({}).repeats is None          # 2, and a third where they disagree
+    plan = read_plan(plan_file())
+    assert RunSettings.build({}, plan).repeats == 1
+    assert RunSettings.build({"repeats": 3}, plan).repeats == 3
 
 
 def test_a_missing_plan_file_says_so(capsys, tmp_path):

@@ -318,7 +318,7 @@ def test_a_run_whose_results_file_cannot_take_a_record_stops_with_one_line(tmp_p
     try:
         proc = python(RUN_PAST_LIMIT, len(before) + 200, log, "run", "--device", "cpu",
                       "--modes", "eager", "--attn", "sdpa", "--batch", "1,2,4", "--seq", "64",
-                      "--start", "fresh", "--out", out, timeout_s=60)
+                      "--repeats", "1", "--start", "fresh", "--out", out, timeout_s=60)
     except subprocess.TimeoutExpired:
         pytest.fail("the run went on after its results file failed (batch 2 sleeps 120 s)")
     assert proc.returncode == 1, proc.stderr

@@ -174,7 +174,7 @@ def test_with_a_throwaway_axis_a_0_1_results_file_still_resumes(tmp_path):
     code = THROWAWAY.split("import contextlib")[0] + (
         "from stepbench.cli import main\n"
         f"sys.exit(main(['run', '--device', 'cpu', '--seq', '64', '--warmup', '1', '--steps', "
-        f"'3', '--attn', 'sdpa', '--out', {str(out)!r}, '--format', 'json']))\n")
+        f"'3', '--attn', 'sdpa', '--repeats', '1', '--out', {str(out)!r}, '--format', 'json']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"}, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -18,7 +18,8 @@ from stepbench.settings import read_hosts_file
 
 QWEN = str(Path(__file__).parent / "data" / "tiny-qwen2")
 # Eager only, 1 warm-up and 2 timed steps: the remote path, not the measurement, is under test.
-TINY = ["--modes", "eager", "--attn", "sdpa,eager", "--seq", "64", "--warmup", "1", "--steps", "2"]
+TINY = ["--modes", "eager", "--attn", "sdpa,eager", "--seq", "64", "--warmup", "1", "--steps", "2",
+        "--repeats", "1"]
 
 
 def remote(sshd, remote_dir, *hosts, python=sys.executable):

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow     # every test here starts child processes
 
 # Eager SDPA at seq 64: batch 64 (and 48) takes seconds per warm-up step, so those setups are
 # still in their warm-up when the test acts.
-BASE = ["--modes", "eager", "--attn", "sdpa", "--seq", "64", "--warmup", "5", "--steps", "100"]
+BASE = ["--modes", "eager", "--attn", "sdpa", "--seq", "64", "--warmup", "5", "--steps", "100",
+        "--repeats", "1"]
 
 
 def start(sshd, remote_dir, out, batches):

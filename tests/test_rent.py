@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow     # every test here starts child processes
 pytest.importorskip("runcrate")
 
 KEY = "rc_live_" + "T0pS3cret" * 4
-TINY = ["--modes", "eager", "--attn", "sdpa", "--seq", "64", "--warmup", "1", "--steps", "2"]
+TINY = ["--modes", "eager", "--attn", "sdpa", "--seq", "64", "--warmup", "1", "--steps", "2",
+        "--repeats", "1"]
 POST = Path(__file__).parent / "data" / "post"
 
 

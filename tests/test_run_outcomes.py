@@ -40,13 +40,37 @@ def test_resume_runs_only_the_missing_setups_and_rerun_measures_again(tmp_path):
     assert rows[0]["step_ms"] == pytest.approx(records[2]["step_ms"])
 
 
+def test_by_default_a_setup_runs_in_two_processes_and_a_third_where_they_disagree(tmp_path):
+    from stepbench.noise import processes_disagree
+    from stepbench.record import Record
+
+    assert SMALL[-2:] == ["--repeats", "1"]
+    default = SMALL[:-2]             # SMALL without its --repeats 1: run's own default
+    out = tmp_path / "r.jsonl"
+    proc = run_cli("run", *default, "--modes", "eager", "--attn", "sdpa", "--out", out,
+                   "--format", "json", check_json=True)
+    records = [Record.from_dict(r) for r in proc.records]
+    assert [r.repeat for r in records[:2]] == [0, 1] and all(r.ok for r in records)
+    # A third exactly when the first two disagree (on a busy CPU, either can happen).
+    third = processes_disagree(records[:2])
+    assert [r.repeat for r in records] == ([0, 1, 2] if third else [0, 1])
+    assert ("whose two disagreed: eager+sdpa batch 4 seq 64" in proc.stderr) == third
+    # Done: the same command resumes with nothing to run and points at the report.
+    again = run_cli("run", *default, "--modes", "eager", "--attn", "sdpa", "--out", out)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("already in the results file (ok), skipped") == len(records)
+    assert f"repeats combined, with confidence intervals and findings: stepbench report {out}" \
+        in again.stderr
+
+
 def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
     # A 2 GB cap on what each child adds to its address space: SDPA attention fits, the naive
     # attention's 8 x 4 x 2048 x 2048 score matrices do not.
     out = tmp_path / "r.jsonl"
     proc = run_cli("run", "--device", "cpu", "--modes", "eager", "--attn", "eager,sdpa",
                    "--batch", "8", "--seq", "2048", "--warmup", "0", "--steps", "1",
-                   "--memory-limit-gb", "2", "--out", out, "--format", "json", check_json=True)
+                   "--memory-limit-gb", "2", "--repeats", "1", "--out", out, "--format", "json",
+                   check_json=True)
     oom, ok = proc.records
     assert oom["setup"]["name"] == "eager+eager" and oom["status"] == "oom"
     assert "can't allocate memory" in oom["error"]
@@ -55,7 +79,7 @@ def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
     assert ok["status"] == "ok" and ok["setup"]["memory_limit_gb"] == 2
     proc = run_cli("run", "--device", "cpu", "--modes", "eager", "--attn", "eager,sdpa",
                    "--batch", "8", "--seq", "2048", "--warmup", "0", "--steps", "1",
-                   "--memory-limit-gb", "2", "--out", out)
+                   "--memory-limit-gb", "2", "--repeats", "1", "--out", out)
     assert any(line.split()[:4] == ["eager+eager", "8", "2048", "OOM"] for line in proc.stdout.splitlines())
 
 
@@ -94,7 +118,8 @@ def test_model_from_a_config_folder(tmp_path):
     # Tables name the model by its folder; without --device the CPU notice does not claim
     # that the llama-tiny preset runs. (Resumed: nothing runs again.)
     again = run_cli("run", "--seq", "64", "--warmup", "2", "--steps", "5", "--model", folder,
-                    "--modes", "eager", "--attn", "sdpa", "--out", tmp_path / "r.jsonl")
+                    "--modes", "eager", "--attn", "sdpa", "--repeats", "1",
+                    "--out", tmp_path / "r.jsonl")
     assert again.stdout.splitlines()[0].startswith("tiny-qwen2, bf16, on CPU")
     assert folder not in again.stdout
     assert "no CUDA GPU found; running on the CPU (pass --device cuda" in again.stderr
@@ -116,7 +141,7 @@ def test_a_signal_stops_the_child_and_keeps_finished_results(tmp_path, sig, code
     env = dict(os.environ, PYTHONPATH=SRC)
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
                              "--modes", "eager", "--attn", "sdpa", "--batch", "1,64" if fresh else "64",
-                             "--warmup", "2", "--steps", "400", "--out", str(out)],
+                             "--warmup", "2", "--steps", "400", "--repeats", "1", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     running = "[2/2]" if fresh else "[1/1]"
     for line in proc.stderr:

@@ -107,3 +107,101 @@ def test_noise_flags_for_real_h200_eager_process():
     assert noise.noise_flags_for(EAGER_H200) == []
     assert noise.noise_flags_for(EAGER_H200, cv_threshold=0.03) == ["high_cv"]
     assert noise.noise_flags_for(COMPILED_H200) == []
+
+
+# ---------------------------------------------------------------- processes that disagree
+
+def process(median: float, cv: float, n: int = 20):
+    """A record-like process: `n` steps around `median` with about this coefficient of
+    variation (alternating above and below it, so the median stays put)."""
+    from types import SimpleNamespace
+
+    steps = [median * (1 + cv * (1 if i % 2 else -1)) for i in range(n)]
+    return SimpleNamespace(step_times_ms=steps, step_ms=sum(steps) / n)
+
+
+def test_processes_that_agree_do_not_disagree():
+    assert not noise.processes_disagree([process(100.0, 0.01), process(102.0, 0.01)])
+    assert not noise.processes_disagree([process(100.0, 0.01)])       # one cannot disagree
+    assert not noise.processes_disagree([])
+
+
+def test_processes_3_percent_apart_but_within_their_noise_agree():
+    # 5% apart: beyond the floor, but within twice the noisier process's 3% spread.
+    assert not noise.processes_disagree([process(100.0, 0.01), process(105.0, 0.03)])
+
+
+def test_processes_apart_beyond_their_noise_disagree():
+    assert noise.processes_disagree([process(100.0, 0.01), process(105.0, 0.01)])
+    # The H200's identical eager+sdpa processes: 90 and 110 ms, each with a CV about 4%.
+    assert noise.processes_disagree([process(90.0, 0.04), process(110.0, 0.04)])
+    # Any two of three: the third agreeing with one does not hide the other's gap.
+    assert noise.processes_disagree([process(100.0, 0.01), process(100.5, 0.01),
+                                     process(110.0, 0.01)])
+
+
+def test_a_process_without_step_times_is_judged_by_its_mean():
+    from types import SimpleNamespace
+
+    bare = SimpleNamespace(step_times_ms=[], step_ms=110.0)
+    assert noise.processes_disagree([process(100.0, 0.01), bare])
+    assert not noise.processes_disagree([process(100.0, 0.01), SimpleNamespace(
+        step_times_ms=[], step_ms=102.0)])
+
+
+# ---------------------------------------------------------------- the hierarchical bootstrap
+
+def steps(mean: float, n: int = 20, seed: int = 0, sd: float = 2.0) -> list[float]:
+    return list(np.random.default_rng(seed).normal(mean, sd, n))
+
+
+def test_two_processes_a_side_clearly_apart_are_significant():
+    a = [steps(70.0, seed=1), steps(71.0, seed=2)]
+    b = [steps(95.0, seed=3), steps(97.0, seed=4)]
+    result = stats.compare_processes(a, b)
+    assert result.significant is True and result.method == "processes"
+    assert result.p_value < 0.01
+    assert result.ratio == pytest.approx(np.mean([np.mean(p) for p in a])
+                                         / np.mean([np.mean(p) for p in b]))
+    lo, hi = result.ci
+    assert lo < result.ratio < hi < 1.0
+
+
+def test_processes_that_overlap_are_not_significant():
+    # Each side has a fast and a slow process; their means are a few percent apart, but the
+    # processes of either side span the other's.
+    a = [steps(90.0, seed=1), steps(110.0, seed=2)]
+    b = [steps(92.0, seed=3), steps(112.0, seed=4)]
+    result = stats.compare_processes(a, b)
+    assert result.significant is False
+    assert result.ci[0] < 1.0 < result.ci[1] and result.p_value > 0.05
+
+
+def test_the_hierarchical_bootstrap_says_the_same_twice():
+    a = [steps(90.0, seed=1), steps(110.0, seed=2), steps(100.0, n=7, seed=5)]
+    b = [steps(92.0, seed=3), steps(112.0, seed=4)]
+    assert stats.compare_processes(a, b) == stats.compare_processes(a, b)
+
+
+def test_compare_processes_needs_two_processes_with_steps_a_side():
+    with pytest.raises(ValueError, match="2 or more processes"):
+        stats.compare_processes([steps(1.0)], [steps(1.0), steps(1.0)])
+    with pytest.raises(ValueError, match="2 or more processes"):
+        stats.compare_processes([steps(1.0), []], [steps(1.0), steps(1.0)])
+
+
+def test_compare_step_times_tests_processes_where_both_sides_ran_two():
+    a = [steps(70.0, seed=1), steps(71.0, seed=2)]
+    b = [steps(95.0, seed=3), steps(97.0, seed=4)]
+    means = lambda side: [float(np.mean(p)) for p in side]  # noqa: E731
+    assert stats.compare_step_times(means(a), means(b), a, b).method == "processes"
+    # One process on a side: today's per-step test, on the steps pooled.
+    one = stats.compare_step_times(means(a)[:1], means(b), a[:1], b)
+    assert one.method == "steps" and one.significant is True
+    # Per token: a's batch is twice b's, so its time per token is about a third of b's.
+    per_token = stats.compare_step_times(means(a), means(b), a, b, a_tokens=2, b_tokens=1)
+    assert per_token.ratio == pytest.approx(stats.compare_processes(a, b).ratio / 2)
+    # Processes without step times (old records): the means, when there are enough of them.
+    assert stats.compare_step_times([1.0, 1.1, 1.2, 1.3], [2.0, 2.1, 2.2, 2.3],
+                                    [[]] * 4, [[]] * 4).method == "means"
+    assert stats.compare_step_times([1.0, 1.1], [2.0, 2.1], [[], []], [[], []]) is None

@@ -1,5 +1,7 @@
-"""The noise flag that step times alone justify: high_cv, the same rule in a setup's process
-(its own steps) and in the report (the spread between processes).
+"""The noise flags that step times alone justify: high_cv, the spread of one process's steps (the
+same rule in a setup's process and in the report), and process_spread, processes of one setup
+that disagree (`processes_disagree`: the report's flag, and the rule by which `run` measures a
+setup in a third process).
 
 The 5% threshold follows the spread seen between identical eager processes on an H200
 (docs/report.md). Other flags come from NVML (measure/telemetry.py) and torch.compile
@@ -9,9 +11,15 @@ The 5% threshold follows the spread seen between identical eager processes on an
 from __future__ import annotations
 
 import statistics
+from itertools import combinations
 from typing import Sequence
 
 CV_THRESHOLD = 0.05
+# Processes disagree when their median steps are further apart than this share (of the faster)
+# and than SPREAD_CVS times the larger within-process coefficient of variation: a gap the
+# steps' own jitter cannot explain, and one large enough to change a reading of the table.
+SPREAD_FLOOR = 0.03
+SPREAD_CVS = 2.0
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float | None:
@@ -27,3 +35,27 @@ def noise_flags_for(step_times_ms: Sequence[float], cv_threshold: float = CV_THR
     give no flag, since there is no spread to judge."""
     cv = coefficient_of_variation(step_times_ms)
     return ["high_cv"] if cv is not None and cv > cv_threshold else []
+
+
+def processes_disagree(records: Sequence) -> bool:
+    """Whether some two processes of one setup disagree (records that ran; each read by its
+    `step_times_ms`, else its `step_ms`): their median steps more than SPREAD_FLOOR apart and
+    more than SPREAD_CVS times the larger coefficient of variation of the two's steps. Fewer
+    than two processes cannot disagree; a process without step times has no spread to add.
+
+    The median, so that one slow step (a hiccup) does not make a process look slow; the gap is
+    set against the steps' own spread, so that noisy processes are not called apart for a gap
+    their steps span anyway."""
+    timed = [t for t in (r.step_times_ms or ([r.step_ms] if r.step_ms else []) for r in records)
+             if t]
+    processes = [(statistics.median(t), coefficient_of_variation(t) or 0.0) for t in timed]
+    return any(_apart(a, b) for a, b in combinations(processes, 2))
+
+
+def _apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """(median, CV) of two processes: further apart than the floor and than their noise."""
+    (fast, _), (slow, _) = sorted((a, b))
+    if fast <= 0:
+        return False
+    gap = slow / fast - 1
+    return gap > SPREAD_FLOOR and gap > SPREAD_CVS * max(a[1], b[1])

@@ -65,8 +65,10 @@ OPTIONS = [
            "that imported torch and transformers once for the run) or fresh (a new Python "
            "that imports them itself)", {RUN: "server", TUNE: "server"}, plan=True,
            choices=("server", "fresh")),
-    Option("repeats", int, "processes per setup, interleaved across setups",
-           {RUN: 1}, plan=True, least=1),
+    # None: 2 processes per setup, and a third where they disagree (execute/runner.py).
+    Option("repeats", int, "processes per setup, interleaved across setups (default: 2, and a "
+           "third where their step times disagree; 1 runs each setup once)",
+           {RUN: None}, plan=True, least=1),
     Option("repeats", int, "processes per finalist in the final measurement", {TUNE: 3},
            least=1),
     Option("timeout", float, "seconds per setup before its process group is killed (default "
@@ -154,7 +156,7 @@ class RunSettings:
 
     values: Mapping[str, Any]
     device: str = "auto"                # auto, cuda or cpu; resolved: cuda or cpu
-    repeats: int = 1
+    repeats: int | None = None          # None: 2 per setup, and a third where they disagree
     timeout_s: float | None = None      # None: the device's default (TIMEOUT_S)
     compile_cache: Path | None = None
     out: Path = Path(DEFAULT_OUT)

@@ -215,7 +215,7 @@ def print_records(settings: RunSettings, records, searched=()) -> None:
 
     print(render(run_document(records, searched), settings.format), end="")
     print(f"results: {settings.out}", file=sys.stderr)
-    if settings.repeats > 1:
+    if settings.repeats is None or settings.repeats > 1:
         print(f"repeats combined, with confidence intervals and findings: stepbench report "
               f"{settings.out}", file=sys.stderr)
     elif len({r.host for r in records}) > 1:

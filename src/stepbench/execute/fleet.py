@@ -66,7 +66,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     stopping every host; a rented machine is deleted before this returns or raises."""
     from stepbench.execute import bundle
     from stepbench.execute.progress import HostView
-    from stepbench.execute.runner import Runner, new_run_id, stop_signals
+    from stepbench.execute.runner import Runner, least_processes, new_run_id, stop_signals
     from stepbench.execute.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
     from stepbench.execute.server import imports_for
     from stepbench.measure.models import check_models
@@ -109,7 +109,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             result.records = runner.run(plan, repeats=there.repeats, timeout_s=there.timeout_s,
                                         display=view)
             if host.lost:
-                missing = len(plan) * there.repeats - len(result.records)
+                missing = len(plan) * least_processes(there.repeats) - len(result.records)
                 result.failure = (f"{host.lost}; {missing} setup{'s' if missing != 1 else ''} "
                                   "not run; run the same command again to resume")
         except (HostError, UserError) as exc:

@@ -3,10 +3,11 @@
 For each setup and repeat the runner looks for a record already in the results file (resume: the
 same setup, repeat and GPU), else hands a job to the executor, one job in flight per slot, turns
 the outcome into a Record (the one place a Record is made from a run) and appends it before the
-slot takes its next job. Ctrl-C, SIGTERM and SIGHUP stop every job in flight; the setups that
-finished are already in the file. So does a slot whose thread fails (a results file that cannot
-be appended to, record.ResultsFileError, or a bug): no job starts after it, the others are killed
-and its exception is raised.
+slot takes its next job. With `repeats` None (run's default) each setup runs in two processes,
+and in a third where those two disagree (noise.processes_disagree). Ctrl-C, SIGTERM and SIGHUP
+stop every job in flight; the setups that finished are already in the file. So does a slot whose
+thread fails (a results file that cannot be appended to, record.ResultsFileError, or a bug): no
+job starts after it, the others are killed and its exception is raised.
 
 With several slots (a pool of GPUs), jobs start in order of expected length, longest first
 (`expected_cost`), each as soon as the slots it needs are free; a job that needs more slots than
@@ -24,8 +25,19 @@ from datetime import datetime, timezone
 
 from stepbench.execute.executor import Executor, Job, Outcome
 from stepbench.guard import loss_tolerance
+from stepbench.noise import processes_disagree
 from stepbench.record import MEASURED_FIELDS, Machine, Record, ResultsFile, Software, resume_key
 from stepbench.setup import Setup
+
+
+# The adaptive default (`repeats` None): this many processes per setup before the rule decides
+# whether a setup needs one more.
+FIRST_ROUNDS = 2
+
+
+def least_processes(repeats: int | None) -> int:
+    """The processes per setup that `Runner.run(repeats=...)` runs at least."""
+    return FIRST_ROUNDS if repeats is None else repeats
 
 
 class NullDisplay:
@@ -57,18 +69,44 @@ class Runner:
         self.rental = getattr(executor, "rental", None)
         self._lock = threading.Lock()
 
-    def run(self, plan: list[Setup], *, repeats: int = 1, timeout_s: float,
+    def run(self, plan: list[Setup], *, repeats: int | None = 1, timeout_s: float,
             tag: dict | None = None, display=None) -> list[Record]:
         """Every setup `repeats` times, interleaved (A B C A B C), each process stopped after
-        `timeout_s`; returns this plan's records, old and new, in plan order. `tag` marks the new
-        records (Record.search): why a search asked for them. `display` shows progress; whoever
-        made it closes it."""
-        display = display or NullDisplay()
-        jobs = [Job(setup, repeat) for repeat in range(repeats) for setup in plan]
+        `timeout_s`; returns this plan's records, old and new, repeat by repeat in plan order.
+        `repeats` None is the adaptive default (`_run_adaptive`). `tag` marks the new records
+        (Record.search): why a search asked for them. `display` shows progress; whoever made it
+        closes it."""
+        call = _Call(timeout_s, tag, display or NullDisplay())
+        if repeats is None:
+            return self._run_adaptive(plan, call)
+        return self._run_jobs([Job(setup, r) for r in range(repeats) for setup in plan], call)
+
+    def _run_adaptive(self, plan: list[Setup], call: "_Call") -> list[Record]:
+        """Two processes per setup, interleaved, then a third for each setup whose two disagree
+        (noise.processes_disagree), interleaved too: one process can be off by more than the
+        difference a reader looks for, and a third tells which of two is. Nothing more runs
+        when a process of the first two rounds was stopped (a lost host)."""
+        jobs = [Job(setup, r) for r in range(FIRST_ROUNDS) for setup in plan]
+        records = self._run_jobs(jobs, call)
+        if len(records) < len(jobs):
+            return records
+        third = [setup for setup in plan if processes_disagree(
+            [r for r in records if r.ok and r.setup.key() == setup.key()])]
+        if not third:
+            return records
+        call.display.note(f"a third process for {len(third)} setup"
+                          f"{'s' if len(third) > 1 else ''} whose two disagreed: "
+                          + ", ".join(f"{s.name} batch {s.batch} seq {s.seq}" for s in third))
+        return records + self._run_jobs([Job(s, FIRST_ROUNDS) for s in third], call,
+                                        offset=len(jobs))
+
+    def _run_jobs(self, jobs: list[Job], call: "_Call", offset: int = 0) -> list[Record]:
+        """Run `jobs` (numbered from `offset` on the display) except those the results file
+        has; their records, old and new, in the jobs' order."""
         done = {} if self.rerun else {r.resume_key(): r for r in self.store.latest()}
         records: dict[int, Record] = {}
         todo = []
-        for index, job in enumerate(jobs):
+        for index, job in enumerate(jobs, start=offset):
             # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
             keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s),
                                self.host)
@@ -76,16 +114,15 @@ class Runner:
             key = next((k for k in keys if k in done), None)
             if key is not None:
                 records[index] = done[key]
-                display.skip(job, done[key])
+                call.display.skip(job, done[key])
             else:
                 todo.append((index, job))
         if len(self.executor.slots) > 1:
             # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
-        call = _Call(timeout_s, tag, display)
         with stop_signals():
             self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak)) for i, j in todo],
-                          len(jobs), records, call)
+                          offset + len(jobs), records, call)
         return [records[i] for i in sorted(records)]
 
     def _run_all(self, todo: list[tuple[int, Job]], total: int, records: dict[int, Record],

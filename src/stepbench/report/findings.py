@@ -99,10 +99,8 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
 # ---------------------------------------------------------------- helpers
 
 def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's step times against b's (stats.compare_step_times: per-process means first, else
-    the pooled per-step times); None when nothing can be tested."""
-    return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms, a.step_times_ms,
-                                    b.step_times_ms)
+    """Test a's step times against b's (Row.compare); None when nothing can be tested."""
+    return a.compare(b)
 
 
 def change(new_ms: float, old_ms: float) -> tuple[str, str]:
@@ -586,20 +584,32 @@ def testing(rows: list[Row]) -> list[Finding]:
     pairs += [tuple(by_speed[:2])] if len(by_speed) >= 2 else []
     if not pairs:
         return []
-    untested = sum(compare_rows(a, b) is None for a, b in pairs)
+    results = [compare_rows(a, b) for a, b in pairs]
+    untested = sum(r is None for r in results)
     if untested == len(pairs):
         return [Finding("testing", "The records hold no per-step times and too few processes "
                         "per setup, so the differences above are stated as measured, untested "
                         "against noise.")]
-    text = ("Differences were tested with a Mann-Whitney U test and a 95% bootstrap interval "
-            "of the ratio of medians, on per-process means where both setups ran enough "
-            "processes for the test to reach p < 0.05 (4 against 4, say), else on per-step "
-            "times, which miss the spread between processes")
+    used = {r.method for r in results if r is not None}
+    text = "Differences were tested " + join([TESTS[m] for m in TESTS if m in used])
     if untested:
         text += (f"; {untested} of {len(pairs)} comparisons had too few step times or "
                  "processes to test (e.g. one process without per-step times) and are stated "
                  "as measured")
     return [Finding("testing", text + ".")]
+
+
+# How each kind of stats.Comparison was tested, for the `testing` finding.
+TESTS = {
+    "processes": ("by their processes where both setups ran two or more: a hierarchical "
+                  "bootstrap (processes resampled, then the steps within each) of the ratio of "
+                  "mean step times, significant when its 95% interval excludes 1 and p < 0.05"),
+    "means": ("with a Mann-Whitney U test and a 95% bootstrap interval of the ratio of medians "
+              "on per-process means where the records kept no per-step times"),
+    "steps": ("with a Mann-Whitney U test and a 95% bootstrap interval of the ratio of medians "
+              "on per-step times where a setup ran one process, which misses the spread "
+              "between processes"),
+}
 
 
 def scaling(rows: list[Row]) -> list[Finding]:

@@ -13,6 +13,9 @@ _SLOWED = ("†", "the GPU reported throttling or its SM clock dropped by over 1
                 "timed steps")
 NOISE_MARKS = {
     "high_cv": ("*", "step times varied by more than 5% (coefficient of variation)"),
+    "process_spread": ("~", "its processes disagreed: their median steps were more than 3% apart, "
+                            "and more than twice the larger within-process coefficient of "
+                            "variation; the step time is the median of their means"),
     "throttled": _SLOWED,
     "clock_drop": _SLOWED,
     "other_processes": ("‡", "other processes were using the GPU"),

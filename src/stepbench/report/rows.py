@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from stepbench.axes import AXES
 from stepbench.guard import Verdict, loss_verdicts
-from stepbench.noise import noise_flags_for
+from stepbench.noise import processes_disagree
 from stepbench.record import Record
 from stepbench import stats
 from stepbench.report.prices import price_for
@@ -91,10 +91,14 @@ class Row:
     scaling_baseline: str | None = None
     # The loss guard (stepbench.guard): ok, departs, reference or unchecked; None: did not run.
     loss_guard: Verdict | None = None
-    # Samples for significance tests (not shown): per-process step_ms and all step times.
+    # Samples for significance tests (not shown): per-process step_ms, each process's step
+    # times, and all step times pooled.
     repeat_step_ms: list[float] = field(default_factory=list, repr=False)
+    process_step_times_ms: list[list[float]] = field(default_factory=list, repr=False)
     step_times_ms: list[float] = field(default_factory=list, repr=False)
     records: list[Record] = field(default_factory=list, repr=False)
+    # compare()'s results by (other row's id, per token): (other row, comparison).
+    _compared: dict = field(default_factory=dict, repr=False, compare=False)
     gpu_name: str = ""           # the GPU's name as the driver gives it (prices are keyed by it)
     host: str | None = None      # the SSH host the records ran on (`run --host`), None for local
 
@@ -185,6 +189,22 @@ class Row:
         c = self.setup
         return f"{self.name} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
 
+    def compare(self, other: "Row", per_token: bool = False) -> stats.Comparison | None:
+        """This row's step times against `other`'s (stats.compare_step_times: their processes
+        where both ran two or more, else the pooled per-step times), per token with
+        `per_token` (rows of different batches); None when nothing can be tested. Kept, since
+        several findings test the same pair and a bootstrap is the report's costliest step."""
+        key = (id(other), per_token)
+        kept = self._compared.get(key)
+        if kept is None or kept[0] is not other:
+            tokens = ((self.setup.tokens_per_step, other.setup.tokens_per_step) if per_token
+                      else (1, 1))
+            kept = (other, stats.compare_step_times(
+                self.repeat_step_ms, other.repeat_step_ms, self.process_step_times_ms,
+                other.process_step_times_ms, a_tokens=tokens[0], b_tokens=tokens[1]))
+            self._compared[key] = kept
+        return kept[1]
+
     @property
     def departs(self) -> bool:
         """The loss guard flagged it: its losses leave its reference's tolerance."""
@@ -274,6 +294,8 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
 
     Step time: the median of the per-process means; with one process, its mean. Its 95% CI is
     a bootstrap over the per-process means, or over the step times when one process ran.
+    Noise flags: every process's own, and process_spread where its processes disagree
+    (noise.processes_disagree, the rule by which `run` measured a third).
     Peak memory: the largest peak of any process. First step: median over processes, with a
     warm compile cache counted apart (first_step_warm_s). Details (TFLOP/s, MFU, FLOP counter,
     energy): the median over processes.
@@ -291,6 +313,7 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     if not ok:
         return row
     row.repeat_step_ms = [r.step_ms for r in ok]
+    row.process_step_times_ms = [list(r.step_times_ms) for r in ok]
     row.step_times_ms = [t for r in ok for t in r.step_times_ms]
     row.step_ms = statistics.median(row.repeat_step_ms)
     if len(ok) >= 2:
@@ -308,9 +331,9 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     peaks = [r.peak_memory_gb for r in ok if r.peak_memory_gb is not None]
     row.peak_memory_gb = max(peaks) if peaks else None
     _combine_first_step(row, ok)
-    flags = [f for r in ok for f in r.noise_flags]
-    if len(ok) >= 2:
-        flags += noise_flags_for(row.repeat_step_ms)   # spread between processes
+    flags = [f for r in ok for f in r.noise_flags]       # each process's own (high_cv: its steps)
+    if processes_disagree(ok):
+        flags.append("process_spread")
     row.noise_flags = list(dict.fromkeys(flags))
     _combine_details(row, ok)
     _combine_energy(row, ok, energy_price)

@@ -240,8 +240,5 @@ def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
 
 
 def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:
-    """Test a's time per token against b's (their batches differ): stats.compare_step_times,
-    scaled by each row's tokens per step."""
-    return stats.compare_step_times(a.repeat_step_ms, b.repeat_step_ms, a.step_times_ms,
-                                    b.step_times_ms, a_tokens=a.setup.tokens_per_step,
-                                    b_tokens=b.setup.tokens_per_step)
+    """Test a's time per token against b's (their batches differ): Row.compare, per token."""
+    return a.compare(b, per_token=True)

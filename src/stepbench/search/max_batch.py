@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from stepbench.errors import UserError, first_line
-from stepbench.execute.runner import NullDisplay
+from stepbench.execute.runner import FIRST_ROUNDS, NullDisplay, least_processes
 from stepbench.record import Record
 from stepbench.settings import MaxBatchOptions
 from stepbench.setup import Setup
@@ -184,7 +184,7 @@ class MaxBatch:
     """Runs the searches of a plan through one Runner (its executor and results file), showing
     progress on `display`."""
 
-    def __init__(self, runner, options: MaxBatchOptions, *, repeats: int = 1,
+    def __init__(self, runner, options: MaxBatchOptions, *, repeats: int | None = 1,
                  timeout_s: float, display=None):
         self.runner = runner
         self.options = options
@@ -284,10 +284,10 @@ class MaxBatch:
         s.stopped = "oom"
         s.reason = "the full measurement ran out of memory at every batch that fit"
 
-    def _one(self, setup: Setup, repeats: int, tag: dict) -> list[Record]:
+    def _one(self, setup: Setup, repeats: int | None, tag: dict) -> list[Record]:
         records = self.runner.run([setup], repeats=repeats, timeout_s=self.timeout_s, tag=tag,
                                   display=self.display)
-        if len(records) < repeats:      # stopped before a record was kept
+        if len(records) < least_processes(repeats):     # stopped before a record was kept
             raise KeyboardInterrupt("stopped")
         return records
 
@@ -296,8 +296,9 @@ def _first_line(record: Record) -> str:
     return first_line(record.error) or "no message"
 
 
-def describe(plan: list[Setup], options: MaxBatchOptions, repeats: int) -> list[dict]:
-    """What `run --max-batch --dry-run` would search, one object per search."""
+def describe(plan: list[Setup], options: MaxBatchOptions, repeats: int | None) -> list[dict]:
+    """What `run --max-batch --dry-run` would search, one object per search (the final's
+    `repeats` None: run's default, 2 processes and a third where they disagree)."""
     return [{"setup": setup.to_dict(), "start_batch": setup.batch, "limit": options.limit,
              "probe": {"warmup": PROBE_WARMUP, "steps": options.probe_steps},
              "margin": options.margin if setup.device == "cuda" else None,
@@ -310,8 +311,9 @@ def describe_line(item: dict) -> str:
     margin = (f", keeping {item['margin']:.0%} of the GPU's memory free" if item["margin"]
               else "")
     final = item["final"]
+    processes = final["repeats"] or f"{FIRST_ROUNDS} (a third where they disagree)"
     return (f"max-batch {s.name} at seq {s.seq} ({s.model_label}, {s.dtype}, {s.device}): "
             f"batch {item['start_batch']} doubled up to {item['limit']}, then bisected{margin}; "
             f"probes of {item['probe']['warmup']} warm-up + {item['probe']['steps']} timed steps, "
-            f"then {final['warmup']} warm-up + {final['steps']} timed steps x "
-            f"{final['repeats']} at the chosen batch")
+            f"then {final['warmup']} warm-up + {final['steps']} timed steps x {processes} at the "
+            "chosen batch")
