@@ -9,6 +9,7 @@ PYTHONPATH (`with_hooks`) and sets DIVERGE_ENV or FAULT_ENV; tests/hooks/sitecus
 stepbench's functions in those processes as they are imported.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -76,21 +77,19 @@ class _NoChildren:
                              "@pytest.mark.slow (the fast loop runs none)")
 
 
+def _guard(item):
+    return contextlib.nullcontext() if item.get_closest_marker("slow") else _NoChildren(item)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("slow"):
-        yield
-        return
-    with _NoChildren(item):
+    with _guard(item):          # module fixtures start here too
         yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    if item.get_closest_marker("slow"):
-        yield
-        return
-    with _NoChildren(item):
+    with _guard(item):
         yield
 
 
