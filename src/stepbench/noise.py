@@ -3,8 +3,8 @@ same rule in a setup's process and in the report), and process_spread, processes
 that disagree (`processes_disagree`: the report's flag, and the rule by which `run` measures a
 setup in a third process).
 
-The 5% threshold follows the spread seen between identical eager processes on an H200
-(docs/report.md). Other flags come from NVML (measure/telemetry.py) and torch.compile
+The thresholds follow the spread seen between identical processes (docs/report.md;
+docs/architecture.md, "Measured reasons"). Other flags come from NVML (measure/telemetry.py) and torch.compile
 (measure/step.py).
 """
 

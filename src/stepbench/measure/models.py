@@ -128,7 +128,7 @@ def build_model(model: str, seq: int, attn: str, device="cpu"):
     Building in fp32 then calling .to(dtype) avoids the torch_dtype/dtype rename between
     transformers 4.x and 5.x, and draws the same random numbers whatever the dtype. Drawn on a GPU
     (Setup.init "device") the weights take milliseconds, against seconds of single-threaded CPU
-    random numbers for the post's model; they are other numbers than the CPU's for the same seed.
+    random numbers for a model of llama-468m's size; they are other numbers than the CPU's for the same seed.
     """
     import torch
     from transformers import AutoModelForCausalLM
