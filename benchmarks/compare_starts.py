@@ -3,8 +3,9 @@
 
     python benchmarks/compare_starts.py FRESH.jsonl SERVER.jsonl [SEED.jsonl]
 
-Per setup: the mean of the timed steps (ms) of each (the script times the mean too), their ratio, peak memory, first step, and the process's wall
-and its time outside the first step, warm-up and timed steps (`phases`).
+Per setup: the mean of the timed steps (ms) of each (the script times the mean too), their ratio,
+peak memory, first step, and the process's wall and its time outside the first step, warm-up and
+timed steps (`phases`).
 """
 
 from __future__ import annotations
