@@ -38,12 +38,16 @@ def start(sshd, remote_dir, out, batches):
 
 
 
-def remote_processes(remote_dir) -> tuple[psutil.Process, psutil.Process]:
-    """The hostside process of the running setup there, and the setup's own process."""
-    [side] = [p for p in processes_with(str(remote_dir)) if "stepbench.execute.hostside" in
-              " ".join(p.cmdline())]
-    [worker] = [p for p in side.children() if "stepbench.measure.worker" in " ".join(p.cmdline())]
-    return side, worker
+def remote_processes(remote_dir) -> tuple[psutil.Process, psutil.Process, psutil.Process]:
+    """The hostside process of the running setup there (`hostside run`), the setup's own process,
+    and the host's process server (`hostside serve`) that forked it: the setup's process is the
+    server's child and shows the server's command line."""
+    procs = processes_with(str(remote_dir))
+    [side] = [p for p in procs if p.cmdline()[-2:-1] == ["run"]]
+    serving = [p for p in procs if "serve" in p.cmdline()]
+    [server] = [p for p in serving if p.ppid() not in {q.pid for q in serving}]
+    [worker] = server.children()
+    return side, worker, server
 
 
 def gone(*procs, within_s: float = 20) -> bool:
@@ -62,21 +66,21 @@ def test_killed_setup_lost_host_and_sigterm(sshd, tmp_path):
     # (Records of setups that finished there, tagged alike: tests/test_remote.py.)
     proc = start(sshd, remote_dir, out, "64")
     wait_for(proc, "alpha: [1/1] eager+sdpa batch 64 seq 64: warm-up")
-    side, worker = remote_processes(remote_dir)
+    side, worker, server = remote_processes(remote_dir)
     worker.kill()
     rest = proc.stderr.read()
     assert proc.wait(60) == 0, rest
     [crashed] = read_jsonl(out)
     assert (crashed["setup"]["batch"], crashed["status"], crashed["host"]) == (64, "crashed", "alpha")
     assert crashed["error"].startswith("killed by signal SIGKILL (last phase: warmup)")
-    assert gone(side)
+    assert gone(side, server)
 
     # 2. The host is lost mid-run (its sshd processes die): one line; nothing recorded for the
     # setup that was running; the processes there end when their connection is gone.
     proc = start(sshd, remote_dir, out, "64,48")
     said = wait_for(proc, "alpha: [2/2] eager+sdpa batch 48 seq 64: warm-up")
     assert said.count("already in the results file") == 1
-    side, worker = remote_processes(remote_dir)
+    side, worker, server = remote_processes(remote_dir)
     assert sshd.drop_connections() >= 1
     rest = proc.stderr.read()
     assert proc.wait(60) == 1, rest
@@ -84,18 +88,18 @@ def test_killed_setup_lost_host_and_sigterm(sshd, tmp_path):
             in rest)
     assert "; 1 setup not run; run the same command again to resume" in rest
     assert len(read_jsonl(out)) == 1
-    assert gone(side, worker)
+    assert gone(side, worker, server)
 
     # 3. SIGTERM here stops the setup there; what finished stays, and the message says so.
     proc = start(sshd, remote_dir, out, "64,48")
     wait_for(proc, "alpha: [2/2] eager+sdpa batch 48 seq 64: warm-up")
-    side, worker = remote_processes(remote_dir)
+    side, worker, server = remote_processes(remote_dir)
     proc.send_signal(signal.SIGTERM)
     rest = proc.stderr.read()
     assert proc.wait(60) == 143, rest
     assert "stopped by SIGTERM; the running setups were stopped on every host" in rest
     assert "Traceback" not in rest
-    assert gone(side, worker)
+    assert gone(side, worker, server)
     assert read_jsonl(out) == [crashed]
     # The run's work folder there was removed on the way out.
     assert len(list((remote_dir / "runs").iterdir())) == 1      # only the lost run's is left
