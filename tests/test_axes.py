@@ -59,7 +59,9 @@ SPOILED = setup(attn="eager")
 @pytest.fixture(scope="module")
 def axes_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("axes") / "results.jsonl"
-    executor = LocalProcess()
+    # Through the process server, as `run` starts setups: the tests' hook reaches its children.
+    executor = LocalProcess(start="server", preload={"models": [["llama-tiny", 32]],
+                                                     "compile": True})
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", with_hooks(os.environ)["PYTHONPATH"])
         mp.setenv(DIVERGE_ENV, SPOILED.name)
