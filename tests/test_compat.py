@@ -31,7 +31,7 @@ def test_a_0_1_results_file_resumes_without_running_anything(tmp_path):
                    timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("already in the results file (ok), skipped") == 2
-    assert "starting Python" not in proc.stderr
+    assert "starting its process" not in proc.stderr
     assert out.read_bytes() == before
     assert [r["setup"]["name"] for r in json.loads(proc.stdout)] == ["eager+sdpa", "compile+sdpa"]
 

@@ -90,7 +90,7 @@ def test_rerunning_resumes_without_starting_a_process(searched):
     again = run_cli("run", *SEARCH, "--batch", "16", "--max-batch", "--out", out)
     assert again.returncode == 0, again.stderr
     assert read_jsonl(out) == before
-    assert "starting Python" not in again.stderr
+    assert "starting its process" not in again.stderr
     assert again.stderr.count("already in the results file") == len(before)
     # The same decisions, replayed from the stored probes; the table shows the measurement and
     # the search's details.

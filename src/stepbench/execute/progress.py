@@ -17,7 +17,7 @@ from stepbench.execute.executor import Job
 from stepbench.record import Record
 
 PHASE_TEXT = {
-    "starting": "starting Python",
+    "starting": "starting its process",
     "peak": "the GPU's matmul rate (for MFU)",
     "building": "building the model",
     "first_step": "first step",
