@@ -14,7 +14,8 @@ The server (`serve`, started as `python -c SERVER_MAIN`):
 - imports what a setup's process imports (torch, transformers, the models' modeling modules,
   torch._dynamo for compiled setups, stepbench.measure) with one OpenMP thread and no jemalloc
   background thread, and never starts CUDA (PYTORCH_NVML_BASED_CUDA_CHECK; torch._inductor is
-  left to the child, since importing it starts the CUDA driver) nor runs a torch operation: a
+  left to the child, since importing it asks torch.cuda.is_available(), which starts NVML's
+  thread on a GPU machine) nor runs a torch operation: a
   thread pool or a CUDA context in the server would be copied broken into every child;
 - forks only while it has exactly one thread (/proc/self/task), and refuses otherwise;
 - in the child: a new session, the job's pipes on fds 1 and 2, the job's own environment, the
@@ -379,9 +380,10 @@ def preload(spec: dict) -> dict:
             pass
     lap("transformers")
     if spec.get("compile"):
-        # Dynamo, not inductor: importing torch._inductor starts the CUDA driver (its benchmarking
-        # module, with triton), which a forked child must not inherit; a compiled setup's process
-        # imports the rest itself.
+        # Dynamo, not inductor: importing torch._inductor asks torch.cuda.is_available() at module
+        # level (torch 2.11's runtime/benchmarking.py), and NVML, which answers it here, starts a
+        # thread that a forked child must not inherit; a compiled setup's process imports the rest
+        # itself.
         import torch._dynamo  # noqa: F401
         import torch._inductor.config  # noqa: F401
         lap("dynamo")
