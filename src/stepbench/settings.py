@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -43,17 +44,19 @@ class Option:
     def flag(self) -> str:
         return "--" + self.key.replace("_", "-")
 
-    def check(self, value):
+    def check(self, value, where: str | None = None):
+        """`value`, checked; `where`: how an error names it (a plan's key), else its flag."""
+        name = where or self.flag
         if self.choices and value is not None and value not in self.choices:
-            raise UserError(f"{self.flag} takes one of {', '.join(self.choices)}, got {value!r}")
+            raise UserError(f"{name} takes one of {', '.join(self.choices)}, got {value!r}")
         if value is None or self.least is None:
             return value
         if self.kind is int and value < self.least:
-            raise UserError(f"{self.flag} must be an integer >= {self.least:g}, got {value}")
+            raise UserError(f"{name} must be an integer >= {self.least:g}, got {value}")
         if self.kind is float and not value > self.least:
-            raise UserError(f"{self.flag} must be > {self.least:g} seconds, got {value:g}"
+            raise UserError(f"{name} must be > {self.least:g} seconds, got {value:g}"
                             if self.key == "timeout" else
-                            f"{self.flag} must be > {self.least:g}, got {value:g}")
+                            f"{name} must be > {self.least:g}, got {value:g}")
         return value
 
 
@@ -109,6 +112,57 @@ MAX_BATCH_KEYS = ("max_batch_limit", "probe_steps", "memory_margin")
 
 def option(key: str, command: str = RUN) -> Option:
     return next(o for o in OPTIONS if o.key == key and command in o.defaults)
+
+
+# ---------------------------------------------------------------- where a value came from
+
+@dataclass(frozen=True)
+class Origin:
+    """Where each setting given came from, so that an error names it as the user wrote it: a
+    flag (`--compile-scope layer needs torch.compile`), or a plan file's key as the plan spells
+    it, after the plan's name (`plan study.toml: compile_scope layer needs torch.compile`).
+    Keys are settings keys (axes.Axis.key, Option.key); a key's flag is `--` and its dashed
+    form, as cli/flags.py makes them."""
+
+    plan: Path | None = None
+    # The keys the plan gave and no flag overrode -> the plan's spelling ("compile-scope",
+    # "compile_scope", or an alias: "mode").
+    spelled: Mapping[str, str] = field(default_factory=dict)
+    flagged: frozenset = frozenset()    # the keys the flags gave
+
+
+    def where(self, key: str) -> str | None:
+        """The plan's spelling of `key`, when the plan gave it; None for a flag or a default."""
+        return self.spelled.get(key)
+
+    def name(self, key: str, about: str | None = None) -> str:
+        """How an error names `key`: as it was given (its flag, or the plan's spelling, with
+        the plan's name where the error is `about` a flag); a key not given at all in the style
+        of the key the error is `about` (the plan's own way where the plan gave that one: the
+        fix goes in the plan)."""
+        flag = "--" + key.replace("_", "-")
+        if key in self.flagged:
+            return flag
+        if key in self.spelled:
+            return self.spelled[key] + ("" if about is None or about in self.spelled
+                                        else f" in plan {self.plan}")
+        return key.replace("_", "-") if about in self.spelled else flag
+
+    def error(self, about: str, message: str) -> UserError:
+        """A UserError about the value of `about`, headed by the plan's name when the plan
+        gave that value."""
+        return UserError(f"plan {self.plan}: {message}" if about in self.spelled else message)
+
+    @contextmanager
+    def checking(self, key: str):
+        """A UserError raised within about `key`'s value is headed by the plan's name when the
+        plan gave it (the message names the key by `where(key)`)."""
+        try:
+            yield
+        except UserError as exc:
+            if key not in self.spelled:
+                raise
+            raise UserError(f"plan {self.plan}: {exc}") from None
 
 
 # ---------------------------------------------------------------- the parts of a run's settings
@@ -171,6 +225,7 @@ class RunSettings:
     dry_run: bool = False
     format: str = "table"
     start: str = "server"               # server or fresh: how each setup's process starts
+    origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     @property
     def remote_run(self) -> bool:
@@ -193,8 +248,10 @@ class RunSettings:
             if values.get(a.name) is None and not a.optional:
                 values[a.name] = a.default_for(device)
         if self.gpus is not None and device != "cuda":
-            raise UserError("--gpus needs CUDA GPUs, and this run is on the CPU; drop --gpus (or "
-                            "pass --device cuda on a GPU machine)")
+            gpus = self.origin.name("gpus")
+            raise self.origin.error("gpus", f"{gpus} needs CUDA GPUs, and this run is on the "
+                                            f"CPU; drop {gpus} (or pass --device cuda on a GPU "
+                                            "machine)")
         timeout = self.timeout_s if self.timeout_s is not None else TIMEOUT_S[device]
         return dataclasses.replace(self, values=_frozen(values), device=device, timeout_s=timeout)
 
@@ -205,36 +262,48 @@ class RunSettings:
         return matrix(self.values)
 
     @classmethod
-    def build(cls, flags: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> "RunSettings":
-        """Defaults, then the plan file's values (plan.read_plan), then the flags (by key; None
-        for a flag not given): parsed and checked."""
-        given = {**(plan or {}), **{k: v for k, v in flags.items() if v is not None}}
+    def build(cls, flags: Mapping[str, Any], plan=None) -> "RunSettings":
+        """Defaults, then the plan file's values (plan.read_plan: a Plan), then the flags (by
+        key; None for a flag not given): parsed and checked. An error names a value as it was
+        given: by its flag, or by the plan's key (Origin)."""
+        flags = {k: v for k, v in flags.items() if v is not None}
+        origin = Origin()
+        if plan is not None:
+            origin = Origin(plan.path, {k: spelled for k, spelled in plan.spelled.items()
+                                        if k not in flags}, frozenset(flags))
+        given = {**(plan.values if plan is not None else {}), **flags}
         # The device is an option here ("auto" too), a field of the setups once resolved.
-        values = {a.name: _axis_value(a, given.get(a.key), RUN) for a in AXES
+        values = {a.name: _axis_value(a, given.get(a.key), RUN, origin) for a in AXES
                   if a.name != "device"}
         values["device"] = None
-        opts = _options(given, RUN)
+        opts = _options(given, RUN, origin)
         settings = cls(
             values=_frozen(values), device=opts["device"], repeats=opts["repeats"],
             timeout_s=opts["timeout"], compile_cache=_path(opts["compile_cache"]),
             out=Path(opts["out"]), rerun=opts["rerun"], measure_peak=not opts["no_peak"],
             gpus=opts["gpus"], node_rank=opts["node_rank"], rdzv_endpoint=opts["rdzv_endpoint"],
-            max_batch=_max_batch(opts, given), remote=_remote(given), rent=_rent(given),
+            max_batch=_max_batch(opts, given, origin), remote=_remote(given), rent=_rent(given),
             dry_run=opts["dry_run"], format=given.get("format") or "table",
-            start=opts["start"])
+            start=opts["start"], origin=origin)
         settings.check()
         return settings
 
     def check(self) -> None:
-        """What can be judged before the device is known."""
-        v = self.values
+        """What can be judged before the device is known; an error names each setting as it
+        was given (self.origin)."""
+        v, o = self.values, self.origin
         if "compile" not in v["mode"] and set(v["compile_scope"]) != {"model"}:
-            raise UserError(f"--compile-scope {','.join(v['compile_scope'])} needs torch.compile; "
-                            "eager mode compiles nothing: add compile to --modes or drop "
-                            "--compile-scope")
+            scope = o.name("compile_scope")
+            raise o.error("compile_scope", f"{scope} {','.join(v['compile_scope'])} needs "
+                                           "torch.compile; eager mode compiles nothing: add "
+                                           f"compile to {o.name('modes', 'compile_scope')} or "
+                                           f"drop {scope}")
         if v["parallel"] == ("none",) and (v["nproc"] != 1 or v["nnodes"] != 1):
-            raise UserError(f"--nproc {v['nproc']} --nnodes {v['nnodes']} needs a way to spread "
-                            "the step: add --parallel ddp or --parallel fsdp2")
+            about = "nproc" if v["nproc"] != 1 else "nnodes"
+            parallel = o.name("parallel", about)
+            raise o.error(about, f"{o.name('nproc', about)} {v['nproc']} "
+                                 f"{o.name('nnodes', about)} {v['nnodes']} needs a way to "
+                                 f"spread the step: add {parallel} ddp or {parallel} fsdp2")
         nnodes, rank = v["nnodes"], self.node_rank
         if nnodes > 1 and (rank is None or not self.rdzv_endpoint):
             raise UserError(f"--nnodes {nnodes} needs --node-rank (0 on the host given as the "
@@ -254,7 +323,7 @@ class RunSettings:
                             "host itself")
 
 
-def _axis_value(a: Axis, raw, command: str):
+def _axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):
     """An axis's value from a flag's or plan's raw value (None: its default); a matrix axis of
     `run` is a tuple, the rest one value."""
     if raw is None:
@@ -262,19 +331,24 @@ def _axis_value(a: Axis, raw, command: str):
             return None             # the device decides (model, seq), or none (memory limit)
         value = a.default_for("cuda")
         return value if command == RUN or not isinstance(value, tuple) else value[0]
-    if a.many and command == RUN:
-        return a.parse(raw)
-    if isinstance(raw, str) and a.kind is not str:
-        return a.parse(raw)[0]
-    return a.check(float(raw) if a.kind is float and isinstance(raw, int) else raw)
+    where = origin.where(a.key)
+    with origin.checking(a.key):
+        if a.many and command == RUN:
+            return a.parse(raw, where)
+        if isinstance(raw, str) and a.kind is not str:
+            return a.parse(raw, where)[0]
+        return a.check(float(raw) if a.kind is float and isinstance(raw, int) else raw,
+                       where=where)
 
 
-def _options(given: dict, command: str) -> dict:
+def _options(given: dict, command: str, origin: Origin = Origin()) -> dict:
     opts = {}
     for o in OPTIONS:
         if command in o.defaults:
             value = given.get(o.key)
-            opts[o.key] = o.check(o.defaults[command] if value is None else value)
+            with origin.checking(o.key):
+                opts[o.key] = o.check(o.defaults[command] if value is None else value,
+                                      origin.where(o.key))
     if opts.get("device") not in DEVICE_CHOICES:
         raise UserError(f"unknown device {opts.get('device')!r}; choose one of: "
                         + ", ".join(DEVICE_CHOICES))
@@ -285,15 +359,20 @@ def _path(value) -> Path | None:
     return None if value is None else Path(value)
 
 
-def _max_batch(opts: dict, given: dict) -> MaxBatchOptions | None:
-    named = [option(k).flag for k in MAX_BATCH_KEYS if given.get(k) is not None]
+def _max_batch(opts: dict, given: dict, origin: Origin = Origin()) -> MaxBatchOptions | None:
+    named = [k for k in MAX_BATCH_KEYS if given.get(k) is not None]
     if not opts["max_batch"]:
         if named:
-            raise UserError(f"{named[0]} sets up the batch search; add --max-batch (or drop it)")
+            key = named[0]
+            switch = origin.name("max_batch", key)
+            switch += "" if switch.startswith("--") else " = true"
+            raise origin.error(key, f"{origin.name(key)} sets up the batch search; add {switch} "
+                                    "(or drop it)")
         return None
     margin = opts["memory_margin"]
     if not 0 <= margin < 100:
-        raise UserError(f"--memory-margin is a percentage from 0 to 99, got {margin:g}")
+        raise origin.error("memory_margin", f"{origin.name('memory_margin')} is a percentage "
+                                            f"from 0 to 99, got {margin:g}")
     return MaxBatchOptions(probe_steps=opts["probe_steps"], limit=opts["max_batch_limit"],
                            margin=margin / 100)
 

@@ -103,7 +103,7 @@ def cmd_run(args) -> int:
     plan = local.plan()
     check_models(plan)
     if local.max_batch is not None:
-        check_searches(local.max_batch, plan)
+        check_searches(local.max_batch, plan, local.origin)
     if local.dry_run:
         print_plan(plan, local.format) if local.max_batch is None else \
             print_searches(plan, local)
