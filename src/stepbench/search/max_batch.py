@@ -32,6 +32,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from stepbench.errors import first_line
+from stepbench.execute.progress import SearchView
 from stepbench.execute.runner import FIRST_ROUNDS, NullDisplay, least_processes
 from stepbench.record import Record
 from stepbench.settings import MaxBatchOptions, Origin
@@ -190,7 +191,8 @@ class Search:
 
 class MaxBatch:
     """Runs the searches of a plan through one Runner (its executor and results file), showing
-    progress on `display`."""
+    progress on `display`: each process numbered within its search ("search 2/3, probe 5",
+    execute/progress.py SearchView)."""
 
     def __init__(self, runner, options: MaxBatchOptions, *, repeats: int | None = 1,
                  timeout_s: float, display=None):
@@ -198,10 +200,15 @@ class MaxBatch:
         self.options = options
         self.repeats = repeats
         self.timeout_s = timeout_s
-        self.display = display or NullDisplay()
+        self.display = SearchView(display or NullDisplay())
 
     def run(self, plan: list[Setup]) -> list[Search]:
-        return [self.search(setup) for setup in starts(plan)]
+        found = starts(plan)
+        searches = []
+        for number, setup in enumerate(found, start=1):
+            self.display.scope = f"search {number}/{len(found)}, " if len(found) > 1 else ""
+            searches.append(self.search(setup))
+        return searches
 
     def search(self, setup: Setup) -> Search:
         s = Search(setup, self.options)
@@ -258,6 +265,7 @@ class MaxBatch:
     def _probe(self, s: Search, batch: int, step: str) -> Probe:
         setup = dataclasses.replace(s.setup, batch=batch, warmup=PROBE_WARMUP,
                                     steps=self.options.probe_steps)
+        self.display.what = "probe"
         probe = Probe(batch, step, self._one(setup, 1, s.probe_tag(step))[0])
         s.probes.append(probe)
         record = probe.record
@@ -274,6 +282,7 @@ class MaxBatch:
         that fit, and so on."""
         smaller = sorted({p.batch for p in s.probes if s.fits(p) and p.batch < s.chosen},
                          reverse=True)
+        self.display.what = "final"
         for batch in [s.chosen, *smaller]:
             records = self._one(dataclasses.replace(s.setup, batch=batch), self.repeats,
                                 s.final_tag(batch))

@@ -151,8 +151,14 @@ class Tuner:
                  probe_steps: tuple[int, int] | None = None, skipped: list[str] | None = None,
                  clock: Callable[[], float] = time.monotonic, display=None,
                  say: Callable[[str], None] = lambda text: None):
+        # (Imported here: the report reads TuneResult and never runs anything.)
+        from stepbench.execute.progress import SearchView
+        from stepbench.execute.runner import NullDisplay
+
         self.runner = runner
-        self.display = display
+        # Each process numbered across the tune ("probe 5", "final 2"), each finished one with
+        # the budget left (execute/progress.py).
+        self.display = SearchView(display or NullDisplay(), budget_left=lambda: self.left_s())
         self.space = space
         self.budget_s = budget_s
         self.objective = objective
@@ -470,6 +476,7 @@ class Tuner:
         if not ranked:
             return None, None, None, False
         self.finalizing = True
+        self.display.what = "final"
         waiting = [(self.in_full(r.setup), r) for r in ranked]
         active, waiting = waiting[:FINALISTS], waiting[FINALISTS:]
         results: dict[Setup, list[Record]] = collections.defaultdict(list)
