@@ -131,6 +131,7 @@ def cmd_run(args) -> int:
             searched = [p.record for s in found for p in s.probes] + records
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
+        print_stopped(local, runner.kept())
         return stopped("run", exc, f"the running setup was stopped, finished setups are kept "
                                    f"in {local.out}")
     finally:
@@ -138,6 +139,19 @@ def cmd_run(args) -> int:
         executor.close()
     print_records(local, records, searched)
     return 0
+
+
+def print_stopped(settings: RunSettings, kept: list) -> None:
+    """A stopped run's table (or JSON array) on stdout: the setups that finished (and those
+    found in the results file), as the run would have shown them; with --max-batch, the full
+    measurements in the table and every probe under its details."""
+    if not kept and settings.format != "json":
+        return
+    if settings.max_batch is None:
+        print_records(settings, kept, hints=False)
+        return
+    finals = [r for r in kept if (r.search or {}).get("role") == "final"]
+    print_records(settings, finals, kept, hints=False)
 
 
 def run_hosts(settings: RunSettings) -> int:
@@ -203,17 +217,19 @@ def run_hosts(settings: RunSettings) -> int:
     return report_failures(runs)
 
 
-def print_records(settings: RunSettings, records, searched=()) -> None:
+def print_records(settings: RunSettings, records, searched=(), hints: bool = True) -> None:
     """The run's records on stdout: a table (repeats combined) or the JSON array. `searched`:
     every record of `--max-batch`'s searches (for its details table), `records` their full
-    measurements."""
+    measurements. `hints`: then, on stderr, where the results are and what to run next."""
     if settings.format == "json":
         print(json.dumps([r.to_dict() for r in records], indent=1))
         return
     from stepbench.report.document import run_document
     from stepbench.report.render import render
 
-    print(render(run_document(records, searched), settings.format), end="")
+    print(render(run_document(records, searched), settings.format), end="", flush=True)
+    if not hints:
+        return
     print(f"results: {settings.out}", file=sys.stderr)
     if settings.repeats is None or settings.repeats > 1:
         print(f"repeats combined, with confidence intervals and findings: stepbench report "
