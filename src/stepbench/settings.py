@@ -181,6 +181,7 @@ class Remote:
     """SSH hosts (`run --host`, execute/ssh.py) and how to use them."""
 
     hosts: tuple[str, ...] = ()         # as named on the command line and in --hosts-file
+    hosts_file: Path | None = None
     ssh_config: Path | None = None      # None: ~/.ssh/config, as ssh reads it
     python: str = "python3"             # the Python there that holds torch
     setup: str | None = None            # shell code run before each command there
@@ -196,6 +197,7 @@ class Rent:
     timeout_s: float = 900.0            # to start and answer SSH
     max_minutes: int = 120              # the provider deletes the machine after this
     template: str | None = None
+    prices: bool = False                # a dry run asks the providers for today's prices
 
 
 def _frozen(values: Mapping) -> Mapping:
@@ -317,6 +319,10 @@ class RunSettings:
             raise UserError("--host and --rent run one setup at a time on each machine's first "
                             "GPU; drop --gpus, --nproc, --nnodes and --parallel, or run "
                             "stepbench on the machine itself")
+        if self.rent.prices and not (self.rent.specs and self.dry_run):
+            raise UserError("--rent-prices goes with --rent and --dry-run: it asks the providers "
+                            "for today's prices without renting (a run looks them up itself "
+                            "before it creates anything)")
         if self.max_batch is not None and self.remote_run:
             raise UserError("--max-batch runs its probes on this machine; drop --host, "
                             "--hosts-file and --rent, or run `stepbench run --max-batch` on the "
@@ -390,7 +396,8 @@ def _remote(given: dict) -> Remote:
     if config is not None and not Path(config).is_file():
         raise UserError(f"SSH config {config} not found; pass the file that defines your host "
                         "aliases (default ~/.ssh/config)")
-    return Remote(hosts=tuple(hosts), ssh_config=_path(config),
+    return Remote(hosts=tuple(hosts), hosts_file=_path(given.get("hosts_file")),
+                  ssh_config=_path(config),
                   python=given.get("remote_python") or "python3",
                   setup=given.get("remote_setup"),
                   dir=given.get("remote_dir") or ".cache/stepbench")
@@ -414,7 +421,7 @@ def _rent(given: dict) -> Rent:
     rent = Rent(specs=tuple(given.get("rent") or ()), key=given.get("rent_key"),
                 timeout_s=given.get("rent_timeout") or Rent.timeout_s,
                 max_minutes=given.get("rent_max_minutes") or Rent.max_minutes,
-                template=given.get("rent_template"))
+                template=given.get("rent_template"), prices=bool(given.get("rent_prices")))
     if not 5 <= rent.max_minutes <= 10080:
         raise UserError(f"--rent-max-minutes must be from 5 to 10080, got {rent.max_minutes}")
     if rent.timeout_s <= 0:
