@@ -186,10 +186,12 @@ def run_hosts(settings: RunSettings) -> int:
         except BaseException:
             loop.close()
             raise
+    runs = []
     try:
-        runs = run_on_hosts(settings, specs, display, store, rentals, loop)
+        run_on_hosts(settings, specs, display, store, rentals, loop, runs)
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
+        print_stopped(settings, [record for run in runs for record in run.kept()])
         kept = [lease for lease in rentals.leases if lease.delete_failed] if rentals else []
         for lease in kept:
             say("run", f"host {lease.name}: {lease.delete_failed}")
