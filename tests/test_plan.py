@@ -127,6 +127,8 @@ def test_a_bad_plan_is_refused_before_anything_runs(plan_file, capsys, tmp_path,
     ('nproc = 2', [], "plan {plan}: nproc 2 nnodes 1 needs a way to spread the step: add "
                       "parallel ddp or parallel fsdp2"),
     ('max_batch = true', [], "plan {plan}: max_batch on the CPU needs memory-limit-gb"),
+    ('nnodes = 2\nparallel = ["ddp"]', [], "plan {plan}: nnodes 2 needs --node-rank"),
+    ('model = "nope"', [], "plan {plan}: unknown model 'nope': not a preset"),
     # A flag's error names the flag, and a plan value it mentions names the plan.
     ('compile-scope = ["layer"]', ["--modes", "eager"],
      "plan {plan}: compile-scope layer needs torch.compile; eager mode compiles nothing: add "
@@ -135,6 +137,9 @@ def test_a_bad_plan_is_refused_before_anything_runs(plan_file, capsys, tmp_path,
      "--compile-scope layer needs torch.compile; eager mode compiles nothing: add compile to "
      "modes in plan {plan} or drop --compile-scope"),
     ('attn = ["sdp"]', ["--attn", "sdp"], "error: unknown attention 'sdp'; choose one of"),
+    ('nnodes = 1', ["--node-rank", "1"], "error: --node-rank needs nnodes = 2 or more in "
+                                         "plan {plan}"),
+    ('model = "llama-tiny"', ["--model", "nope"], "error: unknown model 'nope'"),
 ])
 def test_an_error_names_a_plan_value_by_its_key_and_a_flag_by_the_flag(plan_file, capsys, line,
                                                                        flags, message):

@@ -130,7 +130,6 @@ class Origin:
     spelled: Mapping[str, str] = field(default_factory=dict)
     flagged: frozenset = frozenset()    # the keys the flags gave
 
-
     def where(self, key: str) -> str | None:
         """The plan's spelling of `key`, when the plan gave it; None for a flag or a default."""
         return self.spelled.get(key)
@@ -308,12 +307,15 @@ class RunSettings:
                                  f"spread the step: add {parallel} ddp or {parallel} fsdp2")
         nnodes, rank = v["nnodes"], self.node_rank
         if nnodes > 1 and (rank is None or not self.rdzv_endpoint):
-            raise UserError(f"--nnodes {nnodes} needs --node-rank (0 on the host given as the "
-                            "endpoint) and --rdzv-endpoint HOST:PORT of node 0, on every host")
+            raise o.error("nnodes", f"{o.name('nnodes')} {nnodes} needs --node-rank (0 on the "
+                                    "host given as the endpoint) and --rdzv-endpoint HOST:PORT "
+                                    "of node 0, on every host")
         if nnodes > 1 and not 0 <= rank < nnodes:
             raise UserError(f"--node-rank must be from 0 to {nnodes - 1}, got {rank}")
         if nnodes == 1 and rank not in (None, 0):
-            raise UserError("--node-rank needs --nnodes 2 or more")
+            spelled = o.where("nnodes")
+            raise UserError("--node-rank needs " + (f"{spelled} = 2 or more in plan {o.plan}"
+                                                    if spelled else "--nnodes 2 or more"))
         if self.remote_run and (self.gpus is not None or v["nproc"] != 1 or nnodes != 1
                                 or v["parallel"] != ("none",)):
             raise UserError("--host and --rent run one setup at a time on each machine's first "

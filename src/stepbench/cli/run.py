@@ -105,7 +105,8 @@ def cmd_run(args) -> int:
 
     local = settings.resolved(resolve_device(settings.device))
     plan = local.plan()
-    check_models(plan)
+    with local.origin.checking("model"):    # a plan's model: the error names the plan
+        check_models(plan)
     if local.max_batch is not None:
         check_searches(local.max_batch, plan, local.origin)
     if local.dry_run:
@@ -169,7 +170,9 @@ def run_hosts(settings: RunSettings) -> int:
     # The flags are checked here, once, before any host is contacted.
     specs = check_hosts(settings)
     # Each host checks its own plan too, once its device is known.
-    check_models(settings.resolved("cpu" if settings.device == "auto" else settings.device).plan())
+    with settings.origin.checking("model"):
+        check_models(settings.resolved("cpu" if settings.device == "auto"
+                                       else settings.device).plan())
     if settings.dry_run:
         return dry_run_hosts(settings, specs)
     store = ResultsFile(settings.out).check_writable()
