@@ -92,3 +92,40 @@ def test_a_stopped_max_batch_run_prints_the_searches_that_finished(monkeypatch, 
     finals = json.loads(capsys.readouterr().out)
     assert [(r["setup"]["name"], r["setup"]["batch"], r["search"]["role"]) for r in finals] == [
         ("eager+sdpa", 8, "final")]
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_stopped_tune_prints_what_it_measured_and_no_winner(monkeypatch, capsys, tmp_path, fmt):
+    base = stopping_at(4)
+
+    class Measured(base):
+        def run(self, job, slot, timeout_s, on_message) -> Outcome:
+            outcome = base.run(self, job, slot, timeout_s, on_message)
+            s = job.setup
+            outcome.result["measured"].update(tokens_per_s=s.batch * s.seq / 0.1,
+                                              loss_first=6.9,
+                                              losses=[6.9] * (1 + s.warmup + s.steps))
+            return outcome
+
+    monkeypatch.setattr(executor_module, "LocalProcess", Measured)
+    out = tmp_path / "t.jsonl"
+    code = main(["tune", "--device", "cpu", "--seq", "64", "--budget", "20m", "--out", str(out),
+                 "--format", fmt])
+    said = capsys.readouterr()
+    assert code == 130
+    assert said.err.strip().splitlines()[-1] == (
+        f"stepbench tune: interrupted; what it measured is kept in {out}; run the same command "
+        "again to resume")
+    stored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(stored) == 3
+    if fmt == "json":
+        result = json.loads(said.out)
+        assert result["stopped"] is True and result["winner"] is None
+        assert [r["setup"]["name"] for r in result["tried"]] == [r["setup"]["name"]
+                                                                 for r in stored]
+        return
+    rows = [line.split()[:2] for line in said.out.splitlines() if line.strip().startswith("screen")]
+    assert rows == [["screen", r["setup"]["name"]] for r in stored]
+    assert ("Stopped before the tune chose: no winner yet; the same command resumes from these "
+            "measurements.") in said.out
+    assert "Winner" not in said.out

@@ -65,6 +65,9 @@ def cmd_tune(args) -> int:
         result = tuner.run()
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
+        so_far = tuner.so_far()
+        if so_far.tried or settings.format == "json":
+            print_result(so_far, settings.format)
         return stopped("tune", exc, f"what it measured is kept in {settings.out}")
     finally:
         display.close()

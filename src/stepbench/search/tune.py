@@ -114,6 +114,7 @@ class TuneResult:
     measured_in_full: bool      # the winner comes from the final stage, not from a probe
     reference: Record | None = None   # the loss guard's eager reference at the winner's batch,
                                       # measured in full (the winner's losses were checked on it)
+    stopped: bool = False       # stopped (Ctrl-C, SIGTERM, SIGHUP) before it chose: no winner
 
     def to_dict(self) -> dict:
         return {"winner": self.winner.to_dict() if self.winner else None,
@@ -123,7 +124,7 @@ class TuneResult:
                 "budget_s": self.budget_s, "spent_s": round(self.spent_s, 1),
                 "comparison": self.comparison, "measured_in_full": self.measured_in_full,
                 "reference": self.reference.to_dict() if self.reference else None,
-                "skipped": self.skipped}
+                "skipped": self.skipped, "stopped": self.stopped}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TuneResult":
@@ -139,7 +140,8 @@ class TuneResult:
             tried.append(Tried(tag.get("stage") or tag.get("role") or "?", r))
         return cls(data["objective"], data["budget_s"], data["spent_s"], record(data["winner"]),
                    record(data["runner_up"]), tried, list(data["skipped"]), data["command"],
-                   data["comparison"], data["measured_in_full"], record(data.get("reference")))
+                   data["comparison"], data["measured_in_full"], record(data.get("reference")),
+                   data.get("stopped", False))
 
 
 class Tuner:
@@ -343,6 +345,12 @@ class Tuner:
                      if winner and in_full else None)
         return TuneResult(self.objective, self.budget_s, self.spent_s(), winner, runner_up,
                           self.tried, self.skipped, command, comparison, in_full, reference)
+
+    def so_far(self) -> TuneResult:
+        """What a tune stopped before it chose (Ctrl-C, SIGTERM, SIGHUP) had measured: no
+        winner; the same command resumes from its records."""
+        return TuneResult(self.objective, self.budget_s, self.spent_s(), None, None, self.tried,
+                          self.skipped, None, None, False, stopped=True)
 
     def screen(self) -> None:
         """Every attention kernel at the start batch: eager mode first, then compiled."""
