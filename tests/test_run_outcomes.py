@@ -59,8 +59,9 @@ def test_by_default_a_setup_runs_in_two_processes_and_a_third_where_they_disagre
     again = run_cli("run", *default, "--modes", "eager", "--attn", "sdpa", "--out", out)
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("already in the results file (ok), skipped") == len(records)
-    assert f"repeats combined, with confidence intervals and findings: stepbench report {out}" \
-        in again.stderr
+    assert again.stderr.strip().splitlines()[-2:] == [
+        f"results: {out}", f"report, with findings and plots: stepbench report {out} --format "
+                           f"html --out {out.with_suffix('.html')}"]
 
 
 def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):

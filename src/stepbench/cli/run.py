@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import say, stopped
+from stepbench.cli.base import report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_option, add_options, option_keys
 from stepbench.settings import DEFAULT_OUT, MAX_BATCH_KEYS, RUN, RunSettings
 
@@ -303,23 +303,17 @@ def _setup_line(setup) -> str:
 def print_records(settings: RunSettings, records, searched=(), hints: bool = True) -> None:
     """The run's records on stdout: a table (repeats combined) or the JSON array. `searched`:
     every record of `--max-batch`'s searches (for its details table), `records` their full
-    measurements. `hints`: then, on stderr, where the results are and what to run next."""
+    measurements. `hints`: then, on stderr, where the results are and the command that reports
+    them."""
     if settings.format == "json":
-        print(json.dumps([r.to_dict() for r in records], indent=1))
-        return
-    from stepbench.report.document import run_document
-    from stepbench.report.render import render
+        print(json.dumps([r.to_dict() for r in records], indent=1), flush=True)
+    else:
+        from stepbench.report.document import run_document
+        from stepbench.report.render import render
 
-    print(render(run_document(records, searched), settings.format), end="", flush=True)
-    if not hints:
-        return
-    print(f"results: {settings.out}", file=sys.stderr)
-    if settings.repeats is None or settings.repeats > 1:
-        print(f"repeats combined, with confidence intervals and findings: stepbench report "
-              f"{settings.out}", file=sys.stderr)
-    elif len({r.host for r in records}) > 1:
-        print(f"the hosts compared, with findings and cost per token: stepbench report "
-              f"{settings.out}", file=sys.stderr)
+        print(render(run_document(records, searched), settings.format), end="", flush=True)
+    if hints:
+        report_hint(settings.out)
 
 
 def print_plan(plan, fmt: str) -> None:
