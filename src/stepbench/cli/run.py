@@ -18,14 +18,14 @@ def add(sub) -> None:
                     "process and record step time, tokens/s, peak memory and first-step (compile) "
                     "time. Axis flags take comma lists; every combination runs.")
     p.add_argument("--plan", type=Path, metavar="FILE",
-                   help="a TOML plan of the matrix (docs in README, 'Plan files'); flags given "
+                   help="a TOML plan of the matrix (docs/cli.md, 'Plan files'); flags given "
                         "beside it override its values")
     add_axis_flags(p, RUN)
     add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS)))
     p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
                    help="table (default), markdown, or json (the records, alone on stdout)")
     search = p.add_argument_group(
-        "the largest batch that fits (README, 'Searching')",
+        "the largest batch that fits (docs/tune.md)",
         "Short probes, each its own process, double the batch from --batch until one runs out of "
         "memory, then bisect; the full measurement (--warmup, --steps, --repeats) runs at the "
         "batch found. Rerunning the same command resumes the search.")

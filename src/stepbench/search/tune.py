@@ -3,7 +3,7 @@
 A search, not a matrix: it proposes setups, has each measured in its own process by the same
 Runner and executor as `run` (every probe is a record in the results file, tagged `search`, so an
 interrupted tune resumes and `stepbench report` shows it), reads the records and decides what to
-try next. The stages (the README's "Searching" says the same for users):
+try next. The stages (docs/tune.md says the same for users):
 
 screen   every attention kernel at the start batch in eager mode (cheap: nothing compiles), then
          torch.compile with each kernel eager mode did not rule out (a failed kernel; the plain
