@@ -1,6 +1,6 @@
 """Print a stored tune again: the table of what it tried and its verdict, from the object
 `stepbench tune --format json` printed (results/h200-2026-12-01-tune-*.json), as the tune
-prints it (`--format table`, the README's example; markdown for section g; csv, html).
+prints it (`--format table`, the example in docs/tune.md; markdown for section g; csv, html).
 
     PYTHONPATH=src python benchmarks/tune_table.py results/h200-2026-12-01-tune-468m.json \
         [--format markdown]

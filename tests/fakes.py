@@ -123,14 +123,17 @@ ctypes.string_at(0)
 class InProcess:
     """An Executor (stepbench.execute.executor's protocol) that starts no process: each job's
     outcome is made here, with `step_times(job)` as its timed steps (None: the job was stopped,
-    as by Ctrl-C or a lost host). `ran` lists (batch, repeat) in the order the jobs ran. For the
-    runner's own decisions (which jobs, in which order) in the fast loop."""
+    as by Ctrl-C or a lost host) and `wall_s(job)` as its wall time. `ran` lists (batch,
+    repeat) in the order the jobs ran. For the runner's own decisions (which jobs, in which
+    order) in the fast loop."""
 
     host = None
 
-    def __init__(self, step_times: Callable[[Job], list[float] | None]):
+    def __init__(self, step_times: Callable[[Job], list[float] | None],
+                 wall_s: Callable[[Job], float] | None = None):
         self.slots = ["0"]
         self.step_times = step_times
+        self.wall_s = wall_s or (lambda job: 0.0)
         self.ran: list[tuple[int, int]] = []
 
     def slots_needed(self, setup) -> int:
@@ -147,7 +150,7 @@ class InProcess:
         measured = {"phase": "done", "step_times_ms": times, "step_ms": statistics.fmean(times),
                     "step_ms_median": statistics.median(times)}
         return Outcome(result={"status": "ok", "error": None, "measured": measured},
-                       returncode=0)
+                       returncode=0, wall_s=self.wall_s(job))
 
     def stop(self) -> None: ...
 

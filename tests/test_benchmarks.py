@@ -158,7 +158,7 @@ def test_example_report_markdown_is_what_the_code_writes_now(capsys):
 
 @pytest.mark.parametrize("name", ["468m", "135m"])
 def test_the_tunes_printed_in_the_readmes_are_what_their_json_renders_now(name, capsys):
-    """The README's tune example and benchmarks/README.md section g are tune_table.py's output
+    """docs/tune.md's example and benchmarks/README.md section g are tune_table.py's output
     for the stored H200 tunes: rerun it after a deliberate change to the tune's output."""
     tune_table = load("tune_table")
     path = str(RESULTS / f"h200-2026-12-01-tune-{name}.json")
@@ -171,7 +171,7 @@ def test_the_tunes_printed_in_the_readmes_are_what_their_json_renders_now(name, 
     table = capsys.readouterr().out
     assert "Winner: compile+flex_attention batch 16 bf16" in table
     if name == "468m":
-        assert "```\n" + table + "```" in (ROOT / "README.md").read_text()
+        assert "```\n" + table + "```" in (ROOT / "docs" / "tune.md").read_text()
         assert "float8 dropped: compile+flex_attention's loss at step 25 is 1.567" in table
 
 

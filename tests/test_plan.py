@@ -94,16 +94,62 @@ def test_where_the_weights_are_drawn_and_the_parallel_style_can_be_planned(plan_
     (STUDY.replace("steps = 2", 'steps = "two"'), "steps must be an integer, got 'two'"),
     (STUDY.replace('batch = [1, 2]', 'batch = []'), "batch must be a non-empty list"),
     (STUDY + "[[axes]]\n", "not valid TOML"),
-    (STUDY.replace("repeats = 1", "repeats = 0"), "--repeats must be an integer >= 1, got 0"),
+    (STUDY.replace("repeats = 1", "repeats = 0"), "repeats must be an integer >= 1, got 0"),
     (STUDY.replace('modes = ["eager"]', 'modes = ["eager"]\ncompile_scope = ["layer"]'),
-     "--compile-scope layer needs torch.compile; eager mode compiles nothing"),
+     "compile_scope layer needs torch.compile; eager mode compiles nothing"),
 ])
 def test_a_bad_plan_is_refused_before_anything_runs(plan_file, capsys, tmp_path, text, message):
     out = tmp_path / "r.jsonl"
-    assert main(["run", "--plan", str(plan_file(text)), "--out", str(out)]) == 2
+    plan = plan_file(text)
+    assert main(["run", "--plan", str(plan), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"plan {plan}" in err and message in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("line, flags, message", [
+    # The key as the plan spells it (a dash, an underscore, an alias), and the fix in its terms.
+    ('modes = ["eager"]\ncompile-scope = ["layer"]', [],
+     "plan {plan}: compile-scope layer needs torch.compile; eager mode compiles nothing: add "
+     "compile to modes or drop compile-scope"),
+    ('mode = ["eager"]\ncompile_scope = "layer"', [],
+     "plan {plan}: compile_scope layer needs torch.compile; eager mode compiles nothing: add "
+     "compile to mode or drop compile_scope"),
+    ('attn = ["sdp"]', [], "plan {plan}: unknown attention 'sdp' in attn; choose one of: eager, "
+                           "sdpa, flex_attention"),
+    ('batch = [2, 0]', [], "plan {plan}: batch must be an integer >= 1, got 0"),
+    ('checkpointing = ["maybe"]', [], "plan {plan}: checkpointing takes a comma list of off and "
+                                      "on, got 'maybe'"),
+    ("probe-steps = 3", [], "plan {plan}: probe-steps sets up the batch search; add max-batch = "
+                            "true (or drop it)"),
+    ('timeout = 0', [], "plan {plan}: timeout must be > 0 seconds, got 0"),
+    ('nproc = 2', [], "plan {plan}: nproc 2 nnodes 1 needs a way to spread the step: add "
+                      "parallel ddp or parallel fsdp2"),
+    ('max_batch = true', [], "plan {plan}: max_batch on the CPU needs memory-limit-gb"),
+    ('nnodes = 2\nparallel = ["ddp"]', [], "plan {plan}: nnodes 2 needs --node-rank"),
+    ('model = "nope"', [], "plan {plan}: unknown model 'nope': not a preset"),
+    # A flag's error names the flag, and a plan value it mentions names the plan.
+    ('compile-scope = ["layer"]', ["--modes", "eager"],
+     "plan {plan}: compile-scope layer needs torch.compile; eager mode compiles nothing: add "
+     "compile to --modes or drop compile-scope"),
+    ('modes = ["eager"]', ["--compile-scope", "layer"],
+     "--compile-scope layer needs torch.compile; eager mode compiles nothing: add compile to "
+     "modes in plan {plan} or drop --compile-scope"),
+    ('attn = ["sdp"]', ["--attn", "sdp"], "error: unknown attention 'sdp'; choose one of"),
+    ('nnodes = 1', ["--node-rank", "1"], "error: --node-rank needs nnodes = 2 or more in "
+                                         "plan {plan}"),
+    ('model = "llama-tiny"', ["--model", "nope"], "error: unknown model 'nope'"),
+])
+def test_an_error_names_a_plan_value_by_its_key_and_a_flag_by_the_flag(plan_file, capsys, line,
+                                                                       flags, message):
+    plan = plan_file('device = "cpu"\n' + line + "\n")
+    assert main(["run", "--plan", str(plan), *flags, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message.format(plan=plan) in err, err
+    assert len(err.strip().splitlines()) == 1
+    if not message.startswith("plan"):
+        assert f"error: plan {plan}" not in err
 
 
 def test_repeats_default_to_two_and_a_third_unless_a_plan_or_a_flag_fixes_them(plan_file):

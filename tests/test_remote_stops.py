@@ -90,13 +90,17 @@ def test_killed_setup_lost_host_and_sigterm(sshd, tmp_path):
     assert len(read_jsonl(out)) == 1
     assert gone(side, worker, server)
 
-    # 3. SIGTERM here stops the setup there; what finished stays, and the message says so.
+    # 3. SIGTERM here stops the setup there; what finished stays, the message says so, and the
+    # table shows it (here the crashed setup the results file had).
     proc = start(sshd, remote_dir, out, "64,48")
     wait_for(proc, "alpha: [2/2] eager+sdpa batch 48 seq 64: warm-up")
     side, worker, server = remote_processes(remote_dir)
     proc.send_signal(signal.SIGTERM)
     rest = proc.stderr.read()
     assert proc.wait(60) == 143, rest
+    rows = [line.split()[:4] for line in proc.stdout.read().splitlines()
+            if line.strip().startswith("eager+sdpa")]
+    assert rows == [["eager+sdpa", "64", "64", "crashed"]], rows
     assert "stopped by SIGTERM; the running setups were stopped on every host" in rest
     assert "Traceback" not in rest
     assert gone(side, worker, server)

@@ -187,27 +187,34 @@ def test_bad_rentals_fail_before_anything_is_created(sshd, api, tmp_path, monkey
     assert len(api.instances) == before
 
 
-def test_a_dry_run_rents_nothing_and_says_what_it_would_cost(sshd, api, monkeypatch, capsys):
+def test_a_dry_run_contacts_nothing_unless_asked_for_prices(sshd, api, monkeypatch, capsys):
     monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
     monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
-    before = len(api.requests)
-    assert main(["run", "--rent", "runcrate:L40S", "--rent", "runcrate:H100 PCIe:2",
-                 "--modes", "eager", "--dry-run"]) == 0
+    args = ["run", "--rent", "runcrate:L40S", "--rent", "runcrate:H100 PCIe:2", "--modes",
+            "eager", "--rent-key", str(sshd.folder / "user_key"), "--dry-run"]
+    before, instances = len(api.requests), len(api.instances)
+    assert main(args) == 0
     out = capsys.readouterr()
-    assert "stepbench run: would rent runcrate:L40S: 1 x L40S at $0.86/h (us-east)" in out.err
-    assert "would rent runcrate:H100 PCIe:2: 2 x H100 PCIe at $4.6/h" in out.err
-    # The plan of a GPU machine (rented machines have GPUs): the post's model at 2048 tokens.
-    assert out.out.splitlines() == ["eager+sdpa  batch 4 x 2048  bf16  llama-468m  cuda",
-                                    "eager+eager  batch 4 x 2048  bf16  llama-468m  cuda"]
+    assert api.requests[before:] == []
+    assert "contacted nothing; not checked: runcrate's GPU types, counts and prices now" in out.err
+    # --rent-prices asks the provider (one list of its machines) and creates nothing. The plan
+    # of a GPU machine (rented machines have GPUs): the post's model at 2048 tokens.
+    assert main([*args, "--rent-prices"]) == 0
+    out = capsys.readouterr()
+    gpu = ["  eager+sdpa  batch 4 x 2048  bf16  llama-468m  cuda",
+           "  eager+eager  batch 4 x 2048  bf16  llama-468m  cuda"]
+    assert out.out.splitlines() == [
+        "rented runcrate:L40S (1 x L40S from runcrate at $0.86/h (us-east)): 2 setups", *gpu,
+        "rented runcrate:H100 PCIe:2 (2 x H100 PCIe from runcrate at $4.6/h (us-east)): 2 setups",
+        *gpu]
+    assert "checked the rentals and their providers, the SSH key" in out.err
+    assert "the providers' GPU types and prices now; contacted only the providers" in out.err
     assert [r["path"] for r in api.requests[before:]] == ["/api/v1/instances/types"]
+    assert len(api.instances) == instances
+    assert main([*args, "--rent-prices", "--rent", "runcrate:NOPE"]) == 2
+    assert "runcrate has no GPU type 'NOPE'" in capsys.readouterr().err
     assert main(["prices", "--from", "aws"]) == 2
     assert "unknown provider; choose one of: runcrate" in capsys.readouterr().err
-    # The same for SSH hosts: nothing is contacted (the host does not exist).
-    assert main(["run", "--host", "nowhere.invalid", "--modes", "eager", "--dry-run"]) == 0
-    out = capsys.readouterr()
-    assert out.out.splitlines() == ["eager+sdpa  batch 4 x 256  bf16  llama-tiny  cpu",
-                                    "eager+eager  batch 4 x 256  bf16  llama-tiny  cpu"]
-    assert "each machine runs the defaults of its own device; shown: cpu's" in out.err
 
 
 def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import SMALL, SRC, read_jsonl, run_cli
+from conftest import SETUP_FAULT_ENV, SMALL, SRC, read_jsonl, run_cli, wait_for, with_hooks
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -59,8 +59,9 @@ def test_by_default_a_setup_runs_in_two_processes_and_a_third_where_they_disagre
     again = run_cli("run", *default, "--modes", "eager", "--attn", "sdpa", "--out", out)
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("already in the results file (ok), skipped") == len(records)
-    assert f"repeats combined, with confidence intervals and findings: stepbench report {out}" \
-        in again.stderr
+    assert again.stderr.strip().splitlines()[-2:] == [
+        f"results: {out}", f"report, with findings and plots: stepbench report {out} --format "
+                           f"html --out {out.with_suffix('.html')}"]
 
 
 def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
@@ -164,3 +165,26 @@ def test_a_signal_stops_the_child_and_keeps_finished_results(tmp_path, sig, code
         assert out.read_bytes() == before
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}"), f"child {pid} outlived the {sig.name}"
+
+
+def test_ctrl_c_prints_the_table_of_the_setups_that_finished(tmp_path):
+    # The second setup hangs in its warm-up (the tests' fault hook): Ctrl-C then; the first
+    # setup's row is on stdout, before the one line on stderr.
+    out = tmp_path / "r.jsonl"
+    env = with_hooks(dict(os.environ, **{SETUP_FAULT_ENV: "eager+eager:hang:warmup"}))
+    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", *SMALL, "--modes", "eager",
+                             "--attn", "sdpa,eager", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        said = wait_for(proc, "[2/2] eager+eager batch 4 seq 64: warm-up")
+        assert "[1/2] eager+sdpa batch 4 seq 64: ok" in said
+        proc.send_signal(signal.SIGINT)
+        stdout, rest = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, rest
+    rows = [line.split()[:4] for line in stdout.splitlines() if line.strip().startswith("eager")]
+    assert rows == [["eager+sdpa", "4", "64", rows[0][3]]] and rows[0][3][0].isdigit(), stdout
+    assert rest.strip().splitlines()[-1].startswith("stepbench run: interrupted; the running "
+                                                    "setup was stopped")
+    assert [r["setup"]["name"] for r in read_jsonl(out)] == ["eager+sdpa"]

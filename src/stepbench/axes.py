@@ -110,30 +110,33 @@ class Axis:
         value = self.default[device] if isinstance(self.default, dict) else self.default
         return tuple(value) if self.many and isinstance(value, (list, tuple)) else value
 
-    def check(self, value, what: str | None = None):
+    def check(self, value, what: str | None = None, where: str | None = None):
         """`value` if it is one this axis takes, else a UserError naming the fix. Numbers must
-        be >= `least` (integers) or above it (numbers with a fraction)."""
+        be >= `least` (integers) or above it (numbers with a fraction). `where`: how the error
+        names the setting (a plan file's key as the plan spells it); its flag otherwise."""
         if value is None and self.optional:
             return value
+        name = where or self.flag
         if self.choices:
             if value in self.choices and type(value) is type(self.choices[0]):
                 return value
             if self.kind is bool:
-                raise UserError(f"{self.flag} takes off or on, got {value!r}")
-            raise UserError(f"unknown {what or self.noun} {value!r}; choose one of: "
+                raise UserError(f"{name} takes off or on, got {value!r}")
+            raise UserError(f"unknown {what or self.noun} {value!r}"
+                            + (f" in {where}" if where else "") + "; choose one of: "
                             + ", ".join(map(str, self.choices)))
         if self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or \
                     (self.least is not None and value < self.least):
                 least = f" >= {self.least:g}" if self.least is not None else ""
-                raise UserError(f"{self.flag} must be an integer{least}, got {value!r}")
+                raise UserError(f"{name} must be an integer{least}, got {value!r}")
         elif self.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise UserError(f"{self.flag} must be a number, got {value!r}")
+                raise UserError(f"{name} must be a number, got {value!r}")
             if self.least is not None and not value > self.least:
-                raise UserError(f"{self.flag} must be > {self.least:g}, got {value:g}")
+                raise UserError(f"{name} must be > {self.least:g}, got {value:g}")
         elif not isinstance(value, self.kind) or (self.kind is str and not value):
-            raise UserError(f"{self.flag} takes a {self.kind.__name__}, got {value!r}")
+            raise UserError(f"{name} takes a {self.kind.__name__}, got {value!r}")
         return value
 
     @property
@@ -142,25 +145,26 @@ class Axis:
 
     def parse(self, text, where: str | None = None) -> tuple:
         """A flag's or plan's value as this axis's values, checked: "sdpa,eager" -> ("sdpa",
-        "eager"); "off,on" -> (False, True); a TOML list as its items."""
-        where = where or self.flag
-        items = list(text) if isinstance(text, (list, tuple)) else _split(where, str(text))
+        "eager"); "off,on" -> (False, True); a TOML list as its items. `where`: how errors name
+        the setting (a plan file's key); its flag otherwise."""
+        name = where or self.flag
+        items = list(text) if isinstance(text, (list, tuple)) else _split(name, str(text))
         values = []
         for item in items:
             if self.kind is bool:
                 value = item if isinstance(item, bool) else SWITCHES.get(str(item).strip().lower())
                 if value is None:
-                    raise UserError(f"{where} takes a comma list of off and on, got {item!r}")
+                    raise UserError(f"{name} takes a comma list of off and on, got {item!r}")
             elif self.kind in (int, float) and not isinstance(item, (int, float)):
                 try:
                     value = self.kind(str(item).strip())
                 except ValueError:
-                    raise UserError(f"{where} needs comma-separated "
+                    raise UserError(f"{name} needs comma-separated "
                                     f"{'integers' if self.kind is int else 'numbers'}, got "
                                     f"{text!r}") from None
             else:
                 value = item
-            values.append(self.check(value))
+            values.append(self.check(value, where=where))
         return tuple(dict.fromkeys(values))
 
     def why_not(self, value, device: str) -> str | None:

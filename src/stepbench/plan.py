@@ -14,13 +14,15 @@ batch = [1, 2]
 A plan holds what the flags of `run` hold, under the same names (`compile-mode` or
 `compile_mode`): settings at the top, axes (lists, or one value) under [axes] or at the top. It
 expands to exactly the setups the same flags give, because it is turned into the flags' own
-values and goes through the same checks; a flag given beside the plan overrides it. Read with
-the standard library's tomllib.
+values and goes through the same checks; a flag given beside the plan overrides it. An error
+about a value the plan gave names the plan and the key as the plan spells it (settings.Origin).
+Read with the standard library's tomllib.
 """
 
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stepbench.axes import AXES as REGISTRY
@@ -42,8 +44,19 @@ def _settings() -> dict[str, type]:
     return types
 
 
-def read_plan(path: Path) -> dict:
-    """The plan's values as `run`'s settings (axes as comma lists, as the flags give them)."""
+@dataclass(frozen=True)
+class Plan:
+    """A plan file read: its values as `run`'s settings (axes as comma lists, as the flags give
+    them), and how the file spells each key, for the errors about its values."""
+
+    path: Path
+    values: dict = field(default_factory=dict)      # settings key -> value
+    spelled: dict = field(default_factory=dict)     # settings key -> the key as written
+
+
+def read_plan(path: Path) -> Plan:
+    """The plan file at `path`, its keys and value types checked (its values are checked with
+    the flags', by settings.RunSettings.build)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -56,13 +69,14 @@ def read_plan(path: Path) -> dict:
     axes = data.pop("axes", {})
     if not isinstance(axes, dict):
         raise UserError(f"plan {path}: 'axes' must be a table ([axes]); fix the file")
-    settings = {}
+    settings, spelled = {}, {}
     for where, table in (("top", data), ("axes", axes)):
         for raw_key, value in table.items():
             key = raw_key.replace("-", "_")
             key = AXES[key].key if key in AXES else key
             if key in settings:
                 raise UserError(f"plan {path}: {raw_key!r} is given twice; keep one")
+            spelled[key] = raw_key
             if key in AXES:
                 settings[key] = _axis(path, raw_key, value)
             elif key in SETTINGS and where == "top":
@@ -78,7 +92,7 @@ def read_plan(path: Path) -> dict:
         beside = path.parent / settings["model"]
         if beside.exists():     # a config path is read relative to the plan that names it
             settings["model"] = str(beside)
-    return settings
+    return Plan(path, settings, spelled)
 
 
 def _axis(path: Path, key: str, value) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -43,17 +44,19 @@ class Option:
     def flag(self) -> str:
         return "--" + self.key.replace("_", "-")
 
-    def check(self, value):
+    def check(self, value, where: str | None = None):
+        """`value`, checked; `where`: how an error names it (a plan's key), else its flag."""
+        name = where or self.flag
         if self.choices and value is not None and value not in self.choices:
-            raise UserError(f"{self.flag} takes one of {', '.join(self.choices)}, got {value!r}")
+            raise UserError(f"{name} takes one of {', '.join(self.choices)}, got {value!r}")
         if value is None or self.least is None:
             return value
         if self.kind is int and value < self.least:
-            raise UserError(f"{self.flag} must be an integer >= {self.least:g}, got {value}")
+            raise UserError(f"{name} must be an integer >= {self.least:g}, got {value}")
         if self.kind is float and not value > self.least:
-            raise UserError(f"{self.flag} must be > {self.least:g} seconds, got {value:g}"
+            raise UserError(f"{name} must be > {self.least:g} seconds, got {value:g}"
                             if self.key == "timeout" else
-                            f"{self.flag} must be > {self.least:g}, got {value:g}")
+                            f"{name} must be > {self.least:g}, got {value:g}")
         return value
 
 
@@ -111,6 +114,56 @@ def option(key: str, command: str = RUN) -> Option:
     return next(o for o in OPTIONS if o.key == key and command in o.defaults)
 
 
+# ---------------------------------------------------------------- where a value came from
+
+@dataclass(frozen=True)
+class Origin:
+    """Where each setting given came from, so that an error names it as the user wrote it: a
+    flag (`--compile-scope layer needs torch.compile`), or a plan file's key as the plan spells
+    it, after the plan's name (`plan study.toml: compile_scope layer needs torch.compile`).
+    Keys are settings keys (axes.Axis.key, Option.key); a key's flag is `--` and its dashed
+    form, as cli/flags.py makes them."""
+
+    plan: Path | None = None
+    # The keys the plan gave and no flag overrode -> the plan's spelling ("compile-scope",
+    # "compile_scope", or an alias: "mode").
+    spelled: Mapping[str, str] = field(default_factory=dict)
+    flagged: frozenset = frozenset()    # the keys the flags gave
+
+    def where(self, key: str) -> str | None:
+        """The plan's spelling of `key`, when the plan gave it; None for a flag or a default."""
+        return self.spelled.get(key)
+
+    def name(self, key: str, about: str | None = None) -> str:
+        """How an error names `key`: as it was given (its flag, or the plan's spelling, with
+        the plan's name where the error is `about` a flag); a key not given at all in the style
+        of the key the error is `about` (the plan's own way where the plan gave that one: the
+        fix goes in the plan)."""
+        flag = "--" + key.replace("_", "-")
+        if key in self.flagged:
+            return flag
+        if key in self.spelled:
+            return self.spelled[key] + ("" if about is None or about in self.spelled
+                                        else f" in plan {self.plan}")
+        return key.replace("_", "-") if about in self.spelled else flag
+
+    def error(self, about: str, message: str) -> UserError:
+        """A UserError about the value of `about`, headed by the plan's name when the plan
+        gave that value."""
+        return UserError(f"plan {self.plan}: {message}" if about in self.spelled else message)
+
+    @contextmanager
+    def checking(self, key: str):
+        """A UserError raised within about `key`'s value is headed by the plan's name when the
+        plan gave it (the message names the key by `where(key)`)."""
+        try:
+            yield
+        except UserError as exc:
+            if key not in self.spelled:
+                raise
+            raise UserError(f"plan {self.plan}: {exc}") from None
+
+
 # ---------------------------------------------------------------- the parts of a run's settings
 
 @dataclass(frozen=True)
@@ -127,6 +180,7 @@ class Remote:
     """SSH hosts (`run --host`, execute/ssh.py) and how to use them."""
 
     hosts: tuple[str, ...] = ()         # as named on the command line and in --hosts-file
+    hosts_file: Path | None = None
     ssh_config: Path | None = None      # None: ~/.ssh/config, as ssh reads it
     python: str = "python3"             # the Python there that holds torch
     setup: str | None = None            # shell code run before each command there
@@ -142,6 +196,7 @@ class Rent:
     timeout_s: float = 900.0            # to start and answer SSH
     max_minutes: int = 120              # the provider deletes the machine after this
     template: str | None = None
+    prices: bool = False                # a dry run asks the providers for today's prices
 
 
 def _frozen(values: Mapping) -> Mapping:
@@ -171,6 +226,7 @@ class RunSettings:
     dry_run: bool = False
     format: str = "table"
     start: str = "server"               # server or fresh: how each setup's process starts
+    origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     @property
     def remote_run(self) -> bool:
@@ -193,8 +249,10 @@ class RunSettings:
             if values.get(a.name) is None and not a.optional:
                 values[a.name] = a.default_for(device)
         if self.gpus is not None and device != "cuda":
-            raise UserError("--gpus needs CUDA GPUs, and this run is on the CPU; drop --gpus (or "
-                            "pass --device cuda on a GPU machine)")
+            gpus = self.origin.name("gpus")
+            raise self.origin.error("gpus", f"{gpus} needs CUDA GPUs, and this run is on the "
+                                            f"CPU; drop {gpus} (or pass --device cuda on a GPU "
+                                            "machine)")
         timeout = self.timeout_s if self.timeout_s is not None else TIMEOUT_S[device]
         return dataclasses.replace(self, values=_frozen(values), device=device, timeout_s=timeout)
 
@@ -205,56 +263,75 @@ class RunSettings:
         return matrix(self.values)
 
     @classmethod
-    def build(cls, flags: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> "RunSettings":
-        """Defaults, then the plan file's values (plan.read_plan), then the flags (by key; None
-        for a flag not given): parsed and checked."""
-        given = {**(plan or {}), **{k: v for k, v in flags.items() if v is not None}}
+    def build(cls, flags: Mapping[str, Any], plan=None) -> "RunSettings":
+        """Defaults, then the plan file's values (plan.read_plan: a Plan), then the flags (by
+        key; None for a flag not given): parsed and checked. An error names a value as it was
+        given: by its flag, or by the plan's key (Origin)."""
+        flags = {k: v for k, v in flags.items() if v is not None}
+        origin = Origin()
+        if plan is not None:
+            origin = Origin(plan.path, {k: spelled for k, spelled in plan.spelled.items()
+                                        if k not in flags}, frozenset(flags))
+        given = {**(plan.values if plan is not None else {}), **flags}
         # The device is an option here ("auto" too), a field of the setups once resolved.
-        values = {a.name: _axis_value(a, given.get(a.key), RUN) for a in AXES
+        values = {a.name: _axis_value(a, given.get(a.key), RUN, origin) for a in AXES
                   if a.name != "device"}
         values["device"] = None
-        opts = _options(given, RUN)
+        opts = _options(given, RUN, origin)
         settings = cls(
             values=_frozen(values), device=opts["device"], repeats=opts["repeats"],
             timeout_s=opts["timeout"], compile_cache=_path(opts["compile_cache"]),
             out=Path(opts["out"]), rerun=opts["rerun"], measure_peak=not opts["no_peak"],
             gpus=opts["gpus"], node_rank=opts["node_rank"], rdzv_endpoint=opts["rdzv_endpoint"],
-            max_batch=_max_batch(opts, given), remote=_remote(given), rent=_rent(given),
+            max_batch=_max_batch(opts, given, origin), remote=_remote(given), rent=_rent(given),
             dry_run=opts["dry_run"], format=given.get("format") or "table",
-            start=opts["start"])
+            start=opts["start"], origin=origin)
         settings.check()
         return settings
 
     def check(self) -> None:
-        """What can be judged before the device is known."""
-        v = self.values
+        """What can be judged before the device is known; an error names each setting as it
+        was given (self.origin)."""
+        v, o = self.values, self.origin
         if "compile" not in v["mode"] and set(v["compile_scope"]) != {"model"}:
-            raise UserError(f"--compile-scope {','.join(v['compile_scope'])} needs torch.compile; "
-                            "eager mode compiles nothing: add compile to --modes or drop "
-                            "--compile-scope")
+            scope = o.name("compile_scope")
+            raise o.error("compile_scope", f"{scope} {','.join(v['compile_scope'])} needs "
+                                           "torch.compile; eager mode compiles nothing: add "
+                                           f"compile to {o.name('modes', 'compile_scope')} or "
+                                           f"drop {scope}")
         if v["parallel"] == ("none",) and (v["nproc"] != 1 or v["nnodes"] != 1):
-            raise UserError(f"--nproc {v['nproc']} --nnodes {v['nnodes']} needs a way to spread "
-                            "the step: add --parallel ddp or --parallel fsdp2")
+            about = "nproc" if v["nproc"] != 1 else "nnodes"
+            parallel = o.name("parallel", about)
+            raise o.error(about, f"{o.name('nproc', about)} {v['nproc']} "
+                                 f"{o.name('nnodes', about)} {v['nnodes']} needs a way to "
+                                 f"spread the step: add {parallel} ddp or {parallel} fsdp2")
         nnodes, rank = v["nnodes"], self.node_rank
         if nnodes > 1 and (rank is None or not self.rdzv_endpoint):
-            raise UserError(f"--nnodes {nnodes} needs --node-rank (0 on the host given as the "
-                            "endpoint) and --rdzv-endpoint HOST:PORT of node 0, on every host")
+            raise o.error("nnodes", f"{o.name('nnodes')} {nnodes} needs --node-rank (0 on the "
+                                    "host given as the endpoint) and --rdzv-endpoint HOST:PORT "
+                                    "of node 0, on every host")
         if nnodes > 1 and not 0 <= rank < nnodes:
             raise UserError(f"--node-rank must be from 0 to {nnodes - 1}, got {rank}")
         if nnodes == 1 and rank not in (None, 0):
-            raise UserError("--node-rank needs --nnodes 2 or more")
+            spelled = o.where("nnodes")
+            raise UserError("--node-rank needs " + (f"{spelled} = 2 or more in plan {o.plan}"
+                                                    if spelled else "--nnodes 2 or more"))
         if self.remote_run and (self.gpus is not None or v["nproc"] != 1 or nnodes != 1
                                 or v["parallel"] != ("none",)):
             raise UserError("--host and --rent run one setup at a time on each machine's first "
                             "GPU; drop --gpus, --nproc, --nnodes and --parallel, or run "
                             "stepbench on the machine itself")
+        if self.rent.prices and not (self.rent.specs and self.dry_run):
+            raise UserError("--rent-prices goes with --rent and --dry-run: it asks the providers "
+                            "for today's prices without renting (a run looks them up itself "
+                            "before it creates anything)")
         if self.max_batch is not None and self.remote_run:
             raise UserError("--max-batch runs its probes on this machine; drop --host, "
                             "--hosts-file and --rent, or run `stepbench run --max-batch` on the "
                             "host itself")
 
 
-def _axis_value(a: Axis, raw, command: str):
+def _axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):
     """An axis's value from a flag's or plan's raw value (None: its default); a matrix axis of
     `run` is a tuple, the rest one value."""
     if raw is None:
@@ -262,19 +339,24 @@ def _axis_value(a: Axis, raw, command: str):
             return None             # the device decides (model, seq), or none (memory limit)
         value = a.default_for("cuda")
         return value if command == RUN or not isinstance(value, tuple) else value[0]
-    if a.many and command == RUN:
-        return a.parse(raw)
-    if isinstance(raw, str) and a.kind is not str:
-        return a.parse(raw)[0]
-    return a.check(float(raw) if a.kind is float and isinstance(raw, int) else raw)
+    where = origin.where(a.key)
+    with origin.checking(a.key):
+        if a.many and command == RUN:
+            return a.parse(raw, where)
+        if isinstance(raw, str) and a.kind is not str:
+            return a.parse(raw, where)[0]
+        return a.check(float(raw) if a.kind is float and isinstance(raw, int) else raw,
+                       where=where)
 
 
-def _options(given: dict, command: str) -> dict:
+def _options(given: dict, command: str, origin: Origin = Origin()) -> dict:
     opts = {}
     for o in OPTIONS:
         if command in o.defaults:
             value = given.get(o.key)
-            opts[o.key] = o.check(o.defaults[command] if value is None else value)
+            with origin.checking(o.key):
+                opts[o.key] = o.check(o.defaults[command] if value is None else value,
+                                      origin.where(o.key))
     if opts.get("device") not in DEVICE_CHOICES:
         raise UserError(f"unknown device {opts.get('device')!r}; choose one of: "
                         + ", ".join(DEVICE_CHOICES))
@@ -285,15 +367,20 @@ def _path(value) -> Path | None:
     return None if value is None else Path(value)
 
 
-def _max_batch(opts: dict, given: dict) -> MaxBatchOptions | None:
-    named = [option(k).flag for k in MAX_BATCH_KEYS if given.get(k) is not None]
+def _max_batch(opts: dict, given: dict, origin: Origin = Origin()) -> MaxBatchOptions | None:
+    named = [k for k in MAX_BATCH_KEYS if given.get(k) is not None]
     if not opts["max_batch"]:
         if named:
-            raise UserError(f"{named[0]} sets up the batch search; add --max-batch (or drop it)")
+            key = named[0]
+            switch = origin.name("max_batch", key)
+            switch += "" if switch.startswith("--") else " = true"
+            raise origin.error(key, f"{origin.name(key)} sets up the batch search; add {switch} "
+                                    "(or drop it)")
         return None
     margin = opts["memory_margin"]
     if not 0 <= margin < 100:
-        raise UserError(f"--memory-margin is a percentage from 0 to 99, got {margin:g}")
+        raise origin.error("memory_margin", f"{origin.name('memory_margin')} is a percentage "
+                                            f"from 0 to 99, got {margin:g}")
     return MaxBatchOptions(probe_steps=opts["probe_steps"], limit=opts["max_batch_limit"],
                            margin=margin / 100)
 
@@ -311,7 +398,8 @@ def _remote(given: dict) -> Remote:
     if config is not None and not Path(config).is_file():
         raise UserError(f"SSH config {config} not found; pass the file that defines your host "
                         "aliases (default ~/.ssh/config)")
-    return Remote(hosts=tuple(hosts), ssh_config=_path(config),
+    return Remote(hosts=tuple(hosts), hosts_file=_path(given.get("hosts_file")),
+                  ssh_config=_path(config),
                   python=given.get("remote_python") or "python3",
                   setup=given.get("remote_setup"),
                   dir=given.get("remote_dir") or ".cache/stepbench")
@@ -335,7 +423,7 @@ def _rent(given: dict) -> Rent:
     rent = Rent(specs=tuple(given.get("rent") or ()), key=given.get("rent_key"),
                 timeout_s=given.get("rent_timeout") or Rent.timeout_s,
                 max_minutes=given.get("rent_max_minutes") or Rent.max_minutes,
-                template=given.get("rent_template"))
+                template=given.get("rent_template"), prices=bool(given.get("rent_prices")))
     if not 5 <= rent.max_minutes <= 10080:
         raise UserError(f"--rent-max-minutes must be from 5 to 10080, got {rent.max_minutes}")
     if rent.timeout_s <= 0:

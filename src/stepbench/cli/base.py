@@ -27,6 +27,18 @@ def say(command: str, text: str) -> None:
     print(f"stepbench {command}: {text}", file=sys.stderr)
 
 
+def report_hint(out) -> None:
+    """A run's or tune's last lines, on stderr (stdout holds the table or the JSON): where the
+    results are, and the command that reports them."""
+    import shlex
+    from pathlib import Path
+
+    html = Path(out).with_suffix(".html")
+    print(f"results: {out}", file=sys.stderr)
+    print(f"report, with findings and plots: stepbench report {shlex.quote(str(out))} --format "
+          f"html --out {shlex.quote(str(html))}", file=sys.stderr)
+
+
 def stopped(command: str, exc: KeyboardInterrupt, what: str) -> int:
     """One line for a command stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM / SIGHUP
     (Stopped, raised by the runner), saying `what` was kept; the exit code: 130, or 128 + the

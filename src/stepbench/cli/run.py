@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import say, stopped
+from stepbench.cli.base import report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_option, add_options, option_keys
 from stepbench.settings import DEFAULT_OUT, MAX_BATCH_KEYS, RUN, RunSettings
 
@@ -18,14 +18,14 @@ def add(sub) -> None:
                     "process and record step time, tokens/s, peak memory and first-step (compile) "
                     "time. Axis flags take comma lists; every combination runs.")
     p.add_argument("--plan", type=Path, metavar="FILE",
-                   help="a TOML plan of the matrix (docs in README, 'Plan files'); flags given "
+                   help="a TOML plan of the matrix (docs/cli.md, 'Plan files'); flags given "
                         "beside it override its values")
     add_axis_flags(p, RUN)
     add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS)))
     p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
                    help="table (default), markdown, or json (the records, alone on stdout)")
     search = p.add_argument_group(
-        "the largest batch that fits (README, 'Searching')",
+        "the largest batch that fits (docs/tune.md)",
         "Short probes, each its own process, double the batch from --batch until one runs out of "
         "memory, then bisect; the full measurement (--warmup, --steps, --repeats) runs at the "
         "batch found. Rerunning the same command resumes the search.")
@@ -72,6 +72,10 @@ def add(sub) -> None:
     rent.add_argument("--rent-template", metavar="NAME",
                       help="the provider's machine image (template); it must have Python 3.11+ "
                            "with torch (default: the provider's default)")
+    rent.add_argument("--rent-prices", action="store_true", default=None,
+                      help="with --dry-run: ask the providers for each rental's machine and "
+                           "price now (needs the API key and the network; nothing is created). "
+                           "Without it a dry run contacts nothing")
     p.set_defaults(handler=cmd_run)
 
 
@@ -101,9 +105,10 @@ def cmd_run(args) -> int:
 
     local = settings.resolved(resolve_device(settings.device))
     plan = local.plan()
-    check_models(plan)
+    with local.origin.checking("model"):    # a plan's model: the error names the plan
+        check_models(plan)
     if local.max_batch is not None:
-        check_searches(local.max_batch, plan)
+        check_searches(local.max_batch, plan, local.origin)
     if local.dry_run:
         print_plan(plan, local.format) if local.max_batch is None else \
             print_searches(plan, local)
@@ -131,6 +136,7 @@ def cmd_run(args) -> int:
             searched = [p.record for s in found for p in s.probes] + records
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
+        print_stopped(local, runner.kept())
         return stopped("run", exc, f"the running setup was stopped, finished setups are kept "
                                    f"in {local.out}")
     finally:
@@ -138,6 +144,19 @@ def cmd_run(args) -> int:
         executor.close()
     print_records(local, records, searched)
     return 0
+
+
+def print_stopped(settings: RunSettings, kept: list) -> None:
+    """A stopped run's table (or JSON array) on stdout: the setups that finished (and those
+    found in the results file), as the run would have shown them; with --max-batch, the full
+    measurements in the table and every probe under its details."""
+    if not kept and settings.format != "json":
+        return
+    if settings.max_batch is None:
+        print_records(settings, kept, hints=False)
+        return
+    finals = [r for r in kept if (r.search or {}).get("role") == "final"]
+    print_records(settings, finals, kept, hints=False)
 
 
 def run_hosts(settings: RunSettings) -> int:
@@ -150,20 +169,12 @@ def run_hosts(settings: RunSettings) -> int:
 
     # The flags are checked here, once, before any host is contacted.
     specs = check_hosts(settings)
-    shown = "cpu" if settings.device == "auto" else settings.device
-    check_models(settings.resolved(shown).plan())
+    # Each host checks its own plan too, once its device is known.
+    with settings.origin.checking("model"):
+        check_models(settings.resolved("cpu" if settings.device == "auto"
+                                       else settings.device).plan())
     if settings.dry_run:
-        # Nothing is contacted, nothing rented: the plan, and what each rental would cost now.
-        if settings.rent.specs:
-            from stepbench.execute.rent import quote_rentals
-
-            for line in quote_rentals(settings.rent.specs):
-                say("run", line)
-        if settings.device == "auto":
-            shown = "cuda" if settings.rent.specs and not specs else shown
-            say("run", f"each machine runs the defaults of its own device; shown: {shown}'s")
-        print_plan(settings.resolved(shown).plan(), settings.format)
-        return 0
+        return dry_run_hosts(settings, specs)
     store = ResultsFile(settings.out).check_writable()
     display = Display()
     rentals = loop = None
@@ -178,10 +189,12 @@ def run_hosts(settings: RunSettings) -> int:
         except BaseException:
             loop.close()
             raise
+    runs = []
     try:
-        runs = run_on_hosts(settings, specs, display, store, rentals, loop)
+        run_on_hosts(settings, specs, display, store, rentals, loop, runs)
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
+        print_stopped(settings, [record for run in runs for record in run.kept()])
         kept = [lease for lease in rentals.leases if lease.delete_failed] if rentals else []
         for lease in kept:
             say("run", f"host {lease.name}: {lease.delete_failed}")
@@ -203,24 +216,104 @@ def run_hosts(settings: RunSettings) -> int:
     return report_failures(runs)
 
 
-def print_records(settings: RunSettings, records, searched=()) -> None:
+def dry_run_hosts(settings: RunSettings, specs: list) -> int:
+    """`run --host/--rent --dry-run`: the setups each SSH host and each rented machine would
+    run, after the checks that need no other machine; nothing is contacted (--rent-prices asks
+    the providers for each rental's machine and price)."""
+    from stepbench.execute.rent import API_KEYS, check_rentals, quote_rentals
+
+    rentals, key = check_rentals(settings.rent) if settings.rent.specs else ([], None)
+    offers = quote_rentals(rentals) if settings.rent.prices else {}
+    auto = settings.device == "auto"
+    # Whose defaults each machine's setups show: a host's device is known once it is probed
+    # there (a GPU host's are shown), a rented machine has GPUs.
+    shown = "cuda" if auto else settings.device
+    common = {"device": settings.device, "defaults_of": shown,
+              "setups": settings.resolved(shown).plan()}
+    machines = [{"host": spec.name, "via": "ssh", "address": spec.host, "user": spec.user,
+                 "port": spec.port, **common} for spec in specs]
+    for spec in rentals:
+        offer = offers.get(spec.name)
+        machines.append({"host": spec.name, "via": "rent", "provider": spec.provider,
+                         "gpu_type": spec.gpu_type, "gpu_count": spec.gpu_count,
+                         "price_per_hour": offer.price_per_hour if offer else None,
+                         "region": offer.region if offer else None, **common})
+    if settings.format == "json":
+        print(json.dumps([{**m, "setups": [s.to_dict() for s in m["setups"]]} for m in machines],
+                         indent=1))
+    else:
+        for m in machines:
+            print(f"{_machine_line(m)}: {len(m['setups'])} setups")
+            for setup in m["setups"]:
+                print("  " + _setup_line(setup))
+    if auto and specs:
+        cpu = [_workload(s) for s in settings.resolved("cpu").plan()]
+        differs = cpu != [_workload(s) for s in common["setups"]]
+        say("run", "each machine runs the defaults of its own device; shown: a GPU's"
+                   + (" (a host without one runs the CPU's: --device cpu --dry-run lists them)"
+                      if differs else ""))
+    checked = []
+    if specs:
+        checked += ["the host names"] + [f"{what} {path}" for what, path in (
+            ("the hosts file", settings.remote.hosts_file),
+            ("the SSH config file", settings.remote.ssh_config)) if path]
+    if rentals:
+        checked += ["the rentals and their providers", f"the SSH key {key}"]
+    if offers:
+        checked += ["the providers' GPU types and prices now"]
+    unchecked = []
+    if specs:
+        unchecked.append("that the hosts answer (their SSH config entries, keys and host keys) "
+                         "and what GPU and Python they have")
+    if rentals and not offers:
+        names = sorted({s.provider for s in rentals})
+        unchecked.append(f"{' and '.join(names)}'s GPU types, counts and prices now, and "
+                         + " and ".join(API_KEYS.get(n, f"{n}'s API key") for n in names)
+                         + " (--rent-prices asks, creating nothing)")
+    elif rentals:
+        unchecked.append("that the machines will be there when the run asks for them")
+    say("run", f"dry run: checked {', '.join(checked)}; contacted "
+               f"{'only the providers' if offers else 'nothing'}; not checked: "
+               + "; ".join(unchecked))
+    return 0
+
+
+def _machine_line(m: dict) -> str:
+    """'host alpha (SSH; a GPU's defaults)', 'rented runcrate:L40S (1 x L40S from runcrate at
+    $0.86/h; --device cuda)'."""
+    device = ("a GPU's defaults" if m["device"] == "auto" and m["via"] == "ssh"
+              else f"--device {m['device']}" if m["device"] != "auto" else "")
+    if m["via"] == "ssh":
+        return f"host {m['host']} (SSH; {device})"
+    price = (f" at ${m['price_per_hour']:g}/h" + (f" ({m['region']})" if m["region"] else "")
+             if m["price_per_hour"] is not None else "")
+    return (f"rented {m['host']} ({m['gpu_count']} x {m['gpu_type']} from {m['provider']}"
+            f"{price}{'; ' + device if device else ''})")
+
+
+def _workload(setup) -> tuple:
+    return setup.name, setup.batch, setup.seq, setup.dtype, setup.model
+
+
+def _setup_line(setup) -> str:
+    return (f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  "
+            f"{setup.model_label}  {setup.device}")
+
+
+def print_records(settings: RunSettings, records, searched=(), hints: bool = True) -> None:
     """The run's records on stdout: a table (repeats combined) or the JSON array. `searched`:
     every record of `--max-batch`'s searches (for its details table), `records` their full
-    measurements."""
+    measurements. `hints`: then, on stderr, where the results are and the command that reports
+    them."""
     if settings.format == "json":
-        print(json.dumps([r.to_dict() for r in records], indent=1))
-        return
-    from stepbench.report.document import run_document
-    from stepbench.report.render import render
+        print(json.dumps([r.to_dict() for r in records], indent=1), flush=True)
+    else:
+        from stepbench.report.document import run_document
+        from stepbench.report.render import render
 
-    print(render(run_document(records, searched), settings.format), end="")
-    print(f"results: {settings.out}", file=sys.stderr)
-    if settings.repeats is None or settings.repeats > 1:
-        print(f"repeats combined, with confidence intervals and findings: stepbench report "
-              f"{settings.out}", file=sys.stderr)
-    elif len({r.host for r in records}) > 1:
-        print(f"the hosts compared, with findings and cost per token: stepbench report "
-              f"{settings.out}", file=sys.stderr)
+        print(render(run_document(records, searched), settings.format), end="", flush=True)
+    if hints:
+        report_hint(settings.out)
 
 
 def print_plan(plan, fmt: str) -> None:
@@ -229,8 +322,7 @@ def print_plan(plan, fmt: str) -> None:
         print(json.dumps([s.to_dict() for s in plan], indent=1))
         return
     for setup in plan:
-        print(f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  {setup.model_label}"
-              f"  {setup.device}")
+        print(_setup_line(setup))
     print(f"{len(plan)} setups", file=sys.stderr)
 
 

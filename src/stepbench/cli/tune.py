@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from stepbench.cli.base import given, say, stopped
+from stepbench.cli.base import given, report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_options
 from stepbench.settings import TUNE, TuneSettings
 
@@ -65,13 +65,16 @@ def cmd_tune(args) -> int:
         result = tuner.run()
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped
         display.close()
+        so_far = tuner.so_far()
+        if so_far.tried or settings.format == "json":
+            print_result(so_far, settings.format)
         return stopped("tune", exc, f"what it measured is kept in {settings.out}")
     finally:
         display.close()
         executor.close()
     print_result(result, settings.format)
-    if settings.format != "json":
-        print(f"results: {settings.out} (stepbench report {settings.out})", file=sys.stderr)
+    sys.stdout.flush()
+    report_hint(settings.out)
     return 0 if result.winner is not None else 1
 
 

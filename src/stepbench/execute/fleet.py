@@ -34,6 +34,11 @@ class HostRun:
     name: str
     records: list[Record] = field(default_factory=list)
     failure: str | None = None          # the host's one line, when it could not finish
+    runner: object = field(default=None, repr=False)    # its Runner, once the plan runs there
+
+    def kept(self) -> list[Record]:
+        """What the host finished so far (its records once it is done, or stopped)."""
+        return self.runner.kept() if self.runner is not None else list(self.records)
 
 
 def model_copies(model: str | None) -> list[dict]:
@@ -59,11 +64,13 @@ def check_hosts(settings: RunSettings) -> list:
 
 
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile,
-                 rentals=None, loop=None) -> list[HostRun]:
+                 rentals=None, loop=None, runs: list[HostRun] | None = None) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
     (`rentals`, execute/rent.py: each is created, run and deleted in its host's thread); returns
-    what each host did, in the order named. Raises KeyboardInterrupt (or runner.Stopped) after
-    stopping every host; a rented machine is deleted before this returns or raises."""
+    what each host did, in the order named (appended to `runs` as they start, so that a caller
+    stopped by Ctrl-C sees what each host finished: HostRun.kept). Raises KeyboardInterrupt (or
+    runner.Stopped) after stopping every host; a rented machine is deleted before this returns
+    or raises."""
     from stepbench.execute import bundle
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, least_processes, new_run_id, stop_signals
@@ -80,7 +87,8 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     hosts = [SSHExecutor(spec, loop, options) for spec in specs]
     # A rented machine's address is known once it runs: its executor is pointed there then.
     hosts += [SSHExecutor(HostSpec(lease.name, lease.name), loop, options) for lease in leases]
-    runs = [HostRun(host.host) for host in hosts]
+    runs = runs if runs is not None else []
+    runs.extend(HostRun(host.host) for host in hosts)
     lease_of = {lease.name: lease for lease in leases}
 
     def one(host: SSHExecutor, result: HostRun) -> None:
@@ -106,6 +114,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
                 view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
                             run_id=run_id)
+            result.runner = runner
             result.records = runner.run(plan, repeats=there.repeats, timeout_s=there.timeout_s,
                                         display=view)
             if host.lost:

@@ -56,6 +56,8 @@ def provider(name: str) -> Provider:
 
 
 PROVIDERS = ("runcrate",)
+# Where each provider's API key is read from (the provider's module reads it when made).
+API_KEYS = {"runcrate": "RUNCRATE_API_KEY"}
 
 
 def parse_rent(text: str) -> RentSpec:
@@ -74,6 +76,28 @@ def parse_rent(text: str) -> RentSpec:
         raise UserError(f"--rent {text!r}: unknown provider {provider!r}; choose one of: "
                         + ", ".join(PROVIDERS))
     return RentSpec(name, provider, gpu, int(count))
+
+
+def parse_rentals(texts) -> list[RentSpec]:
+    """Every --rent, parsed; a UserError for a bad one or one given twice."""
+    specs = [parse_rent(text) for text in texts]
+    names = [s.name for s in specs]
+    for name in names:
+        if names.count(name) > 1:
+            raise UserError(f"--rent {name!r} is given twice; to rent two of one GPU type give "
+                            "them a count instead (--rent 'runcrate:L40S:2' is one machine with "
+                            "2 GPUs)")
+    return specs
+
+
+def check_rentals(rent: Rent) -> tuple[list[RentSpec], Path]:
+    """What can be checked of the --rent flags without contacting anything: each spec parses
+    and names a known provider, asyncssh is there, and the SSH key exists and reads. The specs
+    and the key's path."""
+    specs = parse_rentals(rent.specs)
+    require_asyncssh()
+    key_path, _ = ssh_key(rent.key)
+    return specs, key_path
 
 
 # ---------------------------------------------------------------- settings shared by the rentals
@@ -336,13 +360,7 @@ class Rentals:
 def prepare_rentals(rent: Rent, loop: EventLoop, note: Callable[[str], None]) -> Rentals:
     """Parse the --rent flags, check the key and the API, look up each GPU's price and register
     the SSH key: every error a UserError, before any machine is created."""
-    specs = [parse_rent(text) for text in rent.specs]
-    names = [s.name for s in specs]
-    for name in names:
-        if names.count(name) > 1:
-            raise UserError(f"--rent {name!r} is given twice; to rent two of one GPU type give "
-                            "them a count instead (--rent 'runcrate:L40S:2' is one machine with "
-                            "2 GPUs)")
+    specs = parse_rentals(rent.specs)
     require_asyncssh()
     key_path, public_key = ssh_key(rent.key)
     settings = RentSettings(key_path, public_key, rent.timeout_s, rent.max_minutes,
@@ -370,22 +388,20 @@ def prepare_rentals(rent: Rent, loop: EventLoop, note: Callable[[str], None]) ->
     return Rentals(leases, folder)
 
 
-def quote_rentals(texts: list[str]) -> list[str]:
-    """`run --rent ... --dry-run`: what each rental would be and cost now; nothing created."""
-    specs = [parse_rent(text) for text in texts]
+def quote_rentals(specs: list[RentSpec]) -> dict[str, Offer]:
+    """`run --rent ... --dry-run --rent-prices`: the offer each rental would take now, by its
+    name (this asks the providers, with their API keys); nothing is created."""
     providers: dict[str, Provider] = {}
-    offers: dict = {}
-    lines = []
+    listed: dict = {}
+    offers = {}
     try:
         for spec in specs:
             if spec.provider not in providers:
                 providers[spec.provider] = provider(spec.provider)
-            offer = pick_offer(providers[spec.provider], spec, offers)
-            lines.append(f"would rent {spec.name}: {offer.gpu_count} x {offer.gpu_type} at "
-                         f"${offer.price_per_hour:g}/h" + (f" ({offer.region})" if offer.region else ""))
+            offers[spec.name] = pick_offer(providers[spec.provider], spec, listed)
     except ProviderError as exc:
         raise UserError(str(exc)) from None
-    return lines
+    return offers
 
 
 def pick_offer(p: Provider, spec: RentSpec, cache: dict | None = None) -> Offer:

@@ -41,14 +41,18 @@ def least_processes(repeats: int | None) -> int:
 
 
 class NullDisplay:
-    """The display interface the runner calls; this one shows nothing (tests, JSON runs)."""
+    """The display interface the runner calls (execute/progress.py draws it); this one shows
+    nothing (tests, JSON runs). `plan` announces the processes the runner will run or find in
+    the results file (`skip`), in addition to those announced before; `start` and `finish`
+    frame each process it runs, `message` passes on what the process reports."""
 
     def note(self, text: str) -> None: ...
     def line(self, text: str) -> None: ...
-    def skip(self, job: Job, record: Record) -> None: ...
-    def start(self, job: Job, index: int, total: int, where: str | None = None) -> None: ...
+    def plan(self, jobs: list[Job], slots: int = 1) -> None: ...
+    def skip(self, job: Job, record: Record, **label) -> None: ...
+    def start(self, job: Job, where: str | None = None, **label) -> None: ...
     def message(self, job: Job, message: dict) -> None: ...
-    def finish(self, job: Job, record: Record) -> None: ...
+    def finish(self, job: Job, record: Record, **after) -> None: ...
     def close(self) -> None: ...
 
 
@@ -68,6 +72,15 @@ class Runner:
         # A rented machine's provider and price (execute/rent.py), kept with each record.
         self.rental = getattr(executor, "rental", None)
         self._lock = threading.Lock()
+        # Every record this runner found in the results file or made, by (setup, repeat):
+        # what a run stopped by Ctrl-C still shows.
+        self._kept: dict[tuple, Record] = {}
+
+    def kept(self) -> list[Record]:
+        """The records of the plans run so far, old and new, in the order they were found or
+        made; those of a run that was stopped too."""
+        with self._lock:
+            return list(self._kept.values())
 
     def run(self, plan: list[Setup], *, repeats: int | None = 1, timeout_s: float,
             tag: dict | None = None, display=None) -> list[Record]:
@@ -101,11 +114,12 @@ class Runner:
                                         offset=len(jobs))
 
     def _run_jobs(self, jobs: list[Job], call: "_Call", offset: int = 0) -> list[Record]:
-        """Run `jobs` (numbered from `offset` on the display) except those the results file
-        has; their records, old and new, in the jobs' order."""
+        """Run `jobs` (after `offset` jobs of this plan) except those the results file has;
+        their records, old and new, in the jobs' order."""
         done = {} if self.rerun else {r.resume_key(): r for r in self.store.latest()}
         records: dict[int, Record] = {}
         todo = []
+        call.display.plan(jobs, len(self.executor.slots))
         for index, job in enumerate(jobs, start=offset):
             # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
             keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s),
@@ -114,6 +128,7 @@ class Runner:
             key = next((k for k in keys if k in done), None)
             if key is not None:
                 records[index] = done[key]
+                self._keep(done[key])
                 call.display.skip(job, done[key])
             else:
                 todo.append((index, job))
@@ -122,17 +137,21 @@ class Runner:
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
         with stop_signals():
             self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak)) for i, j in todo],
-                          offset + len(jobs), records, call)
+                          records, call)
         return [records[i] for i in sorted(records)]
 
-    def _run_all(self, todo: list[tuple[int, Job]], total: int, records: dict[int, Record],
+    def _keep(self, record: Record) -> None:
+        with self._lock:
+            self._kept[record.setup, record.repeat] = record
+
+    def _run_all(self, todo: list[tuple[int, Job]], records: dict[int, Record],
                  call: "_Call") -> None:
         slots = SlotPool(self.executor.slots)
         running: dict[int, dict] = {}     # index -> placement of each job in flight
 
         def one(index: int, job: Job, slot: str) -> None:
             try:
-                call.display.start(job, index + 1, total, where=self._where(job, slot))
+                call.display.start(job, where=self._where(job, slot))
                 with self._lock:
                     running[index] = {"concurrent": 1}
                     for placement in running.values():   # jobs in flight alongside each other
@@ -153,6 +172,7 @@ class Runner:
                                          rental=self.rental, search=call.tag)
                     self.store.append(record)
                     records[index] = record
+                    self._kept[record.setup, record.repeat] = record
                 call.display.finish(job, record)
             except BaseException:
                 slots.close()   # start nothing more; the main thread stops the rest

@@ -92,7 +92,10 @@ def verdict(result: TuneResult) -> list[str]:
     """The verdict in sentences."""
     out = []
     winner, second = result.winner, result.runner_up
-    if winner is None:
+    if result.stopped:
+        out.append("Stopped before the tune chose: no winner yet; the same command resumes from "
+                   "these measurements.")
+    elif winner is None:
         out.append("No setup ran without failing or departing from the reference's losses; "
                    "see the table.")
     else:

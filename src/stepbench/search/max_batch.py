@@ -31,10 +31,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from stepbench.errors import UserError, first_line
+from stepbench.errors import first_line
+from stepbench.execute.progress import SearchView
 from stepbench.execute.runner import FIRST_ROUNDS, NullDisplay, least_processes
 from stepbench.record import Record
-from stepbench.settings import MaxBatchOptions
+from stepbench.settings import MaxBatchOptions, Origin
 from stepbench.setup import Setup
 
 KIND = "max_batch"
@@ -43,23 +44,31 @@ PROBE_WARMUP = 1            # steps before the timed window of a probe
 DECIDES = ("ok", "oom")
 
 
-def check_searches(options: MaxBatchOptions, plan: list[Setup]) -> None:
-    """Raise a UserError naming the fix for a plan no search can run."""
+def check_searches(options: MaxBatchOptions, plan: list[Setup], origin: Origin = Origin()) -> None:
+    """Raise a UserError naming the fix for a plan no search can run (each setting named as
+    it was given: `origin`, settings.Origin)."""
+    n = origin.name
     for setup in starts(plan):
         if setup.device == "cpu" and setup.memory_limit_gb is None:
-            raise UserError("--max-batch on the CPU needs --memory-limit-gb, the cap to search "
-                            "under; without it the batch grows until this machine runs out "
-                            "of memory")
+            raise origin.error("max_batch", f"{n('max_batch')} on the CPU needs "
+                                            f"{n('memory_limit_gb', 'max_batch')}, the cap to "
+                                            "search under; without it the batch grows until "
+                                            "this machine runs out of memory")
         if setup.distributed:
-            raise UserError("--max-batch searches the batch of one process; drop --parallel "
-                            f"{setup.parallel} (or run the search with --parallel none)")
+            raise origin.error("max_batch", f"{n('max_batch')} searches the batch of one "
+                                            f"process; drop {n('parallel', 'max_batch')} "
+                                            f"{setup.parallel} (or run the search with "
+                                            f"{n('parallel', 'max_batch')} none)")
         if setup.batch > options.limit:
-            raise UserError(f"--max-batch-limit {options.limit} is below the start batch "
-                            f"{setup.batch}; raise the limit or lower --batch")
+            raise origin.error("max_batch_limit", f"{n('max_batch_limit')} {options.limit} is "
+                                                  f"below the start batch {setup.batch}; raise "
+                                                  "the limit or lower "
+                                                  f"{n('batch', 'max_batch_limit')}")
         if (setup.warmup, setup.steps) == (PROBE_WARMUP, options.probe_steps):
-            raise UserError(
-                f"--warmup {setup.warmup} --steps {setup.steps} are the probes' own steps, so "
-                "the full measurement would be a probe; raise --steps or change --probe-steps")
+            raise origin.error("steps", f"{n('warmup')} {setup.warmup} {n('steps')} "
+                                        f"{setup.steps} are the probes' own steps, so the full "
+                                        "measurement would be a probe; raise "
+                                        f"{n('steps')} or change {n('probe_steps', 'steps')}")
 
 
 def starts(plan: list[Setup]) -> list[Setup]:
@@ -182,7 +191,8 @@ class Search:
 
 class MaxBatch:
     """Runs the searches of a plan through one Runner (its executor and results file), showing
-    progress on `display`."""
+    progress on `display`: each process numbered within its search ("search 2/3, probe 5",
+    execute/progress.py SearchView)."""
 
     def __init__(self, runner, options: MaxBatchOptions, *, repeats: int | None = 1,
                  timeout_s: float, display=None):
@@ -190,10 +200,15 @@ class MaxBatch:
         self.options = options
         self.repeats = repeats
         self.timeout_s = timeout_s
-        self.display = display or NullDisplay()
+        self.display = SearchView(display or NullDisplay())
 
     def run(self, plan: list[Setup]) -> list[Search]:
-        return [self.search(setup) for setup in starts(plan)]
+        found = starts(plan)
+        searches = []
+        for number, setup in enumerate(found, start=1):
+            self.display.scope = f"search {number}/{len(found)}, " if len(found) > 1 else ""
+            searches.append(self.search(setup))
+        return searches
 
     def search(self, setup: Setup) -> Search:
         s = Search(setup, self.options)
@@ -250,6 +265,7 @@ class MaxBatch:
     def _probe(self, s: Search, batch: int, step: str) -> Probe:
         setup = dataclasses.replace(s.setup, batch=batch, warmup=PROBE_WARMUP,
                                     steps=self.options.probe_steps)
+        self.display.what = "probe"
         probe = Probe(batch, step, self._one(setup, 1, s.probe_tag(step))[0])
         s.probes.append(probe)
         record = probe.record
@@ -266,6 +282,7 @@ class MaxBatch:
         that fit, and so on."""
         smaller = sorted({p.batch for p in s.probes if s.fits(p) and p.batch < s.chosen},
                          reverse=True)
+        self.display.what = "final"
         for batch in [s.chosen, *smaller]:
             records = self._one(dataclasses.replace(s.setup, batch=batch), self.repeats,
                                 s.final_tag(batch))

@@ -3,7 +3,7 @@
 A search, not a matrix: it proposes setups, has each measured in its own process by the same
 Runner and executor as `run` (every probe is a record in the results file, tagged `search`, so an
 interrupted tune resumes and `stepbench report` shows it), reads the records and decides what to
-try next. The stages (the README's "Searching" says the same for users):
+try next. The stages (docs/tune.md says the same for users):
 
 screen   every attention kernel at the start batch in eager mode (cheap: nothing compiles), then
          torch.compile with each kernel eager mode did not rule out (a failed kernel; the plain
@@ -114,6 +114,7 @@ class TuneResult:
     measured_in_full: bool      # the winner comes from the final stage, not from a probe
     reference: Record | None = None   # the loss guard's eager reference at the winner's batch,
                                       # measured in full (the winner's losses were checked on it)
+    stopped: bool = False       # stopped (Ctrl-C, SIGTERM, SIGHUP) before it chose: no winner
 
     def to_dict(self) -> dict:
         return {"winner": self.winner.to_dict() if self.winner else None,
@@ -123,7 +124,7 @@ class TuneResult:
                 "budget_s": self.budget_s, "spent_s": round(self.spent_s, 1),
                 "comparison": self.comparison, "measured_in_full": self.measured_in_full,
                 "reference": self.reference.to_dict() if self.reference else None,
-                "skipped": self.skipped}
+                "skipped": self.skipped, "stopped": self.stopped}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TuneResult":
@@ -139,7 +140,8 @@ class TuneResult:
             tried.append(Tried(tag.get("stage") or tag.get("role") or "?", r))
         return cls(data["objective"], data["budget_s"], data["spent_s"], record(data["winner"]),
                    record(data["runner_up"]), tried, list(data["skipped"]), data["command"],
-                   data["comparison"], data["measured_in_full"], record(data.get("reference")))
+                   data["comparison"], data["measured_in_full"], record(data.get("reference")),
+                   data.get("stopped", False))
 
 
 class Tuner:
@@ -151,8 +153,14 @@ class Tuner:
                  probe_steps: tuple[int, int] | None = None, skipped: list[str] | None = None,
                  clock: Callable[[], float] = time.monotonic, display=None,
                  say: Callable[[str], None] = lambda text: None):
+        # (Imported here: the report reads TuneResult and never runs anything.)
+        from stepbench.execute.progress import SearchView
+        from stepbench.execute.runner import NullDisplay
+
         self.runner = runner
-        self.display = display
+        # Each process numbered across the tune ("probe 5", "final 2"), each finished one with
+        # the budget left (execute/progress.py).
+        self.display = SearchView(display or NullDisplay(), budget_left=lambda: self.left_s())
         self.space = space
         self.budget_s = budget_s
         self.objective = objective
@@ -338,6 +346,12 @@ class Tuner:
         return TuneResult(self.objective, self.budget_s, self.spent_s(), winner, runner_up,
                           self.tried, self.skipped, command, comparison, in_full, reference)
 
+    def so_far(self) -> TuneResult:
+        """What a tune stopped before it chose (Ctrl-C, SIGTERM, SIGHUP) had measured: no
+        winner; the same command resumes from its records."""
+        return TuneResult(self.objective, self.budget_s, self.spent_s(), None, None, self.tried,
+                          self.skipped, None, None, False, stopped=True)
+
     def screen(self) -> None:
         """Every attention kernel at the start batch: eager mode first, then compiled."""
         eager: dict[str, Record] = {}
@@ -470,6 +484,7 @@ class Tuner:
         if not ranked:
             return None, None, None, False
         self.finalizing = True
+        self.display.what = "final"
         waiting = [(self.in_full(r.setup), r) for r in ranked]
         active, waiting = waiting[:FINALISTS], waiting[FINALISTS:]
         results: dict[Setup, list[Record]] = collections.defaultdict(list)
