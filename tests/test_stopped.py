@@ -124,8 +124,8 @@ def test_a_stopped_tune_prints_what_it_measured_and_no_winner(monkeypatch, capsy
         assert [r["setup"]["name"] for r in result["tried"]] == [r["setup"]["name"]
                                                                  for r in stored]
         return
-    rows = [line.split()[:2] for line in said.out.splitlines() if line.strip().startswith("screen")]
-    assert rows == [["screen", r["setup"]["name"]] for r in stored]
+    rows = [line.split()[:2] for line in said.out.splitlines() if line.strip().startswith("ladder")]
+    assert rows == [["ladder", r["setup"]["name"]] for r in stored]
     assert ("Stopped before the tune chose: no winner yet; the same command resumes from these "
             "measurements.") in said.out
     assert "Winner" not in said.out

@@ -1,5 +1,6 @@
-"""stepbench tune: the search's decisions against a model of a GPU (fast, exact), and one real
-tune of a tiny model on this CPU (budget, loss guard, resume after an interruption)."""
+"""stepbench tune: the search's decisions against a model of a GPU and against a replay of
+measured H200 hosts (fast, exact, on a simulated clock), its output, and one real tune of a tiny
+model on this CPU (budget, resume after an interruption)."""
 
 from __future__ import annotations
 
@@ -20,36 +21,40 @@ import pytest
 
 from stepbench.cli import build_parser, main
 from stepbench.cli.run import settings_of
-from stepbench.guard import DEPARTS, UNCHECKED
-from stepbench.record import Record, ResultsFile, resume_key
+from stepbench.guard import DEPARTS
+from stepbench.record import Machine, Record, ResultsFile, resume_key
 from stepbench.execute.executor import KILL_GRACE_S
-from stepbench.search.tune import Tried, Tuner
+from stepbench.search.gains import Observation, committed
+from stepbench.search.tune import STAGES, Tuner, TuneResult
 from stepbench.settings import parse_budget
 from stepbench.setup import Setup
 
-from conftest import on_a_terminal, wait_for, DIVERGE_ENV, with_hooks
+from conftest import on_a_terminal, wait_for, with_hooks
+import replay
 
 # ---------------------------------------------------------------- a model of a GPU
 
 SPEED = {("eager", "sdpa"): 90e3, ("eager", "eager"): 60e3, ("eager", "flex_attention"): 30e3,
          ("compile", "sdpa"): 120e3, ("compile", "flex_attention"): 140e3,
          ("compile", "eager"): 100e3}
-GB_PER_SEQUENCE = {"eager": 5.0, "compile": 3.0}
+GB_PER_SEQUENCE = {"eager": 2.5, "compile": 3.0}
 CAPACITY_GB = 100.0
 FLOAT8 = {"runs": False}    # float8 fails, unless a test makes it run: 10% faster, drifting
+COLD_S, WARM_S, OTHER_S, SERVER_S = 60.0, 8.0, 2.0, 10.0
 
 
 def gpu_model(s: Setup) -> tuple[str, float | None, float, float]:
-    """(status, tokens/s, first loss, process wall s) of a setup on an imaginary GPU."""
-    wall = 400.0 if s.compile_mode.startswith("max-autotune") else 60.0 if s.mode == "compile" \
-        else 15.0
+    """(status, tokens/s, first loss, peak GB) of a setup on an imaginary GPU: tokens/s grow
+    with the batch as b / (b + 2) (+20% from 4 to 8, +11% to 16, +6% to 32), compiled setups
+    need 3 GB a sequence and eager ones 2.5 (eager attention twice that), liger's fused
+    cross-entropy departs."""
     memory = s.batch * GB_PER_SEQUENCE[s.mode] * (2 if s.attn == "eager" else 1) * \
         (0.4 if s.checkpointing else 1)
     if memory > CAPACITY_GB:
-        return "oom", None, math.nan, wall
+        return "oom", None, math.nan, memory
     if s.dtype == "float8" and not FLOAT8["runs"]:
-        return "error", None, math.nan, wall
-    tokens = SPEED[(s.mode, s.attn)] * (1 + 0.1 * math.log2(s.batch / 4))
+        return "error", None, math.nan, memory
+    tokens = SPEED[(s.mode, s.attn)] * s.batch / (s.batch + 2) * 1.5
     tokens *= {"none": 1, "liger-no-flce": 1.05, "liger": 1.2}[s.kernels]
     tokens *= {"default": 1, "reduce-overhead": 1.01, "max-autotune-no-cudagraphs": 1.005}[
         s.compile_mode]
@@ -57,58 +62,82 @@ def gpu_model(s: Setup) -> tuple[str, float | None, float, float]:
                                                            else 1) * (0.75 if s.checkpointing else 1)
     tokens *= 1.1 if s.dtype == "float8" else 1
     loss = 111.5 if s.kernels == "liger" else 10.575   # liger's fused cross-entropy departs
-    return "ok", tokens, loss, wall + (s.warmup + s.steps) * s.batch * s.seq / tokens
+    return "ok", tokens, loss, memory
 
 
 def losses(s: Setup, first: float) -> list[float]:
     """One loss a step; float8's drifts 0.5% a step away (as on the H200: within 1.2% after 8
-    steps, 14% apart after 25), so only a long run shows it."""
+    steps, 14% apart after 25)."""
     drift = 0.005 if s.dtype == "float8" else 0.0
     return [first * (1 + drift * i) for i in range(s.warmup + s.steps + 1)]
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+Clock = replay.Clock
 
 
 class FakeRunner:
-    """The Runner's interface (run, run_id, store), measuring with gpu_model."""
+    """The Runner's interface (run, run_id, store), measuring with gpu_model: a process server's
+    start once, then per process OTHER_S outside the steps, a compile of COLD_S the first time a
+    setup compiles and WARM_S after, and the steps; records carry their phases and compile
+    counters as a real process's do. `spread(setup, repeat)` multiplies a process's step times
+    (identical processes by default)."""
 
-    def __init__(self, store: ResultsFile, clock: Clock, run_id: str = "fake"):
+    def __init__(self, store: ResultsFile, clock: Clock, run_id: str = "fake", spread=None):
         self.store, self.clock, self.run_id = store, clock, run_id
         self.new: list[Record] = []
+        self.compiled: set[str] = set()
+        self.spread = spread or (lambda setup, repeat: 1.0)
 
     def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
         done = {r.resume_key(): r for r in self.store.latest()}
         out = []
         for repeat in range(repeats):
             for s in plan:
-                key = resume_key(s, repeat, "cpu")
+                key = resume_key(s, repeat, "fake GPU")
                 if key in done:
                     out.append(done[key])
                     continue
-                status, tokens, loss, wall = gpu_model(s)
-                if wall > timeout_s:
-                    status, tokens, wall = "timeout", None, timeout_s
-                self.clock.now += wall
-                ms = s.batch * s.seq / tokens * 1e3 if tokens else None
-                steps = [ms * (1 + 0.002 * ((i + repeat) % 5)) for i in range(s.steps)] if ms else []
-                record = Record(run_id=self.run_id, repeat=repeat, setup=s, status=status,
-                                step_ms=sum(steps) / len(steps) if steps else None,
-                                step_ms_median=statistics.median(steps) if steps else None,
-                                step_times_ms=steps, tokens_per_s=tokens,
-                                peak_memory_gb=None if status != "ok" else 1.0,
-                                losses=losses(s, loss) if tokens else [],
-                                loss_first=loss if tokens else None, wall_s=wall,
-                                search=tag)
+                record = self.measure(s, repeat, timeout_s, tag)
                 self.store.append(record)
                 self.new.append(record)
                 out.append(record)
         return out
+
+    def measure(self, s: Setup, repeat: int, timeout_s: float, tag) -> Record:
+        placement = {"start": "server"}
+        if not self.new:
+            placement["server_start_s"] = SERVER_S
+            self.clock.now += SERVER_S
+        status, tokens, loss, memory = gpu_model(s)
+        family = s.replace(warmup=0, steps=1).key()
+        warm = family in self.compiled
+        if s.mode == "compile":
+            self.compiled.add(family)
+        compile_s = (WARM_S if warm else COLD_S) * (7 if s.compile_mode.startswith(
+            "max-autotune") else 1) if s.mode == "compile" else 0.5
+        ms = s.tokens_per_step / tokens * 1e3 * self.spread(s, repeat) if tokens else None
+        steps = [ms * (1 + 0.002 * ((i + repeat) % 5)) for i in range(s.steps)] if ms else []
+        first = compile_s + (ms or 0) / 1e3
+        wall = OTHER_S + first + sum(steps) / 1e3 * (1 + s.warmup / s.steps)
+        if wall > timeout_s:
+            status, tokens, steps, wall = "timeout", None, [], timeout_s
+        self.clock.now += wall
+        ok = status == "ok"
+        return Record(
+            run_id=self.run_id, repeat=repeat, setup=s, status=status,
+            step_ms=statistics.fmean(steps) if ok else None,
+            step_ms_median=statistics.median(steps) if ok else None,
+            step_times_ms=steps if ok else [],
+            tokens_per_s=s.tokens_per_step / statistics.fmean(steps) * 1e3 if ok else None,
+            first_step_s=first if ok else None, peak_memory_gb=memory if ok else None,
+            losses=losses(s, loss) if ok else [], loss_first=loss if ok else None,
+            compile={"cache_hits": 1 if warm else 0, "cache_misses": 0 if warm else 1}
+            if s.mode == "compile" else None,
+            phases={"build": OTHER_S, "first_step": first,
+                    "warmup": sum(steps) / 1e3 * s.warmup / s.steps,
+                    "timed": sum(steps) / 1e3} if ok else None,
+            wall_s=wall, placement=placement, search=tag,
+            machine=Machine(gpu="fake GPU", gpu_memory_gb=CAPACITY_GB))
 
 
 SPACE = {"mode": ["eager", "compile"], "attn": ["sdpa", "flex_attention", "eager"],
@@ -117,58 +146,253 @@ SPACE = {"mode": ["eager", "compile"], "attn": ["sdpa", "flex_attention", "eager
          "kernels": ["none", "liger-no-flce", "liger"], "optimizer": ["fused", "foreach"],
          "checkpointing": [False, True]}
 BASE = Setup(model="llama-468m", mode="eager", attn="sdpa", batch=4, seq=2048, device="cuda",
-             init="device")
+             init="device", warmup=4, steps=20)
+
+
+def observed(key: tuple, *ratios: float) -> list[Observation]:
+    """Committed observations of one change, for a test's own gain table."""
+    return [Observation(key, r, "a test's", "test") for r in ratios]
 
 
 def tune_with(tmp_path, budget_s: float, name: str = "tune.jsonl", run_id: str = "fake",
-              objective: str = "tokens", base: Setup = BASE):
+              objective: str = "tokens", base: Setup = BASE, gains=None, runner=None,
+              space=None, repeats: int = 3):
     store = ResultsFile(tmp_path / name)
-    clock = Clock()
-    runner = FakeRunner(store, clock, run_id)
-    tuner = Tuner(runner, base, dict(SPACE), budget_s=budget_s, objective=objective,
-                  timeout_s=1800, repeats=3, clock=clock)
+    clock = runner.clock if runner else Clock()
+    runner = runner or FakeRunner(store, clock, run_id)
+    tuner = Tuner(runner, base, dict(space or SPACE), budget_s=budget_s, objective=objective,
+                  timeout_s=1800, repeats=repeats, clock=clock, gains=gains)
     return tuner.run(), runner
 
 
-def test_the_search_finds_the_fastest_setup_whose_losses_agree(tmp_path):
+def stages(result) -> list[tuple[str, str, int]]:
+    return [(t.stage, t.record.setup.name, t.record.setup.batch) for t in result.tried]
+
+
+def test_the_ladder_measures_the_reference_in_full_until_a_doubling_buys_under_10_percent(
+        tmp_path):
     result, runner = tune_with(tmp_path, budget_s=3600)
-    probes = [r.setup for r in runner.new if r.search["role"] == "probe"]
-    # The winner: compiled flex attention, its batch grown to the largest that fits (100 GB at
-    # 3 GB a sequence: 32; 64 and the bisection's 48 ran out of memory), with liger's norms,
-    # RoPE and SwiGLU kept (5% faster); measured in full, 3 processes.
+    ladder = [t.record for t in result.tried if t.stage == "ladder"]
+    # eager+sdpa at 4, 8, 16, 32 (+20%, +11%, then +6%: saturated), each in full (the final's
+    # steps).
+    assert [(r.setup.name, r.setup.batch) for r in ladder] == \
+        [("eager+sdpa", 4), ("eager+sdpa", 8), ("eager+sdpa", 16), ("eager+sdpa", 32)]
+    assert all((t.record.setup.warmup, t.record.setup.steps) == (4, 20) for t in result.tried)
+    assert all(r.search["role"] == "reference" for r in ladder)
+    assert result.ladder["saturating_batch"] == 32
+    assert result.ladder["stopped"] == "batch 32 bought +6% over batch 16, under 10%"
+    assert result.ladder["gb_per_sequence"] == pytest.approx(2.5)
+    # Then the compiled candidates at the saturating batch and the one below, before any
+    # other change.
+    order = [t.stage for t in result.tried]
+    compiled = [t.record.setup for t in result.tried if t.stage == "compiled"]
+    assert order.index("compiled") == 4 and "explore" not in order[:4 + len(compiled)]
+    assert compiled and all(s.mode == "compile" and s.batch in (16, 32) for s in compiled)
+    assert ("compile", "flex_attention", 32) in [(s.mode, s.attn, s.batch) for s in compiled]
+
+
+def test_a_ladder_stops_where_the_reference_runs_out_of_memory(tmp_path, monkeypatch):
+    # 5 GB a sequence: batch 32 needs 160 GB of the 100.
+    monkeypatch.setitem(GB_PER_SEQUENCE, "eager", 5.0)
+    result, runner = tune_with(tmp_path, budget_s=3600)
+    ladder = [(t.record.setup.batch, t.record.status) for t in result.tried
+              if t.stage == "ladder"]
+    assert ladder == [(4, "ok"), (8, "ok"), (16, "ok"), (32, "oom")]
+    assert result.ladder["saturating_batch"] == 16
+    assert result.ladder["stopped"] == "batch 32 ran out of memory"
+
+
+def test_the_search_finds_the_fastest_setup_whose_losses_agree(tmp_path):
+    # A gain table in which liger's kernels look promising (up to 1.3x), so that the tune
+    # measures them: liger with its fused cross-entropy is faster still (1.2x) but departs.
+    gains = committed() + observed(("kernels", "none", "liger", None), 1.3) + \
+        observed(("kernels", "none", "liger-no-flce", None), 1.1)
+    result, runner = tune_with(tmp_path, budget_s=3600, gains=gains)
     w = result.winner.setup
+    # The winner: compiled flex attention at batch 32 (the largest that fits: 3 GB a sequence
+    # of 100 GB), with liger's norms, RoPE and SwiGLU (5% faster).
     assert (w.mode, w.attn, w.batch, w.kernels, w.dtype) == ("compile", "flex_attention", 32,
                                                               "liger-no-flce", "bf16")
     assert result.measured_in_full and (w.warmup, w.steps) == (4, 20)
-    assert sum(1 for t in result.tried if t.stage == "final" and t.record.setup == w) == 3
-    # liger with its fused cross-entropy was faster still (1.2x) but departs: flagged, never a
-    # finalist, never the winner.
-    liger = [t for t in result.tried if t.record.setup.kernels == "liger"]
-    assert liger and all(t.stage != "final" for t in liger)
+    # liger was measured, faster, flagged by the guard, and never the winner or runner-up.
     from stepbench.guard import loss_verdicts
     verdicts = loss_verdicts([t.record for t in result.tried])
-    assert all(verdicts[(t.record.setup.key(), "cpu")].status == DEPARTS for t in liger)
-    # Checkpointing let batch 64 run, but no eager reference fit there to check its losses:
-    # unchecked, so not a finalist either.
-    unchecked = [t.record.setup for t in result.tried
-                 if verdicts.get((t.record.setup.key(), "cpu")) is not None
-                 and verdicts[(t.record.setup.key(), "cpu")].status == UNCHECKED]
-    assert unchecked and not {dataclasses.replace(s, warmup=4, steps=20) for s in unchecked} & \
-        {t.record.setup for t in result.tried if t.stage == "final"}
-    # Pruned: eager attention is not compiled once sdpa beat it in eager mode; no batch beyond
-    # the one that ran out of memory; float8 failed and was not kept.
-    assert not any(s.mode == "compile" and s.attn == "eager" for s in probes)
-    assert any("eager attention: not compiled" in s for s in result.skipped)
-    flex = [s.batch for s in probes if (s.mode, s.attn, s.kernels) ==
-            ("compile", "flex_attention", "none") and not s.checkpointing]
-    assert max(flex) == 64 and 48 in flex and all(b in (4, 8, 16, 32, 48, 64) for b in flex)
-    assert any(s.dtype == "float8" for s in probes) and w.dtype != "float8"
-    # Every batch a candidate ran at has an eager reference for the loss guard.
-    for batch in {s.batch for s in probes if s.mode == "compile"} - {48, 64}:
-        assert any(s.mode == "eager" and s.attn == "sdpa" and s.batch == batch for s in probes)
-    # The runner-up is the next best setup, and the two were tested against each other.
-    assert result.runner_up.setup != w and result.comparison["significant"] is True
+    liger = [t.record for t in result.tried if t.record.setup.kernels == "liger"]
+    assert liger and all(verdicts[(r.setup.key(), "fake GPU")].status == DEPARTS for r in liger)
+    assert max(r.tokens_per_s for r in liger) > result.winner.tokens_per_s
+    assert all(r.setup.kernels != "liger" for r in (result.winner, result.runner_up))
+    # Batch 64 would need 192 GB: never measured, said so.
+    assert not any(t.record.setup.batch == 64 for t in result.tried)
+    assert any(c["setup"]["batch"] == 64 and c["reason"] == "it would need about 192 GB of the "
+               "100 GB" for c in result.not_measured)
+    # float8 fails here: measured once, never the winner; eager attention in eager mode is
+    # pruned by the committed gains (at most 0.58x eager+sdpa).
+    assert any(t.record.setup.dtype == "float8" and t.record.status == "error"
+               for t in result.tried)
+    assert not any(t.record.setup.name == "eager+eager" for t in result.tried)
+    assert any(c["setup"]["name"] == "eager+eager" and c["why"] == "pruned" and
+               c["reason"].startswith("its largest gain cannot beat the best so far")
+               for c in result.not_measured)
     assert result.spent_s <= 3600
+
+
+def test_a_candidate_whose_largest_gain_cannot_beat_the_best_is_pruned(tmp_path):
+    # The committed H200 results put CUDA graphs (reduce-overhead) at 0.99x to 1.01x; a test
+    # table at 0.97x to 0.99x: on the best setup they cannot beat it, so they are not measured,
+    # and the note gives the bound, the change and where its gains came from.
+    gains = [o for o in committed() if o.key[0] != "compile_mode"] + \
+        observed(("compile_mode", "default", "reduce-overhead", None), 0.97, 0.99)
+    space = dict(SPACE, compile_mode=["default", "reduce-overhead"])
+    result, runner = tune_with(tmp_path, budget_s=3600, gains=gains, space=space)
+    assert not any(r.setup.compile_mode == "reduce-overhead" for r in runner.new)
+    best = result.winner.setup
+    note = next(s for s in result.skipped if s.startswith(
+        f"compile:reduce-overhead+flex_attention batch {best.batch} bf16: not measured"))
+    assert "its largest gain cannot beat the best so far: at most" in note
+    assert "(0.99x compile+flex_attention" in note and "compile mode default -> " \
+        "reduce-overhead, committed H200 results)" in note
+    # The same change with a chance of gain (up to 1.03x) is measured.
+    gains = gains[:-2] + observed(("compile_mode", "default", "reduce-overhead", None), 1.03)
+    _, runner = tune_with(tmp_path, budget_s=3600, gains=gains, name="again.jsonl", space=space)
+    assert any(r.setup.compile_mode == "reduce-overhead" for r in runner.new)
+
+
+def test_the_best_value_per_second_runs_first(tmp_path):
+    # Two options on the best setup with the same gain table entry size: foreach AdamW costs a
+    # compile of 60 s like any other; max-autotune compiles 7x as long for the same gain, so it
+    # comes after, if at all.
+    gains = [o for o in committed() if o.key[0] not in ("compile_mode", "optimizer")] + \
+        observed(("optimizer", "fused", "foreach", None), 1.05) + \
+        observed(("compile_mode", "default", "max-autotune-no-cudagraphs", None), 1.05)
+    result, runner = tune_with(tmp_path, budget_s=3600, gains=gains)
+    names = [r.setup.name for r in runner.new]
+    foreach = next(i for i, n in enumerate(names) if "foreach" in n)
+    autotune = [i for i, n in enumerate(names) if "max-autotune" in n]
+    assert not autotune or foreach < autotune[0]
+
+
+def test_prices_come_from_this_machines_parts(tmp_path):
+    from stepbench.search.prices import PRIORS, THIS_MACHINE
+
+    store = ResultsFile(tmp_path / "t.jsonl")
+    clock = Clock()
+    tuner = Tuner(FakeRunner(store, clock), BASE, dict(SPACE), budget_s=3600,
+                  objective="tokens", timeout_s=1800, clock=clock)
+    flex = dataclasses.replace(BASE, mode="compile", attn="flex_attention", batch=8)
+    # Before anything ran: the priors, the server's start included.
+    first = tuner.first_price()
+    assert first.parts["server start"] == PRIORS["cuda"].server_start_s
+    assert first.sources["process"] == PRIORS["cuda"].source
+    tuner.measure(BASE, "ladder", "reference")
+    tuner.measure(flex, "compiled")
+    cold = tuner.price(flex.replace(batch=16))     # a new batch: a cold compile
+    assert cold.sources["first step"] == THIS_MACHINE and "server start" not in cold.parts
+    assert cold.parts["first step"] == pytest.approx(COLD_S, rel=0.02)
+    assert cold.parts["process"] == pytest.approx(OTHER_S)
+    warm = tuner.price(flex)                        # compiled before: warm
+    assert warm.parts["first step"] == pytest.approx(COLD_S * PRIORS["cuda"].warm_share,
+                                                     rel=0.02)
+    tuner.measure(flex, "final")                    # a warm compile measured here
+    assert tuner.price(flex).parts["first step"] == pytest.approx(WARM_S, rel=0.05)
+    # sdpa has not compiled here: flex_attention's cold compile, scaled by the kernels' prior
+    # ratio; autotuning by its factor.
+    sdpa = tuner.price(flex.replace(attn="sdpa"))
+    prior = PRIORS["cuda"].first_step_s
+    ratio = prior[("compile", "sdpa")] / prior[("compile", "flex_attention")]
+    assert sdpa.parts["first step"] == pytest.approx(COLD_S * ratio, rel=0.02)
+    autotune = tuner.price(flex.replace(batch=16, compile_mode="max-autotune-no-cudagraphs"))
+    assert autotune.parts["first step"] == pytest.approx(COLD_S * 7.3, rel=0.02)
+
+
+def test_a_fresh_start_prices_the_imports_in_every_process(tmp_path):
+    from stepbench.search.prices import PRIORS
+
+    tuner = Tuner(FakeRunner(ResultsFile(tmp_path / "t.jsonl"), Clock()), BASE, dict(SPACE),
+                  budget_s=3600, objective="tokens", timeout_s=1800, start="fresh")
+    price = tuner.first_price()
+    assert "server start" not in price.parts
+    assert price.parts["process"] == PRIORS["cuda"].overhead_s[("fresh", "eager")]
+
+
+def test_a_small_budget_is_kept_and_what_did_not_fit_is_said(tmp_path):
+    result, runner = tune_with(tmp_path, budget_s=200)
+    assert result.spent_s <= 200 and result.winner is not None
+    assert any("not measured, the budget has" in s for s in result.skipped)
+    assert sum(r.wall_s for r in runner.new) + SERVER_S <= 200
+
+
+def test_finals_run_only_the_processes_the_test_needs(tmp_path):
+    # Compiled sdpa (1.3x eager here) against the eager reference: further apart than
+    # identical processes ever are, told apart by the test on one process each: no final
+    # process at all.
+    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
+                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    result, runner = tune_with(tmp_path, budget_s=3600, space=space)
+    assert (result.winner.setup.mode, result.runner_up.setup.mode) == ("compile", "eager")
+    assert not any(t.stage == "final" for t in result.tried)
+    assert result.comparison["significant"] and result.comparison["ratio"] < 1 / 1.25
+    assert result.processes == {"winner": 1, "runner_up": 1}
+    # Two close ones (compiled flex_attention at 32, and with foreach AdamW, 2% slower):
+    # two processes each, then a third each while the processes' test finds no difference.
+    gains = [o for o in committed() if o.key[0] != "optimizer"] + \
+        observed(("optimizer", "fused", "foreach", None), 1.05)
+    space = dict(space, attn=["flex_attention"], optimizer=["fused", "foreach"])
+    noisy = FakeRunner(ResultsFile(tmp_path / "noisy.jsonl"), Clock(),
+                       spread=lambda s, repeat: (1.0, 1.06, 0.95)[repeat % 3])
+    result, runner = tune_with(tmp_path, budget_s=3600, gains=gains, runner=noisy, space=space)
+    assert {result.winner.setup.optimizer, result.runner_up.setup.optimizer} == {"fused",
+                                                                                 "foreach"}
+    finals = [t.record for t in result.tried if t.stage == "final"]
+    assert result.processes == {"winner": 3, "runner_up": 3}
+    assert result.comparison["method"] == "processes"
+    # Interleaved: A #2, B #2, A #3, B #3.
+    assert [r.repeat for r in finals] == [1, 1, 2, 2]
+    assert finals[0].setup != finals[1].setup
+
+
+def test_the_winner_is_never_slower_by_the_reports_test_than_a_setup_measured(tmp_path):
+    from stepbench import stats
+
+    for profile in (replay.slow_host(), replay.fast_host()):
+        result, grid, machine = replay.replay(profile, tmp_path, name=f"{profile.name}.jsonl")
+        by_setup: dict = {}
+        for t in result.tried:
+            by_setup.setdefault(t.record.setup, []).append(t.record)
+        winner = by_setup[result.winner.setup]
+        for setup, records in by_setup.items():
+            if setup == result.winner.setup or not all(r.ok for r in records):
+                continue
+            test = stats.compare_records(records, winner, per_token=True)
+            assert not (test and test.significant and test.ratio < 1), setup.name
+
+
+def test_a_setup_above_the_ladder_gets_its_reference_before_it_can_win(tmp_path, monkeypatch):
+    # The ladder stops at 16 (eager mode needs 5 GB a sequence here); compiled flex_attention
+    # grows to 32, where eager mode does not fit (160 GB): its reference there is measured with
+    # activation checkpointing.
+    monkeypatch.setitem(GB_PER_SEQUENCE, "eager", 5.0)
+    gains = committed() + observed(("batch", 2.0, "compile", 16), 1.2)
+    result, runner = tune_with(tmp_path, budget_s=3600, gains=gains)
+    refs = [(t.stage, t.record.setup.batch, t.record.setup.checkpointing, t.record.status)
+            for t in result.tried if t.record.setup.mode == "eager" and t.record.setup.batch == 32]
+    assert refs == [("ladder", 32, False, "oom"), ("reference", 32, True, "ok")]
+    assert result.winner.setup.batch == 32
+    assert result.reference.setup.checkpointing and result.reference.setup.batch == 32
+
+
+def test_float8_in_full_departs_and_never_wins_though_faster(tmp_path, monkeypatch):
+    monkeypatch.setitem(FLOAT8, "runs", True)
+    gains = committed() + observed(("dtype", "bf16", "float8", None), 1.1)
+    result, runner = tune_with(tmp_path, budget_s=3600, gains=gains)
+    float8 = [t.record for t in result.tried if t.record.setup.dtype == "float8"]
+    assert float8 and all(r.ok for r in float8)
+    assert max(r.tokens_per_s for r in float8) > result.winner.tokens_per_s
+    from stepbench.guard import loss_verdicts
+    verdict = loss_verdicts([t.record for t in result.tried])[
+        (float8[0].setup.key(), "fake GPU")]
+    assert verdict.status == DEPARTS and verdict.steps == 25
+    assert result.winner.setup.dtype == "bf16"
+    assert result.runner_up is None or result.runner_up.setup.dtype == "bf16"
 
 
 def test_fit_finds_the_fastest_setup_that_fits_the_batch_with_checkpointing_if_need_be(tmp_path):
@@ -181,150 +405,28 @@ def test_fit_finds_the_fastest_setup_that_fits_the_batch_with_checkpointing_if_n
     assert w.checkpointing and (w.mode, w.attn, w.batch) == ("compile", "flex_attention", 48)
 
 
-def test_a_small_budget_is_kept_and_what_did_not_fit_is_said(tmp_path):
-    result, runner = tune_with(tmp_path, budget_s=400)
-    assert result.spent_s <= 400
-    assert result.winner is not None
-    assert any("not tried, the budget has" in s for s in result.skipped)
-    # The probes never ran past what the budget had left: each one's timeout was that.
-    assert sum(r.wall_s for r in runner.new) <= 400
-
-
-def test_a_probe_is_priced_by_the_slowest_like_it_of_its_own_precision(tmp_path):
-    # On the H200 a float8 compile took 174 s against 76-98 s in bf16; priced at 174 s, the
-    # bf16 options after it were not tried with 83 s left. Now a bf16 probe is priced by the
-    # bf16 ones, float8 by float8, and a precision not seen yet by the slowest of any.
-    store = ResultsFile(tmp_path / "t.jsonl")
-    clock = Clock()
-    tuner = Tuner(FakeRunner(store, clock), BASE, dict(SPACE), budget_s=3600,
-                  objective="tokens", timeout_s=1800, repeats=3, clock=clock)
-    base = dataclasses.replace(tuner.base, mode="compile", attn="flex_attention")
-    for setup, wall in [(base, 76.0), (dataclasses.replace(base, batch=8), 98.0),
-                        (dataclasses.replace(base, dtype="float8"), 174.0),
-                        (dataclasses.replace(base, mode="eager"), 15.0)]:
-        tuner.tried.append(Tried("screen", Record(run_id="x", repeat=0, setup=setup,
-                                                  status="ok", wall_s=wall)))
-    assert tuner.estimate_s(dataclasses.replace(base, optimizer="foreach")) == 98.0
-    assert tuner.estimate_s(dataclasses.replace(base, batch=16, dtype="float8")) == 174.0
-    assert tuner.estimate_s(dataclasses.replace(base, dtype="fp32")) == 174.0
-    assert tuner.estimate_s(dataclasses.replace(base, mode="eager", attn="sdpa")) == 15.0
-    autotune = dataclasses.replace(base, compile_mode="max-autotune-no-cudagraphs")
-    assert tuner.estimate_s(autotune) == 420.0      # the prior: nothing like it ran
-
-
-def test_a_finalist_whose_losses_drift_apart_over_the_full_run_is_dropped(tmp_path, monkeypatch):
-    monkeypatch.setitem(FLOAT8, "runs", True)
-    result, runner = tune_with(tmp_path, budget_s=3600)
-    # In the probes (2 + 5 steps) float8 agrees (3% apart, tolerance 5%) and is 10% faster: it
-    # is kept and is the first finalist...
-    float8 = [t for t in result.tried if t.record.setup.dtype == "float8"]
-    assert any(t.stage == "option" for t in float8)
-    finals = [t for t in float8 if t.stage == "final"]
-    # ...but over the final 25 steps it is checked against an eager reference of 25 steps at
-    # its batch, departs, is measured no more, and the next best probe takes its place (here
-    # the float8 variants kept after it, foreach and autotuned, one after the other).
-    assert finals and len({t.record.setup for t in finals}) == len(finals)
-    assert sum("dropped" in text and "float8" in text for text in result.skipped) == len(finals)
-    # (batch 32 does not fit eager: the reference recomputes its activations.)
-    refs = [r for r in runner.new if (r.search or {}).get("role") == "reference"]
-    assert [(r.setup.mode, r.setup.attn, r.setup.batch, r.setup.warmup + r.setup.steps,
-             r.setup.checkpointing, r.status) for r in refs] == \
-        [("eager", "sdpa", 32, 24, False, "oom"), ("eager", "sdpa", 32, 24, True, "ok")]
-    from stepbench.guard import loss_verdicts
-    verdict = loss_verdicts([t.record for t in result.tried])[
-        (finals[0].record.setup.key(), finals[0].record.machine.gpu)]
-    assert verdict.status == DEPARTS and verdict.steps == 25
-    w, second = result.winner.setup, result.runner_up.setup
-    assert w.dtype == second.dtype == "bf16" and result.measured_in_full
-    assert (w.mode, w.attn, w.batch, w.kernels) == ("compile", "flex_attention", 32,
-                                                    "liger-no-flce")
-    assert sum(1 for t in result.tried if t.stage == "final" and t.record.setup == w) == 3
-    assert sum(1 for t in result.tried if t.stage == "final" and t.record.setup == second) == 3
-    # The reference measured in full is in the result, the JSON and the summary.
-    assert result.reference is refs[-1]
-    assert result.to_dict()["reference"]["setup"]["checkpointing"] is True
-    from stepbench.report.tune import verdict
-    line = next(text for text in verdict(result) if text.startswith("Measured in full"))
-    assert f"{result.winner.tokens_per_s / refs[-1].tokens_per_s:.2f}x" in line
-
-
-def test_without_a_reference_in_full_the_tune_says_its_finals_were_checked_over_fewer_steps(
-        tmp_path):
-    class ReferenceFails(FakeRunner):
-        def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
-            if (tag or {}).get("role") != "reference":
-                return super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag)
-            record = Record(run_id=self.run_id, repeat=0, setup=plan[0], status="error",
-                            error="RuntimeError: no", wall_s=5.0, search=tag)
-            self.clock.now += 5.0
-            self.store.append(record)
-            return [record]
-
-    store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
-    tuner = Tuner(ReferenceFails(store, clock), BASE, dict(SPACE), budget_s=3600,
-                  objective="tokens", timeout_s=1800, repeats=3, clock=clock)
-    result = tuner.run()
-    assert result.measured_in_full and result.reference is None
-    assert "final: no eager reference measured in full at batch 32; the finals there are " \
-        "checked over the probes' steps only" in result.skipped
-
-
-def test_a_finalist_that_departed_is_never_the_winner_even_when_no_final_ran(tmp_path,
-                                                                              monkeypatch):
-    # float8 departs over the full run; every other final times out (say, the machine went
-    # bad): no final is measured, and the fallback to the best probe must not pick float8,
-    # whose probe is the fastest.
-    monkeypatch.setitem(FLOAT8, "runs", True)
-
-    class FinalsTimeOut(FakeRunner):
-        def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
-            if (tag or {}).get("role") == "final" and plan[0].dtype != "float8":
-                timeout_s = 1.0
-            return super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag)
-
-    store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
-    tuner = Tuner(FinalsTimeOut(store, clock), BASE, dict(SPACE), budget_s=3600,
-                  objective="tokens", timeout_s=1800, repeats=3, clock=clock)
-    result = tuner.run()
-    finals = [t.record for t in result.tried if t.stage == "final"]
-    assert any(r.setup.dtype == "float8" and r.ok for r in finals)
-    assert all(r.status == "timeout" for r in finals
-               if r.setup.dtype != "float8" and r.search["role"] == "final")
-    assert result.winner is None and result.runner_up is None and not result.measured_in_full
-    assert "final: nothing measured in full; every finalist failed or departed from its " \
-        "reference, so there is no winner" in result.skipped
-
-
-def test_one_slow_step_in_a_probe_does_not_stop_the_batch_from_growing(tmp_path):
+def test_one_slow_step_does_not_stop_a_batch_from_growing(tmp_path):
     # On the H200 (llama-135m), a batch-32 probe timed 201, 198, 208, 205 and 1351 ms: its mean
-    # was 2.1x its median. Here compiled flex attention's batch-16 probe has such a last step:
-    # by its mean it is slower than batch 8 and the growth would stop there.
+    # was 2.1x its median. Here the ladder's batch-16 rung has such a last step: by its mean it
+    # is slower than batch 8, by its median (which the search goes by) 11% faster, and the
+    # ladder goes on to 32.
     class Hiccup(FakeRunner):
-        def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
-            out = super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag)
-            s = plan[0]
-            if (tag or {}).get("role") == "probe" and (s.mode, s.attn, s.batch, s.kernels) \
-                    == ("compile", "flex_attention", 16, "none") and len(self.new) and \
-                    self.new[-1].setup == s:
-                r = self.new[-1]
-                r.step_times_ms[-1] *= 8
-                r.step_ms = sum(r.step_times_ms) / len(r.step_times_ms)
-                r.step_ms_median = statistics.median(r.step_times_ms)
-                r.tokens_per_s = s.batch * s.seq / r.step_ms * 1e3
-            return out
+        def measure(self, s, repeat, timeout_s, tag):
+            r = super().measure(s, repeat, timeout_s, tag)
+            if (s.mode, s.attn, s.batch, repeat) == ("eager", "sdpa", 16, 0) and r.ok:
+                r.step_times_ms[-1] *= 30
+                r.step_ms = statistics.fmean(r.step_times_ms)
+                r.tokens_per_s = s.tokens_per_step / r.step_ms * 1e3
+            return r
 
-    store, clock = ResultsFile(tmp_path / "t.jsonl"), Clock()
-    tuner = Tuner(Hiccup(store, clock), BASE, dict(SPACE), budget_s=3600, objective="tokens",
-                  timeout_s=1800, repeats=3, clock=clock)
     lines: list[str] = []
-    tuner.say = lines.append
+    runner = Hiccup(ResultsFile(tmp_path / "t.jsonl"), Clock())
+    tuner = Tuner(runner, BASE, dict(SPACE), budget_s=3600, objective="tokens", timeout_s=1800,
+                  clock=runner.clock, say=lines.append)
     result = tuner.run()
-    [spiky] = [t.record for t in result.tried if t.stage == "batch" and t.record.setup.batch == 16
-               and t.record.setup.attn == "flex_attention"]
-    eight = next(t.record for t in result.tried if t.stage == "batch"
-                 and t.record.setup.batch == 8 and t.record.setup.attn == "flex_attention")
-    assert spiky.tokens_per_s < eight.tokens_per_s      # its mean: slower than batch 8
-    assert result.winner.setup.batch == 32             # its median step: grown on, as before
+    ladder = [t.record for t in result.tried if t.stage == "ladder"]
+    assert [r.setup.batch for r in ladder] == [4, 8, 16, 32]
+    assert ladder[2].tokens_per_s < ladder[1].tokens_per_s      # by its mean: slower
     assert any("by its median step, which the search goes by" in line for line in lines)
 
 
@@ -351,11 +453,11 @@ def test_the_guard_checks_a_long_run_against_the_longest_reference(tmp_path):
 def test_a_tune_resumes_from_its_records_and_decides_the_same(tmp_path):
     first, _ = tune_with(tmp_path, budget_s=3600)
     again, runner = tune_with(tmp_path, budget_s=3600, run_id="second")
-    assert runner.new == []     # every probe and final measurement came from the file
+    assert runner.new == []     # every measurement came from the file
     assert again.winner.setup == first.winner.setup
     assert [t.record.setup for t in again.tried] == [t.record.setup for t in first.tried]
-    # The stored probes count against the budget: a resumed tune has no more time than one,
-    # and knows it from the start, before it replays anything.
+    # The stored measurements count against the budget: a resumed tune has no more time than
+    # one, and knows it from the start, before it replays anything.
     assert again.spent_s >= sum(t.record.wall_s for t in first.tried)
     store = ResultsFile(tmp_path / "tune.jsonl")
     fresh = Tuner(FakeRunner(store, Clock(), "third"), BASE, dict(SPACE), budget_s=3600,
@@ -365,6 +467,95 @@ def test_a_tune_resumes_from_its_records_and_decides_the_same(tmp_path):
                   dict(SPACE), budget_s=3600, objective="tokens", timeout_s=1800, repeats=3,
                   clock=Clock())
     assert other.spent_s() == 0       # another tune (here another sequence length) in the file
+
+
+def test_an_earlier_tunes_file_is_named_and_searched_again(tmp_path):
+    # The committed H200 tune of llama-135m, by stepbench's earlier tune: short probes (2 + 5
+    # steps) and finals in full. A tune of the same model on it searches again with a budget of
+    # its own, reuses the earlier finals it measures again, and says so.
+    path = tmp_path / "tune.jsonl"
+    path.write_bytes(replay.COMMITTED_TUNE.read_bytes())
+    earlier = ResultsFile(path).read()
+    grid = replay.Grid(replay.grid_records()[0])
+    clock = Clock()
+    machine = replay.ReplayMachine(grid, replay.fast_host(), ResultsFile(path), clock)
+    base = dataclasses.replace(earlier[0].setup, warmup=4, steps=20)
+    tuner = Tuner(machine, base, dict(SPACE, attn=["sdpa", "flex_attention"], dtype=["bf16"],
+                                      kernels=["none"], compile_scope=["model"],
+                                      compile_mode=["default"], optimizer=["fused"]),
+                  budget_s=480, objective="tokens", timeout_s=1800, clock=clock)
+    assert tuner.spent_s() == 0
+    result = tuner.run()
+    assert result.earlier.startswith(f"the results file holds {len(earlier)} records of an "
+                                     "earlier stepbench tune")
+    assert result.earlier in result.skipped
+    reused = [t.record for t in result.tried if t.record.run_id != machine.run_id]
+    assert reused and all((r.setup.warmup, r.setup.steps) == (4, 20) for r in reused)
+    assert TuneResult.from_dict(json.loads(json.dumps(result.to_dict()))).earlier == \
+        result.earlier
+
+
+@pytest.mark.parametrize("profile", [replay.slow_host, replay.fast_host],
+                         ids=["slow host", "fast host"])
+def test_a_replay_of_a_measured_host_reaches_95_percent_of_the_best_within_8_minutes(
+        profile, tmp_path):
+    result, grid, machine = replay.replay(profile(), tmp_path)
+    best_setup, best = grid.best()
+    assert result.spent_s <= 8 * 60
+    assert grid.rate(result.winner.setup) >= 0.95 * best, (result.winner.setup.name,
+                                                             result.winner.setup.batch)
+    # It asked only for what a tune can run (every record in full), and said what it did.
+    assert all((s.warmup, s.steps) == (4, 20) for s in machine.asked)
+    assert result.ladder["saturating_batch"] in result.ladder["batches"]
+
+
+def test_the_committed_gain_table_is_what_the_committed_results_give():
+    gain_table = load_benchmark("gain_table")
+    from stepbench.search import committed_gains
+
+    assert gain_table.source() == Path(committed_gains.__file__).read_text()
+
+
+def load_benchmark(name: str):
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_gain_is_looked_up_on_this_machine_first_then_in_the_committed_results():
+    from stepbench.search.gains import GainTable, THIS_MACHINE
+
+    key = ("attn", "sdpa", "flex_attention", "compile")
+    table = GainTable(observed(key, 1.1, 1.2))
+    gain = table.lookup(key)
+    assert (gain.lo, gain.hi) == (1.1, 1.2) and gain.source == "committed H200 results (test)"
+    mine = table.with_machine(observed(("attn", "sdpa", "flex_attention", "eager"), 0.7))
+    # This machine's observation of the same change in another mode comes first.
+    assert mine.lookup(key).source == THIS_MACHINE and mine.lookup(key).hi == 0.7
+    # A change nobody measured: a range that neither prunes nor favours it.
+    unknown = table.lookup(("attn", "sdpa", "flash_attention_3", "compile"))
+    assert (unknown.lo, unknown.hi) == (0.8, 1.25) and "no measurement" in unknown.source
+    # A chain: compile, then another kernel.
+    eager = BASE
+    chained = GainTable(observed(("mode", "eager", "compile", "sdpa"), 2.0) +
+                        observed(key, 1.1)).chain(eager, eager.replace(mode="compile",
+                                                                       attn="flex_attention"))
+    assert chained.hi == pytest.approx(2.2) and chained.kind.startswith("mode eager -> compile")
+
+
+def test_the_json_names_the_stages_and_reads_back(tmp_path):
+    result, _ = tune_with(tmp_path, budget_s=3600)
+    data = json.loads(json.dumps(result.to_dict(), default=str))
+    assert data["stages"] == STAGES
+    assert {r["search"]["stage"] for r in data["tried"]} <= set(STAGES)
+    again = TuneResult.from_dict(data)
+    assert [t.stage for t in again.tried] == [t.stage for t in result.tried]
+    assert again.ladder == result.ladder and again.gains == result.gains
+    assert again.winner.setup == result.winner.setup
 
 
 def test_the_command_measures_the_winner_again():
@@ -391,6 +582,38 @@ def test_budget_durations(text, seconds):
 ])
 def test_bad_tune_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path):
     code = main(["tune", "--device", "cpu", "--out", str(tmp_path / "t.jsonl"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_budget_below_one_measurement_is_refused_with_the_least_it_needs(capsys, tmp_path):
+    from stepbench.search.prices import PRIORS
+
+    out = tmp_path / "t.jsonl"
+    code = main(["tune", "--device", "cpu", "--budget", "5s", "--out", str(out)])
+    err = capsys.readouterr().err
+    least = math.ceil(PRIORS["cpu"].server_start_s + PRIORS["cpu"].overhead_s[("server",
+                                                                              "eager")]
+                      + PRIORS["cpu"].first_step_s[("eager", "sdpa")])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--budget 5s is less than the tune's first measurement here: eager+sdpa batch 4 " \
+        f"bf16 takes at least {least} s (server start 7 s" in err
+    assert err.rstrip().endswith(f"give --budget {least}s or more")
+    assert not out.exists()         # nothing written
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--attn", "sdpa,flex_attention"], "--attn flex_attention cannot run here: its backward "
+     "pass needs a CUDA GPU (FlexAttention does not support backward on CPU); drop it from "
+     "--attn"),
+    (["--precision", "float8"], "--precision float8 cannot run here: float8 training needs a "
+     "CUDA GPU of compute capability 8.9 or newer; use --device cuda or another --precision"),
+    (["--kernels", "liger"], "--kernels liger cannot run here: --kernels liger: liger-kernel's "
+     "Triton kernels need a CUDA GPU"),
+])
+def test_a_value_this_machine_cannot_run_is_refused_when_named(argv, message, capsys, tmp_path):
+    code = main(["tune", "--device", "cpu", "--budget", "5m", "--out", str(tmp_path / "t.jsonl"),
+                 *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
@@ -453,14 +676,14 @@ TUNE = ["tune", "--device", "cpu", "--model", "llama-tiny", "--seq", "32", "--ba
 
 
 @pytest.mark.slow
-def test_a_real_tune_keeps_its_budget_skips_a_departing_setup_and_resumes(tmp_path):
+def test_a_real_tune_keeps_its_budget_and_resumes(tmp_path):
     out = tmp_path / "tune.jsonl"
-    env = with_hooks({**os.environ, DIVERGE_ENV: "eager+eager"})
+    env = with_hooks(dict(os.environ))
     command = [sys.executable, "-m", "stepbench", *TUNE, "--out", str(out)]
-    # Interrupted once its first probe is stored, as Ctrl-C would.
+    # Interrupted once its first measurement is stored, as Ctrl-C would.
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
-    wait_for(first, "stepbench tune: screen: ")      # said once the probe's record is stored
+    wait_for(first, "stepbench tune: ladder: ")   # said once the record is stored
     first.send_signal(signal.SIGINT)
     _, err = first.communicate(timeout=60)
     assert first.returncode == 130, err
@@ -474,37 +697,40 @@ def test_a_real_tune_keeps_its_budget_skips_a_departing_setup_and_resumes(tmp_pa
     result = json.loads(done.stdout)
     records = ResultsFile(out).read()
     keys = [(r.setup.key(), r.repeat) for r in records]
-    assert len(keys) == len(set(keys)), "a stored probe was measured again"
+    assert len(keys) == len(set(keys)), "a stored measurement was measured again"
     assert {r.run_id for r in kept} & {r.run_id for r in records[len(kept):]} == set()
-    # By its own count, within the budget: a probe's timeout is what the budget has left (a
+    # By its own count, within the budget: a process's timeout is what the budget has left (a
     # process stopped at it may take the kill's grace period more).
     assert result["spent_s"] <= 60 + KILL_GRACE_S + 2
-    # eager+eager's weights were spoiled: its losses depart and it is never the winner.
+    # The ladder ran first, in full; eager attention was pruned (the committed gains put it at
+    # most at 0.58x eager+sdpa), and every measurement's stage is one of the tune's.
+    assert [r.search["stage"] for r in records[:2]] == ["ladder"] * min(2, len(records))
+    assert all((r.setup.warmup, r.setup.steps) == (1, 3) for r in records)
     assert result["winner"]["setup"]["name"] == "eager+sdpa"
-    assert all(r["setup"]["name"] != "eager+eager" for r in [result["winner"],
-                                                             result["runner_up"] or {"setup": {}}])
-    assert any(t["setup"]["name"] == "eager+eager" for t in result["tried"])
-    assert all(r.search and r.search["kind"] == "tune" for r in records)
+    assert not any(t["setup"]["name"] == "eager+eager" for t in result["tried"])
+    assert any(c["setup"]["name"] == "eager+eager" and c["why"] == "pruned"
+               for c in result["not_measured"])
+    assert all(r.search["kind"] == "tune" and r.search["stage"] in STAGES for r in records)
     # The command it prints measures the winner's setup.
     settings = settings_of(build_parser().parse_args(result["command"].split()[1:]))
     assert settings.resolved("cpu").plan()[0].key() == \
         Setup.from_dict(result["winner"]["setup"]).key()
     # A third time, everything is stored: the same answer, no process started.
-    replay = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-    assert json.loads(replay.stdout)["winner"] == result["winner"]
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert json.loads(again.stdout)["winner"] == result["winner"]
     assert len(ResultsFile(out).read()) == len(records)
 
 
-
-
 @pytest.mark.slow
-def test_a_tune_on_a_terminal_keeps_its_live_progress_from_probe_to_probe(tmp_path):
-    # The display belongs to the command, not to a plan: after the first probe the live block
-    # (each running setup's line with its seconds, "[3 s]") is still drawn for the next ones.
+def test_a_tune_on_a_terminal_keeps_its_live_progress_from_process_to_process(tmp_path):
+    # The display belongs to the command, not to a plan: after the first process the live
+    # block (each running setup's line with its seconds, "[3 s]") is still drawn for the next.
     out = tmp_path / "tune.jsonl"
-    code, seen, _ = on_a_terminal([*TUNE[:-2], "--budget", "25s", "--out", str(out)])
+    code, seen, _ = on_a_terminal([*TUNE[:-2], "--budget", "30s", "--out", str(out)])
     assert b"Traceback" not in seen, seen.decode(errors="replace")[-2000:]
-    probes = [r.setup.attn for r in ResultsFile(out).read()]
-    assert probes[:2] == ["sdpa", "eager"], seen.decode(errors="replace")[-2000:]
-    live = re.findall(rb"\] eager\+(\w+) batch 1 seq 32: [^\r\n]*? \[\d+ s\]", seen)
-    assert b"sdpa" in live and b"eager" in live, seen.decode(errors="replace")[-2000:]
+    ran = [(r.setup.batch, r.repeat) for r in ResultsFile(out).read()]
+    assert len(ran) >= 2, seen.decode(errors="replace")[-2000:]
+    live = re.findall(rb"\] eager\+sdpa batch (\d+) seq 32: [^\r\n]*? \[\d+ s\]", seen)
+    assert len(set(live)) >= min(2, len({b for b, _ in ran})), \
+        seen.decode(errors="replace")[-2000:]
+    assert len(live) >= 2

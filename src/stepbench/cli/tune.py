@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from stepbench.cli.base import given, report_hint, say, stopped
@@ -16,10 +17,12 @@ def add(sub) -> None:
     p = sub.add_parser(
         "tune", help="search the axes for the fastest setup of a model within a time budget",
         description="Search for the fastest setup of one model on this machine within a time "
-                    "budget: short probes first (attention kernels, eager and compiled), then "
-                    "larger batches, then one option at a time, then the best two measured in "
-                    "full with repeats. Every probe is a record in --out: a tune resumes, and "
-                    "`stepbench report` shows it. Axis flags narrow the search to their values.")
+                    "budget: eager mode at doubling batches first (the loss guard's reference "
+                    "and the batch where throughput saturates), then torch.compile with each "
+                    "attention kernel there, then one change at a time, chosen by what it may "
+                    "gain per second it costs, then more processes of the best two. Every "
+                    "measurement is a record in --out: a tune resumes, and `stepbench report` "
+                    "shows it. Axis flags narrow the search to their values (docs/tune.md).")
     p.add_argument("--budget", required=True, help="time for the whole search: 20m, 90s, 1h30m")
     p.add_argument("--objective", choices=("tokens", "fit"), default=None,
                    help="tokens: the most tokens/s, the batch grown from --batch; fit: the "
@@ -35,6 +38,7 @@ def add(sub) -> None:
 
 
 def cmd_tune(args) -> int:
+    from stepbench.errors import UserError
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
     from stepbench.execute.server import imports_for
@@ -50,7 +54,7 @@ def cmd_tune(args) -> int:
     space, skipped = tune.space_for(settings)
     base = tune.start(settings, space)
     check_models([base])
-    store = ResultsFile(settings.out).check_writable()
+    store = ResultsFile(settings.out)
     display = Display()
     executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor",
                             start=settings.start, note=display.note,
@@ -58,9 +62,17 @@ def cmd_tune(args) -> int:
     runner = Runner(executor, store)
     tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
                        objective=settings.objective, timeout_s=settings.timeout_s,
-                       repeats=settings.repeats, final_steps=(base.warmup, base.steps),
-                       skipped=skipped, display=display,
-                       say=lambda text: display.line(f"stepbench tune: {text}"))
+                       repeats=settings.repeats, skipped=skipped, start=settings.start,
+                       display=display, say=lambda text: display.line(f"stepbench tune: {text}"))
+    first = tuner.first_price()
+    if first is not None and settings.budget_s < first.total:
+        executor.close()
+        display.close()
+        raise UserError(f"--budget {settings.budget_s:g}s is less than the tune's first "
+                        f"measurement here: {tune.label(tuner.reference_setup(base.batch))} "
+                        f"takes at least {first.total:.0f} s ({first.describe()}); give "
+                        f"--budget {math.ceil(first.total)}s or more")
+    store.check_writable()
     try:
         result = tuner.run()
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped

@@ -10,27 +10,30 @@ from __future__ import annotations
 
 import dataclasses
 
+from stepbench import stats
 from stepbench.guard import loss_verdicts
 from stepbench.record import Record
 from stepbench.report import searches, table
+from stepbench.report.findings import change
 from stepbench.report.layout import Document, Table
 from stepbench.report.marks import mark_notes, noise_marks
-from stepbench.search.tune import TuneResult, label
+from stepbench.search.tune import TuneResult, label, short_source, stage_of
 from stepbench.setup import Setup
 from stepbench.units import duration
 
 COLUMNS = ["Stage", "Setup", "Batch", "Precision", "Status", "Tokens/s", "Step (ms)",
            "Peak memory", "First step (s)", "Loss guard"]
 ALIGN = "llrllrrrrl"
-# (stage, record): what a tune used, in the order it used it. The stage is the probe's stage
-# (screen, batch, option, reference, final reference) or "final".
+# (stage, record): what a tune used, in the order it used it. The stage is one of
+# search.tune.STAGES (an earlier tune's: screen, batch, option, reference, final reference or
+# final).
 Entry = tuple[str, Record]
 
 
 # ---------------------------------------------------------------- the table
 
 def stage_text(stage: str, record: Record) -> str:
-    """"final #2" for a finalist's second process; a probe's stage as it is."""
+    """"final #2" for a finalist's second process; another stage as it is."""
     return f"{stage} #{record.repeat + 1}" if stage == "final" else stage
 
 
@@ -79,13 +82,14 @@ def tune_document(result: TuneResult) -> Document:
     """`stepbench tune`'s output: the "Tried" table, then the verdict as its notes (the
     noise marks' footnotes first), in the order a reader checks them: the winner, the
     runner-up, the ratios to the plain setups, the command that measures the winner again,
-    what was not tried, the budget."""
+    the reference ladder, what was not tried, the budget; then the gains the tune went by."""
     entries = [(t.stage, t.record) for t in result.tried]
     tried = tried_table(entries)
     tried.notes += verdict(result)
     first = entries[0][1] if entries else None
     tunes = [tune_dict(first, entries)] if first is not None else []
-    return Document("Tried", [tried], tunes=tunes)
+    tables = [tried] + ([gains_table(result.gains)] if result.gains else [])
+    return Document("Tried", tables, tunes=tunes)
 
 
 def verdict(result: TuneResult) -> list[str]:
@@ -97,7 +101,8 @@ def verdict(result: TuneResult) -> list[str]:
                    "these measurements.")
     elif winner is None:
         out.append("No setup ran without failing or departing from the reference's losses; "
-                   "see the table.")
+                   "see the table." if result.tried else
+                   "Nothing was measured; see below why.")
     else:
         out += _winner(result)
         if second is not None:
@@ -105,10 +110,37 @@ def verdict(result: TuneResult) -> list[str]:
                        f"{versus(result.comparison)}.")
         out += _ratios(result)
         out.append(f"Reproduce: {result.command}")
+    if result.ladder and result.ladder.get("batches"):
+        out.append(ladder_text(result.ladder))
     out += result.skipped
     out.append(f"Budget {duration(result.budget_s, exact=True)}, spent "
                f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurements.")
     return out
+
+
+def ladder_text(ladder: dict) -> str:
+    """The reference ladder in a sentence."""
+    rungs = ", ".join(f"{b} ({t:,} tokens/s)" for b, t in zip(ladder["batches"],
+                                                            ladder["tokens_per_s"]))
+    memory = (f"; about {ladder['gb_per_sequence']:.2g} GB a sequence"
+              if ladder.get("gb_per_sequence") else "")
+    return (f"Reference ladder (the loss guard's eager reference, measured in full) at batch "
+            f"{rungs}: saturates at batch {ladder['saturating_batch']}, where it stopped "
+            f"because {ladder['stopped']}{memory}.")
+
+
+GAINS_NOTE = ("What each change was taken to multiply tokens/s by, from the smallest to the "
+              "largest ratio observed (this machine's records where they held one, else "
+              "committed H200 results; the tune's JSON lists every observation and its file): "
+              "a candidate whose largest gain could not beat the best so far was not measured.")
+
+
+def gains_table(gains: list[dict]) -> Table:
+    """The gains the tune chose and pruned candidates by."""
+    cells = [[g["kind"], f"{g['smallest']:.2f}x", f"{g['largest']:.2f}x",
+              short_source(g["source"])] for g in gains]
+    return Table(["Change", "Smallest", "Largest", "From"], cells, "lrrl",
+                 "Gains the tune went by", [GAINS_NOTE])
 
 
 def _winner(result: TuneResult) -> list[str]:
@@ -124,22 +156,40 @@ def _winner(result: TuneResult) -> list[str]:
 
 
 def _ratios(result: TuneResult) -> list[str]:
-    """The winner against the loss guard's reference measured in full at its batch, and (in
-    the probes) against the plainest setup at the start batch."""
+    """The winner against the loss guard's reference measured in full at its batch, and
+    against the plainest setup at the start batch (the ladder's first rung; an earlier tune's
+    short probe of it): a ratio where the test on their steps tells them apart, "within the
+    noise" where it does not."""
     out = []
     winner, ref = result.winner, result.reference
     if ref is not None and ref.ok and ref.setup.key() != winner.setup.key():
         out.append(f"Measured in full at batch {winner.setup.batch}, the winner ran at "
-                   f"{winner.tokens_per_s / ref.tokens_per_s:.2f}x the tokens/s of "
-                   f"{label(ref.setup)}, the loss guard's reference "
-                   f"({winner.tokens_per_s:,.0f} against {ref.tokens_per_s:,.0f}).")
+                   f"{_against(result, winner, ref)} of {label(ref.setup)}, the loss guard's "
+                   f"reference ({winner.tokens_per_s:,.0f} against {ref.tokens_per_s:,.0f}).")
+    first = next((t.record for t in result.tried if t.stage == "ladder"), None)
+    if first is not None and first.ok and first.setup.key() not in (
+            winner.setup.key(), ref.setup.key() if ref is not None else None):
+        out.append(f"It ran at {_against(result, winner, first)} of {label(first.setup)}, the "
+                   f"plainest setup at the start batch ({winner.tokens_per_s:,.0f} against "
+                   f"{first.tokens_per_s:,.0f}).")
     plain, probe = plainest(result), probe_of(result, winner.setup)
     if plain is not None and probe is not None and plain.ok and probe is not plain:
-        out.append(f"In the short probes the winner ran at "
-                   f"{probe.tokens_per_s / plain.tokens_per_s:.2f}x the tokens/s of "
+        out.append(f"In the short probes the winner ran at {_against(result, probe, plain)} of "
                    f"{label(plain.setup)}, the plainest setup "
                    f"({probe.tokens_per_s:,.0f} against {plain.tokens_per_s:,.0f}).")
     return out
+
+
+def _against(result: TuneResult, a: Record, b: Record) -> str:
+    """"1.95x the tokens/s" of a against b, or "the tokens/s, within the noise (p = 0.31)"
+    where the report's test on their processes (or steps) cannot tell them apart."""
+    def runs(record):
+        return [t.record for t in result.tried if t.record.setup == record.setup] or [record]
+
+    test = stats.compare_records(runs(a), runs(b), per_token=True)
+    if test is not None and test.significant is False:
+        return f"the tokens/s, within the noise (p = {test.p_value:.2f}),"
+    return f"{a.tokens_per_s / b.tokens_per_s:.2f}x the tokens/s"
 
 
 def peak(record: Record) -> str:
@@ -147,13 +197,14 @@ def peak(record: Record) -> str:
 
 
 def versus(comparison: dict | None) -> str:
-    if comparison is None:
-        return " (too few steps to test the difference)"
-    faster = (1 / comparison["ratio"] - 1) * 100
+    """The winner against the runner-up, worded as the report words a comparison
+    (findings.change): a difference only where the test finds one."""
+    if comparison is None or comparison["significant"] is None:
+        return " (too few steps or processes to test the difference)"
     if comparison["significant"]:
-        return f"; the winner is {faster:.1f}% faster (p = {comparison['p_value']:.2g})"
-    return (f"; equally fast within the noise ({faster:+.1f}%, p = "
-            f"{comparison['p_value']:.2g})")
+        size, direction = change(comparison["ratio"], 1.0)
+        return f"; the winner is {size} {direction} (p = {comparison['p_value']:.2g})"
+    return f"; equally fast within the noise (p = {comparison['p_value']:.2f})"
 
 
 def plainest(result: TuneResult) -> Record | None:
@@ -179,13 +230,6 @@ def probe_of(result: TuneResult, setup: Setup) -> Record | None:
 
 def is_tune(record: Record) -> bool:
     return searches.kind(record) == searches.TUNE
-
-
-def stage_of(record: Record) -> str:
-    """A tune record's stage: a probe's `stage`, else its role ("final", or "reference" for a
-    reference measured in full, whose stage says "final reference")."""
-    tag = record.search or {}
-    return tag.get("stage") or tag.get("role") or "?"
 
 
 def tune_key(record: Record) -> tuple:
@@ -214,9 +258,10 @@ def tune_tables(records: list[Record]) -> list[Table]:
     return out
 
 
-TUNE_NOTE = ("Every measurement the tune stored, in the order it ran them: its probes (short runs "
-             "it decided by) and its finals and references measured in full, which the Results "
-             "table ranks too. Loss guard: the guard's verdict among this tune's records.")
+TUNE_NOTE = ("Every measurement the tune stored, in the order it ran them, with the stage that "
+             "asked for it; those measured in full (all but an earlier tune's short probes) are "
+             "ranked in the Results table too. Loss guard: the guard's verdict among this "
+             "tune's records.")
 
 
 def tune_dicts(records: list[Record]) -> list[dict]:

@@ -1,30 +1,34 @@
 """`stepbench tune`: the fastest setup of one model on this machine, found within a time budget.
 
 A search, not a matrix: it proposes setups, has each measured in its own process by the same
-Runner and executor as `run` (every probe is a record in the results file, tagged `search`, so an
-interrupted tune resumes and `stepbench report` shows it), reads the records and decides what to
-try next. The stages (docs/tune.md says the same for users):
+Runner and executor as `run` (every measurement is a record in the results file, tagged
+`search`, so an interrupted tune resumes and `stepbench report` shows it), reads the records and
+decides what to measure next. Every measurement runs the final steps (`--warmup`, `--steps`):
+the best one measured is already a final, and the loss guard sees every step. The stages
+(docs/tune.md says the same for users; STAGES names them in the records and the JSON):
 
-screen   every attention kernel at the start batch in eager mode (cheap: nothing compiles), then
-         torch.compile with each kernel eager mode did not rule out (a failed kernel; the plain
-         "eager" attention once a fused kernel beat it);
-batch    the best (mode, attention) pair grows by doubling the batch until a probe runs out of
-         memory or the doubling buys less than GAIN more tokens/s; then one bisection step
-         between its largest fit and its out-of-memory batch;
-options  one change at a time on the best setup so far (CUDA graphs, fused kernels, float8,
-         foreach AdamW, per-layer compile, autotuning, activation checkpointing to pass the
-         memory limit); a change is kept when it is faster by GAIN and its losses agree;
-batch    the second best pair grows the same way, if the budget allows;
-final    the two best setups measured in full, with repeats (interleaved), and a significance
-         test between them.
+ladder    eager mode with the plainest attention (the loss guard's reference) at the start
+          batch, doubled until it runs out of memory or a doubling buys less than LADDER_GAIN
+          more tokens/s: the memory a sequence takes, the batch where throughput saturates
+          (the largest rung that ran), and the guard's reference at every batch used later;
+compiled  torch.compile with each attention kernel at the saturating batch and the one below;
+explore   one change at a time on any setup measured (an option, another kernel, a doubled
+          batch, compilation, checkpointing where a batch ran out of memory);
+reference the guard's reference at a leading setup's batch that the ladder did not reach;
+final     more processes of the two best, interleaved, only as many as the test between them
+          needs (`final`).
 
-The loss guard (guard.py) checks every probe against the eager reference of its batch, which the
-tune measures where it is missing; a setup whose losses depart is never picked and its option is
-not tried further. Probes are compared by their median timed step (`rate`): a probe times a
-few steps, and one slow step must not decide. The budget counts the wall time of every probe the
-tune used (stored ones included) plus this invocation's own time; every probe's timeout is what
-the budget has left, so a tune ends within its budget. What it found is a TuneResult; the
-report draws it (report/tune.py), the search only decides.
+Which candidate runs next is a choice by value per second: a candidate's price is its process's
+parts as measured here (prices.py); its value is the tokens/s it may add over the best so far,
+from the gains that changes like it brought (gains.py: this machine's records, else committed
+H200 results), taken to land anywhere between the smallest and the largest seen. A candidate
+whose largest gain cannot beat the best is not measured (pruned); nor one that the budget, kept
+back for the finals' processes (priced from warm compiles), cannot pay for. The loss guard
+(guard.py) must pass before a setup can win, not before it is explored.
+
+The budget counts the wall time of every measurement the tune used (stored ones included) plus
+this invocation's own time; every process's timeout is what the budget has left. What it found
+is a TuneResult; the report draws it (report/tune.py), the search only decides.
 
 Objective "fit": the fastest setup at the given batch whose step fits under --memory-limit-gb
 (the cap stands in for a smaller card); the batch is not grown and checkpointing is an option.
@@ -32,33 +36,41 @@ Objective "fit": the fastest setup at the given batch whose step fits under --me
 
 from __future__ import annotations
 
-import collections
-import dataclasses
+import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from stepbench import stats
 from stepbench.axes import AXES, axis
-from stepbench.guard import OK, REFERENCE, can_be_reference, loss_verdicts
+from stepbench.guard import OK, REFERENCE, loss_verdicts
+from stepbench.noise import processes_disagree
 from stepbench.record import Record
+from stepbench.search.gains import Gain, GainTable, committed, differences, observations, rate
+from stepbench.search.prices import Price, Prices
 from stepbench.settings import SEARCHED
 from stepbench.setup import Setup
 
-GAIN = 0.03            # a doubling or an option must buy this much more tokens/s to count
-BATCH_LIMIT = 4096     # no batch search beyond this
-# A probe: warm-up and timed steps (a GPU's steps are short; a CPU's are not).
-PROBE_STEPS = {"cuda": (2, 5), "cpu": (1, 3)}
-# Before any record says otherwise, what a probe's process is expected to take (s): eager,
-# compiled, autotuned.
-PRIOR_S = {"cuda": {"eager": 30.0, "compile": 90.0, "autotune": 420.0},
-           "cpu": {"eager": 12.0, "compile": 40.0, "autotune": 120.0}}
-FINALISTS = 2
-# A compile's first step with the inductor cache warm, as a share of its cold one
-# (benchmarks/README.md, section g).
-WARM_COMPILE_SHARE = 0.25
-FUSED_ATTENTIONS = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+LADDER_GAIN = 0.10     # a doubling of the ladder's batch must buy this much more tokens/s
+LADDER_SHARE = 0.25    # of the budget, at most, for the ladder
+BATCH_LIMIT = 4096     # no batch beyond this
+FINAL_PROCESSES = 2    # processes per finalist before the test between them (the least it takes)
+# Identical processes of one setup have differed by this much (eager+sdpa: 89-90 ms in some
+# processes, 106-112 ms in others): two setups further apart than this, and told apart by the
+# test on one process each, need no more processes to say which is faster.
+CLEAR_GAP = 0.25
+# A candidate beats the best so far when it is faster by more than this: the final test tells
+# setups 1% apart (benchmarks/README.md, section g), not less.
+BEAT = 0.01
+# The stages, in order, as the records' `search.stage` and the JSON name them.
+STAGES = {"ladder": "the loss guard's eager reference measured at doubling batches",
+          "compiled": "torch.compile with each attention kernel at the ladder's saturating "
+                      "batch and the one below",
+          "explore": "one change on a measured setup, chosen by value per second",
+          "reference": "the loss guard's reference at a leading setup's batch the ladder did "
+                       "not reach",
+          "final": "another process of one of the two best setups"}
 
 # What the tune may vary: axis name -> the values it searches, the start value first (the
 # registry's axes with a `tune` stage, axes.AXES).
@@ -77,9 +89,19 @@ def default_space(device: str) -> tuple[Space, dict[str, list[str]]]:
 
 def space_for(settings) -> tuple[Space, list[str]]:
     """The search space of a tune's settings: what this machine runs, narrowed by the axis flags
-    given (a narrowed axis has no notes: the flag chose its values)."""
+    given (a narrowed axis has no notes: the flag chose its values). A value named on the
+    command line that this machine cannot run is refused with the reason."""
+    from stepbench.errors import UserError
+
     space, notes = default_space(settings.device)
     for name, values in settings.space.items():
+        a = axis(name)
+        for value in values:
+            reason = a.why_not(value, settings.device)
+            if reason is not None:
+                fix = "" if "; use --" in reason else f"; drop it from {a.flag}"
+                raise UserError(f"{a.flag} {a.text(value) or value} cannot run here: "
+                                f"{reason}{fix}")
         space[name] = list(values)
         notes.pop(name)
     return space, [text for texts in notes.values() for text in texts]
@@ -94,7 +116,7 @@ def start(settings, space: Space) -> Setup:
 
 @dataclass
 class Tried:
-    """One probe or final measurement the tune used, with why and what came of it."""
+    """One measurement the tune used, with the stage that asked for it."""
 
     stage: str
     record: Record
@@ -110,10 +132,14 @@ class TuneResult:
     tried: list[Tried]
     skipped: list[str]          # what was not tried, and why (budget, pruning, this machine)
     command: str | None         # the `stepbench run` that measures the winner again
-    comparison: dict | None     # winner against runner-up: ratio, p_value, significant
-    measured_in_full: bool      # the winner comes from the final stage, not from a probe
-    reference: Record | None = None   # the loss guard's eager reference at the winner's batch,
-                                      # measured in full (the winner's losses were checked on it)
+    comparison: dict | None     # winner against runner-up: ratio, p_value, significant, method
+    measured_in_full: bool      # the winner ran the final steps (an earlier tune's could not)
+    reference: Record | None = None   # the loss guard's eager reference at the winner's batch
+    ladder: dict | None = None        # the reference ladder: batches, saturating batch, why
+    gains: list[dict] = field(default_factory=list)   # the gain table entries the tune used
+    earlier: str | None = None        # what became of an earlier tune's records in the file
+    processes: dict | None = None     # processes measured of the winner and the runner-up
+    not_measured: list[dict] = field(default_factory=list)   # candidates left, and why
     stopped: bool = False       # stopped (Ctrl-C, SIGTERM, SIGHUP) before it chose: no winner
 
     def to_dict(self) -> dict:
@@ -124,33 +150,71 @@ class TuneResult:
                 "budget_s": self.budget_s, "spent_s": round(self.spent_s, 1),
                 "comparison": self.comparison, "measured_in_full": self.measured_in_full,
                 "reference": self.reference.to_dict() if self.reference else None,
-                "skipped": self.skipped, "stopped": self.stopped}
+                "skipped": self.skipped, "stages": STAGES, "ladder": self.ladder,
+                "gains": self.gains, "earlier_tune": self.earlier,
+                "processes": self.processes, "not_measured": self.not_measured,
+                "stopped": self.stopped}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TuneResult":
-        """A tune's `--format json` object read back, to render it again (each tried record's
-        stage is in its `search` tag: a probe's stage, else its role, "final")."""
+        """A tune's `--format json` object read back, to render it again. Each tried record's
+        stage is in its `search` tag (`stage`, one of STAGES; an earlier tune's records: screen,
+        batch, option, reference or final reference, else their role, "final")."""
         def record(value):
             return Record.from_dict(value) if value else None
 
-        tried = []
-        for value in data["tried"]:
-            r = Record.from_dict(value)
-            tag = r.search or {}
-            tried.append(Tried(tag.get("stage") or tag.get("role") or "?", r))
+        tried = [Tried(stage_of(r), r) for r in map(Record.from_dict, data["tried"])]
         return cls(data["objective"], data["budget_s"], data["spent_s"], record(data["winner"]),
                    record(data["runner_up"]), tried, list(data["skipped"]), data["command"],
                    data["comparison"], data["measured_in_full"], record(data.get("reference")),
+                   data.get("ladder"), list(data.get("gains") or []), data.get("earlier_tune"),
+                   data.get("processes"), list(data.get("not_measured") or []),
                    data.get("stopped", False))
+
+
+def stage_of(record: Record) -> str:
+    """A tune record's stage: its `stage`, else its role (an earlier tune's finals)."""
+    tag = record.search or {}
+    return tag.get("stage") or tag.get("role") or "?"
+
+
+def is_earlier(record: Record) -> bool:
+    """A record of an earlier stepbench tune: a short probe, or a measurement whose stage is
+    not one of STAGES."""
+    tag = record.search or {}
+    return tag.get("kind") == "tune" and (tag.get("role") == "probe"
+                                          or tag.get("stage") not in STAGES)
+
+
+@dataclass
+class Candidate:
+    """A setup not measured yet, and what the tune thinks of it: the measured setup it is
+    closest to, the gain of the changes from there, its price; `reason` when it is not worth
+    measuring now (pruned, too dear, would not fit)."""
+
+    setup: Setup
+    parent: Setup | None = None
+    parent_rate: float = 0.0
+    gain: Gain | None = None
+    price: Price | None = None
+    value: float = 0.0
+    reason: str | None = None
+    why: str | None = None      # pruned, budget, memory or failed
+
+    @property
+    def per_second(self) -> float:
+        return self.value / max(self.price.total, 1.0) if self.price else 0.0
 
 
 class Tuner:
     """The search. `runner` is a Runner (or anything with its run(), run_id and store): the tune
-    only proposes setups and reads the records it returns."""
+    only proposes setups and reads the records it returns; `clock` is the time it counts its
+    budget by. `gains`: the committed observations (default: gains.committed()); `start`: how
+    the executor starts a setup's process (server or fresh), for the prices."""
 
     def __init__(self, runner, base: Setup, space: Space, *, budget_s: float, objective: str,
-                 timeout_s: float, repeats: int = 3, final_steps: tuple[int, int] = (4, 20),
-                 probe_steps: tuple[int, int] | None = None, skipped: list[str] | None = None,
+                 timeout_s: float, repeats: int = 3, skipped: list[str] | None = None,
+                 start: str = "server", gains: list | None = None,
                  clock: Callable[[], float] = time.monotonic, display=None,
                  say: Callable[[str], None] = lambda text: None):
         # (Imported here: the report reads TuneResult and never runs anything.)
@@ -158,111 +222,129 @@ class Tuner:
         from stepbench.execute.runner import NullDisplay
 
         self.runner = runner
-        # Each process numbered across the tune ("probe 5", "final 2"), each finished one with
-        # the budget left (execute/progress.py).
+        # Each process numbered across the tune by its stage ("ladder 3", "final 2"), each
+        # finished one with the budget left (execute/progress.py).
         self.display = SearchView(display or NullDisplay(), budget_left=lambda: self.left_s())
         self.space = space
         self.budget_s = budget_s
         self.objective = objective
         self.timeout_s = timeout_s
         self.repeats = repeats
-        self.final_steps = final_steps
-        warmup, steps = probe_steps or PROBE_STEPS[base.device]
-        self.base = dataclasses.replace(base, warmup=warmup, steps=steps)
+        self.base = base
         self.clock = clock
-        self.start = clock()
+        self.began = clock()
         self.say = say
-        # (setup key, repeat) of what the results file already holds: measured for free.
+        self.gains = GainTable(committed() if gains is None else gains)
+        self.prices = Prices(base.device, start)
         stored = runner.store.latest()
+        # (setup key, repeat) of what the results file already holds: measured for free.
         self.stored = {(r.setup.key(), r.repeat) for r in stored}
-        # The budget counts what an earlier, interrupted tune of this model spent, from the
-        # start (so a resumed tune knows what it has left before it replays anything), and
-        # any other stored record once the tune uses it.
-        mine = [r for r in stored if (r.search or {}).get("kind") == "tune"
+        ours = [r for r in stored if (r.search or {}).get("kind") == "tune"
                 and (r.setup.model, r.setup.seq, r.setup.device) ==
                 (base.model, base.seq, base.device)]
+        self.earlier = [r for r in ours if is_earlier(r)]
+        # The budget counts what an interrupted tune of this model spent, from the start (so
+        # that a resumed tune knows what it has left before it replays anything), and any
+        # other stored record once the tune uses it. An earlier tune's are not counted: this
+        # tune searches again, with a budget of its own.
+        mine = [r for r in ours if not is_earlier(r)]
         self.stored_spent_s = sum(r.wall_s or 0.0 for r in mine)
         self.counted = {(r.setup.key(), r.repeat) for r in mine}
         self.tried: list[Tried] = []
-        self.by_key: dict[str, Record] = {}
         self.skipped: list[str] = list(skipped or [])
-        self.oom_batch: dict[tuple, int] = {}   # (mode, attn) -> the batch that ran out of memory
-        self._verdicts: dict | None = None      # the loss guard over `tried`, until it grows
-        self.finalizing = False                 # in the final stage: no reserve kept back
+        self.oom: dict[str, int] = {}       # a setup but its batch -> smallest batch that ran out
+        self.ladder_info: dict | None = None
+        self.saturating = base.batch
+        self.finalizing = False             # in the final stage: nothing kept back
+        self.ran_process = False            # this invocation started a process (the server)
+        self.earlier_text: str | None = None
+        self.used_gains: list[dict] = []    # the gains that chose a candidate
+        self.attempted: set[Setup] = set()  # candidates chosen (measured, or not affordable)
+        self.unmeasured: dict[Setup, Candidate] = {}   # candidates left, with the reason
+        self._verdicts: dict | None = None
+        self._table: GainTable | None = None
+        self._compared: dict = {}
 
     # ------------------------------------------------------------ budget
 
     def spent_s(self) -> float:
-        return self.stored_spent_s + (self.clock() - self.start)
+        return self.stored_spent_s + (self.clock() - self.began)
 
     def left_s(self) -> float:
         return self.budget_s - self.spent_s()
 
-    def estimate_s(self, setup: Setup) -> float:
-        """What a probe of `setup` will take: the slowest like it so far (same mode, compile
-        mode and steps; of those, the same precision's where there are any, since one slow
-        precision's compile must not price the others out of the budget), else the prior."""
-        kind = ("autotune" if setup.compile_mode.startswith("max-autotune")
-                else "compile" if setup.mode == "compile" else "eager")
-        like = [t.record for t in self.tried if t.record.wall_s
-                and t.record.setup.mode == setup.mode
-                and t.record.setup.compile_mode == setup.compile_mode
-                and t.record.setup.steps == setup.steps]
-        same_dtype = [r for r in like if r.setup.dtype == setup.dtype]
-        return (max(r.wall_s for r in same_dtype or like) if like
-                else PRIOR_S[setup.device][kind])
+    def price(self, setup: Setup, rate_guess: float | None = None) -> Price:
+        """What measuring `setup` once more will take (prices.py), at the tokens/s `rate_guess`
+        (else what the setups nearest to it ran at)."""
+        guess = rate_guess or self.expected_rate(setup)
+        step_s = setup.tokens_per_step / guess if guess else 0.0
+        return self.prices.price(setup, step_s, warm=bool(self.processes(setup)),
+                                 server=not self.ran_process)
 
-    def final_reserve_s(self) -> float:
-        """Budget kept back for the final stage while probing: two finalists, `repeats` each,
-        as long as the best probe took plus its extra steps, and the loss guard's reference
-        in full (at most half the budget)."""
-        best = self.best()
-        if best is None:
+    def expected_rate(self, setup: Setup) -> float | None:
+        own = self.rate_of(setup)
+        if own:
+            return own
+        parent, gain = self.derive(setup)
+        if parent is None:
+            return None
+        return self.rate_of(parent) * math.sqrt(gain.lo * gain.hi) if gain else \
+            self.rate_of(parent)
+
+    def reserve_s(self) -> float:
+        """Budget kept back while exploring: the processes the two leading setups still need for
+        the final test (at warm-compile prices) and the loss guard's reference at their batches
+        where none ran; at most half the budget."""
+        if self.finalizing:
             return 0.0
-        reference = self.reference_probe(best.setup.batch)
-        return min(self.budget_s / 2, FINALISTS * self.repeats * self.final_cost_s(best)
-                   + (self.final_cost_s(reference) if reference else 0.0))
+        leaders = self.leaders()
+        cost = 0.0
+        if len(leaders) == 2:
+            want = min(FINAL_PROCESSES, self.repeats)
+            for s in leaders:
+                cost += max(0, want - len(self.processes(s))) * self.price(s).total
+        for s in leaders:
+            if self.reference_at(s.batch) is None:
+                cost += self.price(self.reference_setup(s.batch)).total
+        return min(cost, self.budget_s / 2)
 
-    def final_cost_s(self, record: Record) -> float:
-        """What a final measurement of `record`'s setup will take: as long as one did, else
-        the probe's time with the compile warm (the tune's processes share an inductor cache)
-        plus the extra steps."""
-        finals = [t.record.wall_s for t in self.tried if t.stage == "final" and t.record.wall_s
-                  and dataclasses.replace(t.record.setup, warmup=record.setup.warmup,
-                                          steps=record.setup.steps) == record.setup]
-        if finals:
-            return max(finals)
-        first = record.first_step_s or 0.0
-        warm = first * WARM_COMPILE_SHARE if record.setup.mode == "compile" else first
-        extra_steps = sum(self.final_steps) - record.setup.warmup - record.setup.steps
-        return ((record.wall_s or 0.0) - first + warm
-                + max(extra_steps, 0) * (record.step_ms or 0.0) / 1e3)
+    def first_price(self) -> Price | None:
+        """What the tune's first measurement will take (with the process server's start; its
+        steps only where a record says how long they take), or None where the results file
+        holds it: the least budget a tune can use."""
+        setup = self.reference_setup(self.base.batch)
+        if (setup.key(), 0) in self.stored:
+            return None
+        return self.price(setup)
 
     # ------------------------------------------------------------ measuring
 
-    def probe(self, setup: Setup, stage: str, role: str = "probe",
-              estimate: float | None = None) -> Record | None:
-        """The record of `setup` (stored, or measured now), or None when the budget cannot
-        afford it. `role`: "probe" (a short run, kept out of the report's results) or
-        "reference" (the loss guard's reference measured in full, a result like the finals);
-        `estimate`: what it will take, where the probes like it do not say."""
+    def measure(self, setup: Setup, stage: str, role: str = "candidate") -> Record | None:
+        """One more process of `setup` (its first, or the next repeat): stored, or measured now;
+        None when the budget cannot pay for it (said in `skipped`)."""
         setup = setup.check()
-        key = setup.key()
-        if key in self.by_key:
-            return self.by_key[key]
-        if (key, 0) not in self.stored:
-            left = self.left_s() - (0.0 if self.finalizing else self.final_reserve_s())
-            estimate = estimate or self.estimate_s(setup)
-            if left < estimate:
-                self.skip(f"{label(setup)}: not tried, the budget has {max(left, 0):.0f} s left "
-                          f"for it and it takes about {estimate:.0f} s")
+        repeat = len(self.processes(setup))
+        if (setup.key(), repeat) not in self.stored:
+            price = self.price(setup)
+            left = self.left_s() - self.reserve_s()
+            if left < price.total:
+                which = f" #{repeat + 1}" if repeat else ""
+                self.skip(f"{label(setup)}{which}: not measured, the budget has "
+                          f"{max(left, 0):.0f} s left for it and it takes about "
+                          f"{price.total:.0f} s ({price.describe()})")
                 return None
-            # A probe far slower than others like it (a compile that does not end) is stopped.
-            timeout = max(1.0, min(self.timeout_s, left, max(3 * estimate, 120.0)))
+            # A process far slower than priced (a compile that does not end) is stopped.
+            timeout = max(1.0, min(self.timeout_s, left, max(3 * price.total, 120.0)))
+            self.ran_process = True
         else:
             timeout = self.timeout_s
-        record = self.runner.run([setup], timeout_s=timeout, display=self.display,
-                                 tag={"kind": "tune", "role": role, "stage": stage})[0]
+        self.display.what = stage
+        records = self.runner.run([setup], repeats=repeat + 1, timeout_s=timeout,
+                                  display=self.display,
+                                  tag={"kind": "tune", "stage": stage, "role": role})
+        record = next((r for r in records if r.repeat == repeat), None)
+        if record is None:          # stopped before a record was kept
+            raise KeyboardInterrupt("stopped")
         self.use(record, stage)
         return record
 
@@ -271,316 +353,533 @@ class Tuner:
                 (record.setup.key(), record.repeat) not in self.counted:
             self.stored_spent_s += record.wall_s or 0.0
             self.counted.add((record.setup.key(), record.repeat))
-        self.by_key.setdefault(record.setup.key(), record)
         self.tried.append(Tried(stage, record))
+        self.prices.records.append(record)
+        if record.status == "oom":
+            family = record.setup.replace(batch=1).key()
+            self.oom[family] = min(self.oom.get(family, BATCH_LIMIT + 1), record.setup.batch)
         self._verdicts = None
-        self.say(f"{stage}: {label(record.setup)}: {outcome(record)}")
+        self._table = None
+        which = f" #{record.repeat + 1}" if record.repeat else ""
+        self.say(f"{stage}: {label(record.setup)}{which}: {outcome(record)}")
 
     def skip(self, text: str) -> None:
         if text not in self.skipped:
             self.skipped.append(text)
             self.say(text)
 
-    def verdict(self, record: Record):
+    def processes(self, setup: Setup) -> list[Record]:
+        return sorted((t.record for t in self.tried if t.record.setup == setup),
+                      key=lambda r: r.repeat)
+
+    def measured(self) -> list[Setup]:
+        """Every setup measured, in the order first measured."""
+        return list(dict.fromkeys(t.record.setup for t in self.tried))
+
+    def rate_of(self, setup: Setup) -> float:
+        """The mean of `rate` over the setup's processes that ran; 0 where none did."""
+        rates = [rate(r) for r in self.processes(setup) if r.ok]
+        return statistics.fmean(rates) if rates else 0.0
+
+    def verdict(self, setup: Setup):
         if self._verdicts is None:
             self._verdicts = loss_verdicts([t.record for t in self.tried])
-        return self._verdicts.get((record.setup.key(), record.machine.gpu))
+        runs = self.processes(setup)
+        return self._verdicts.get((setup.key(), runs[0].machine.gpu)) if runs else None
 
-    def acceptable(self, record: Record | None) -> bool:
-        """Ran, and the loss guard found its losses in agreement with its reference's (or it is
-        the reference). A setup the guard could not check (no reference ran at its batch, no
-        peers to vote) is not taken either: the search must not pick a wrong loss."""
-        if record is None or not record.ok:
-            return False
-        verdict = self.verdict(record)
-        return verdict is not None and verdict.status in (OK, REFERENCE)
+    def explorable(self, setup: Setup) -> bool:
+        """Ran, and its losses do not depart: a setup to build on and to measure against."""
+        runs = self.processes(setup)
+        verdict = self.verdict(setup)
+        return bool(runs) and all(r.ok for r in runs) and not (verdict and verdict.departs)
 
-    def reference(self, batch: int, in_full: bool = False) -> Record | None:
-        """Make sure the loss guard has an eager reference at `batch`: the plainest eager setup,
-        with activation checkpointing when that does not fit; `in_full`: one that ran the final
-        stage's steps, so that the finals' losses are compared over all of theirs. Returns it,
-        or None when none could run."""
-        steps = sum(self.final_steps) if in_full else 0
-        found = self.reference_probe(batch, steps)
+    def acceptable(self, setup: Setup) -> bool:
+        """Ran in every process, and the loss guard found its losses in agreement with its
+        reference's (or it is the reference): a setup that may win. One the guard could not
+        check (no reference at its batch) may not: the search must not pick a wrong loss."""
+        verdict = self.verdict(setup)
+        return self.explorable(setup) and verdict is not None and \
+            verdict.status in (OK, REFERENCE)
+
+    def best(self) -> tuple[Setup | None, float]:
+        """The fastest explorable setup and its rate."""
+        found = [(self.rate_of(s), s) for s in self.measured() if self.explorable(s)]
+        if self.objective == "fit":
+            found = [(r, s) for r, s in found if s.batch == self.base.batch]
+        if not found:
+            return None, 0.0
+        value, setup = max(found, key=lambda item: item[0])
+        return setup, value
+
+    def leaders(self) -> list[Setup]:
+        """The two fastest explorable setups: the likely finalists."""
+        found = sorted((s for s in self.measured() if self.explorable(s)),
+                       key=lambda s: -self.rate_of(s))
+        if self.objective == "fit":
+            found = [s for s in found if s.batch == self.base.batch]
+        return found[:2]
+
+    # ------------------------------------------------------------ the guard's reference
+
+    def reference_setup(self, batch: int) -> Setup:
+        """The plainest eager setup at `batch`: the loss guard's reference."""
+        attns, plainest = self.space["attn"], axis("attn").plain[0]
+        first = {name: values[0] for name, values in self.space.items()}
+        return Setup(**{**self.base.fields_all(), **first, "mode": "eager",
+                        "attn": plainest if plainest in attns else attns[0], "batch": batch})
+
+    def reference_at(self, batch: int) -> Record | None:
+        """A reference that ran at `batch` (with checkpointing where the plain one did not
+        fit), or None."""
+        for setup in (self.reference_setup(batch),
+                      self.reference_setup(batch).replace(checkpointing=True)):
+            ok = [r for r in self.processes(setup) if r.ok]
+            if ok:
+                return ok[0]
+        return None
+
+    def reference(self, batch: int, stage: str) -> Record | None:
+        """Make sure the guard has a reference at `batch`: measured when missing, with
+        activation checkpointing when the plain one runs out of memory."""
+        found = self.reference_at(batch)
         if found is not None:
             return found
-        attns, plainest = self.space["attn"], axis("attn").plain[0]
-        attn = plainest if plainest in attns else attns[0]
-        plain = dataclasses.replace(self.base, mode="eager", attn=attn, batch=batch)
-        stage, role, estimate = "reference", "probe", None
-        if in_full:
-            plain, stage, role = self.in_full(plain), "final reference", "reference"
-            short = self.reference_probe(batch)
-            estimate = self.final_cost_s(short) if short else None
-        record = self.probe(plain, stage, role=role, estimate=estimate)
+        plain = self.reference_setup(batch)
+        record = self.once(plain, stage, role="reference")
         if record is not None and record.status == "oom":
-            self.probe(dataclasses.replace(plain, checkpointing=True), stage, role=role,
-                       estimate=estimate)
-        return self.reference_probe(batch, steps)
-
-    def reference_probe(self, batch: int, steps: int = 0) -> Record | None:
-        """The longest-run eager bf16 record at `batch` the loss guard can take as its
-        reference, of at least `steps` steps (warm-up and timed)."""
-        found = [t.record for t in self.tried if t.record.ok and t.record.setup.batch == batch
-                 and can_be_reference(t.record.setup) and t.record.setup.dtype == "bf16"
-                 and t.record.setup.warmup + t.record.setup.steps >= steps]
-        return max(found, key=lambda r: r.setup.warmup + r.setup.steps, default=None)
-
-    def best(self) -> Record | None:
-        candidates = [t.record for t in self.tried if self.acceptable(t.record)]
-        return max(candidates, key=rate, default=None)
+            self.once(plain.replace(checkpointing=True), stage, role="reference")
+        return self.reference_at(batch)
 
     # ------------------------------------------------------------ the stages
-
-    def run(self) -> TuneResult:
-        self.screen()
-        if self.objective == "tokens":
-            self.grow(0)        # the best pair first: its options are worth more than the
-        self.options()          # second pair's batches, when the budget is short
-        if self.objective == "tokens":
-            self.grow(1)
-        winner, runner_up, comparison, in_full = self.final()
-        command = winner.setup.command(self.repeats) if winner else None
-        reference = (self.reference_probe(winner.setup.batch, sum(self.final_steps))
-                     if winner and in_full else None)
-        return TuneResult(self.objective, self.budget_s, self.spent_s(), winner, runner_up,
-                          self.tried, self.skipped, command, comparison, in_full, reference)
 
     def so_far(self) -> TuneResult:
         """What a tune stopped before it chose (Ctrl-C, SIGTERM, SIGHUP) had measured: no
         winner; the same command resumes from its records."""
         return TuneResult(self.objective, self.budget_s, self.spent_s(), None, None, self.tried,
-                          self.skipped, None, None, False, stopped=True)
+                          self.skipped, None, None, False, ladder=self.ladder_info,
+                          earlier=self.earlier_text, stopped=True)
 
-    def screen(self) -> None:
-        """Every attention kernel at the start batch: eager mode first, then compiled."""
-        eager: dict[str, Record] = {}
-        if "eager" in self.space["mode"]:
-            for attn in self.space["attn"]:
-                record = self.probe(dataclasses.replace(self.base, mode="eager", attn=attn),
-                                    "screen")
-                if record is not None:
-                    eager[attn] = record
+    def run(self) -> TuneResult:
+        if self.earlier:
+            self.earlier_text = (
+                f"the results file holds {len(self.earlier)} records of an earlier stepbench "
+                "tune of this model (short probes, and finals); this tune searches again with "
+                "a budget of its own, and reuses a stored measurement only where it measures "
+                "the same setup with the same steps")
+            self.skip(self.earlier_text)
+        self.ladder()
+        self.compiled()
+        self.explore()
+        return self.final()
+
+    def ladder(self) -> None:
+        """The guard's reference at the start batch, doubled while it fits and a doubling buys
+        LADDER_GAIN more tokens/s, within LADDER_SHARE of the budget (the fit objective: the
+        start batch alone). A start batch whose reference runs out of memory is measured with
+        activation checkpointing, and the ladder stops there."""
+        batch, rungs, why = self.base.batch, [], f"the batch limit {BATCH_LIMIT}"
+        while batch <= BATCH_LIMIT:
+            setup = self.reference_setup(batch)
+            spent = sum(r.wall_s or 0.0 for r in rungs)
+            if rungs and (setup.key(), 0) not in self.stored and \
+                    spent + self.price(setup).total > LADDER_SHARE * self.budget_s:
+                why = (f"batch {batch} would take the ladder past {LADDER_SHARE:.0%} of the "
+                       "budget")
+                break
+            record = self.once(setup, "ladder", role="reference")
+            if record is None:
+                why = "the budget could not pay for it"
+                break
+            if record.status == "oom":
+                why = f"batch {batch} ran out of memory"
+                if not rungs:
+                    found = self.reference(batch, "ladder")
+                    rungs += [found] if found is not None else []
+                break
+            if not record.ok:
+                why = f"batch {batch} ended {record.status}"
+                break
+            rungs.append(record)
+            if len(rungs) > 1 and rate(record) < rate(rungs[-2]) * (1 + LADDER_GAIN):
+                why = (f"batch {batch} bought {rate(record) / rate(rungs[-2]) - 1:+.0%} over "
+                       f"batch {batch // 2}, under {LADDER_GAIN:.0%}")
+                break
+            if self.objective == "fit":
+                why = "the fit objective keeps the batch"
+                break
+            batch *= 2
+        if rungs:
+            self.saturating = rungs[-1].setup.batch
+        peaks = {r.setup.batch: r.peak_memory_gb for r in rungs if r.peak_memory_gb is not None}
+        slope, fixed = _line(peaks) if len(peaks) >= 2 else (None, None)
+        if slope is None and peaks:
+            [(b, peak)] = peaks.items()
+            slope, fixed = peak / b, 0.0
+        self.ladder_info = {"batches": [r.setup.batch for r in rungs],
+                            "tokens_per_s": [round(rate(r)) for r in rungs],
+                            "saturating_batch": self.saturating if rungs else None,
+                            "stopped": why,
+                            "gb_per_sequence": round(slope, 3) if slope is not None else None,
+                            "fixed_gb": round(max(fixed, 0.0), 2) if fixed is not None else None}
+        if rungs:
+            self.say(f"ladder: saturates at batch {self.saturating} ({why})")
+
+    def once(self, setup: Setup, stage: str, role: str = "candidate") -> Record | None:
+        """`setup`'s first process: the one the tune used already, or measured now."""
+        runs = self.processes(setup)
+        return runs[0] if runs else self.measure(setup, stage, role)
+
+    def compiled(self) -> None:
+        """torch.compile with each attention kernel at the saturating batch and the one below,
+        the most valuable per second first."""
         if "compile" not in self.space["mode"]:
             return
-        for attn in self.space["attn"]:
-            seen = eager.get(attn)
-            if seen is not None and seen.status not in ("ok", "oom"):
-                self.skip(f"{attn}: not compiled, it failed in eager mode ({seen.status})")
-                continue
-            faster = [a for a, r in eager.items() if a in FUSED_ATTENTIONS and r.ok and seen
-                      and seen.ok and rate(r) > rate(seen) * (1 + GAIN)]
-            if attn == "eager" and faster:
-                self.skip(f"eager attention: not compiled, {faster[0]} was faster in eager mode")
-                continue
-            self.probe(self.compiled(attn), "screen")
+        batches = [self.saturating]
+        if self.objective == "tokens" and self.saturating // 2 >= 1:
+            batches.append(self.saturating // 2)
+        setups = [self.compiled_setup(attn, b) for b in batches for attn in self.space["attn"]]
+        self.choose(lambda: setups, "compiled")
 
-    def pairs(self) -> list[tuple[tuple[str, str], Record]]:
-        """The screened (mode, attention) pairs that ran and agree, fastest first."""
-        pairs: list[tuple[tuple[str, str], Record]] = []
-        screened = [t for t in self.tried if t.stage == "screen" and self.acceptable(t.record)]
-        for t in sorted(screened, key=lambda t: -rate(t.record)):
-            pair = (t.record.setup.mode, t.record.setup.attn)
-            if pair not in [p for p, _ in pairs]:
-                pairs.append((pair, t.record))
-        return pairs
-
-    def grow(self, rank: int) -> None:
-        """Double the batch of the rank-th best pair while it fits and pays; for the best pair,
-        then one bisection step between its largest fit and the batch that did not fit."""
-        pairs = self.pairs()
-        if rank >= len(pairs):
-            return
-        pair, record = pairs[rank]
-        while record.setup.batch * 2 <= BATCH_LIMIT:
-            bigger = self.probe(dataclasses.replace(record.setup, batch=record.setup.batch * 2),
-                                "batch")
-            if bigger is None:
-                return
-            if bigger.status == "oom":
-                self.oom_batch[pair] = bigger.setup.batch
-                self.skip(f"{pair[0]}+{pair[1]}: batch {bigger.setup.batch} ran out of "
-                          "memory, not grown further")
-                break
-            self.reference(bigger.setup.batch)
-            if not self.acceptable(bigger) or \
-                    rate(bigger) < rate(record) * (1 + GAIN):
-                return
-            record = bigger
-        top = self.oom_batch.get(pair)
-        if rank == 0 and top is not None and top > record.setup.batch + 1:
-            middle = (record.setup.batch + top) // 2
-            between = self.probe(dataclasses.replace(record.setup, batch=middle), "batch")
-            if between is not None and between.ok:
-                self.reference(between.setup.batch)
-
-    def options(self) -> None:
-        """One change at a time on the best setup so far; a change that is faster and agrees
-        is kept, and the next change is tried on top of it."""
-        best = self.best()
-        if best is None and self.objective == "fit" and True in self.space["checkpointing"]:
-            # Nothing fits the batch: recomputing activations may make it fit.
-            for t in [t for t in self.tried if t.record.status == "oom"]:
-                self.probe(dataclasses.replace(t.record.setup, checkpointing=True), "option")
-            best = self.best()
-        if best is None:
-            return
-        for change in self.changes(best):
-            candidate = dataclasses.replace(best.setup, **change)
-            if candidate == best.setup:
-                continue
-            record = self.probe(candidate, "option")
-            if record is None or not record.ok:
-                continue
-            if candidate.batch != best.setup.batch:
-                self.reference(candidate.batch)
-            if self.acceptable(record) and rate(record) > rate(best) * (1 + GAIN):
-                self.say(f"kept: {describe(change)} ({rate(record):,.0f} against "
-                         f"{rate(best):,.0f} tokens/s)")
-                best = record
-
-    def compiled(self, attn: str) -> Setup:
-        """The start setup compiled with `attn`, every compile-only axis at its start value."""
+    def compiled_setup(self, attn: str, batch: int) -> Setup:
         first = {name: values[0] for name, values in self.space.items()}
-        return Setup(**{**self.base.fields_all(), **first, "mode": "compile", "attn": attn})
+        return Setup(**{**self.base.fields_all(), **first, "mode": "compile", "attn": attn,
+                        "batch": batch})
 
-    def changes(self, best: Record) -> list[dict]:
-        """The options to try on `best`, one axis at a time, in the registry's `tune_order`
-        (the most promising and cheapest first): each value other than the best's and the start
-        value; expensive values (autotuning compiles for minutes) after all the rest.
-        Checkpointing ("memory") only where it may make a batch fit."""
-        s, fields = best.setup, best.setup.fields_all()
-        cheap: list[dict] = []
-        dear: list[dict] = []
-        for a in sorted((a for a in AXES if a.tune == "option" and a.name in self.space),
-                        key=lambda a: a.tune_order):
+    def explore(self) -> None:
+        self.choose(self.explore_setups, "explore")
+
+    def explore_setups(self) -> list[Setup]:
+        """One change on each explorable setup measured: each option's other values, the other
+        attention kernels, compilation of an eager setup, a doubled batch; checkpointing at a
+        batch that ran out of memory."""
+        out: dict[Setup, None] = {}
+        for s in self.measured():
+            if self.explorable(s):
+                for change in self.changes(s):
+                    out[s.replace(**change)] = None
+        if True in self.space.get("checkpointing", []):
+            for t in self.tried:
+                s = t.record.setup
+                if t.record.status == "oom" and not s.checkpointing and \
+                        (self.objective == "tokens" or s.batch == self.base.batch):
+                    out[s.replace(checkpointing=True)] = None
+        return [s for s in out if not self.processes(s)]
+
+    def changes(self, s: Setup) -> list[dict]:
+        fields = s.fields_all()
+        out = []
+        for a in AXES:
+            if a.tune != "option" or a.name not in self.space:
+                continue
             if a.applies is not None and not a.applies(fields):
                 continue
-            values = self.space[a.name]
-            for value in values:
-                if value != getattr(s, a.name) and value != values[0]:
-                    (dear if value in a.expensive else cheap).append({a.name: value})
-        memory = [a for a in AXES if a.tune == "memory" and a.name in self.space]
-        for a in memory:
-            if True in self.space[a.name] and not getattr(s, a.name):
-                oom = self.oom_batch.get((s.mode, s.attn))
-                if self.objective == "tokens" and oom is not None:
-                    cheap.append({a.name: True, "batch": oom})
-                elif self.objective == "fit":
-                    cheap.append({a.name: True})
-        return cheap + dear
+            out += [{a.name: v} for v in self.space[a.name] if v != getattr(s, a.name)]
+        out += [{"attn": v} for v in self.space["attn"] if v != s.attn]
+        if s.mode == "eager" and "compile" in self.space["mode"]:
+            out.append({"mode": "compile"})
+        if self.objective == "tokens" and s.batch * 2 <= BATCH_LIMIT:
+            out.append({"batch": s.batch * 2})
+        return out
 
-    def final(self):
-        """The best setups measured in full, `repeats` processes each, interleaved, with the loss
-        guard's reference measured in full at their batches: a finalist whose losses depart over the
-        full run (a probe's few steps can hide a slow drift) is measured no more, and the next best
-        probe takes its place. The winner is the faster that agrees, tested against the
-        runner-up."""
-        ranked = []
-        for record in sorted((t.record for t in self.tried if self.acceptable(t.record)),
-                             key=lambda r: -rate(r)):
-            if record.setup not in [r.setup for r in ranked]:
-                ranked.append(record)
-        if not ranked:
-            return None, None, None, False
-        self.finalizing = True
-        self.display.what = "final"
-        waiting = [(self.in_full(r.setup), r) for r in ranked]
-        active, waiting = waiting[:FINALISTS], waiting[FINALISTS:]
-        results: dict[Setup, list[Record]] = collections.defaultdict(list)
-        stopped: set[Setup] = set()
-        dropped: set[Setup] = set()      # the probes' setups whose finals failed or departed
+    def choose(self, proposals: Callable[[], list[Setup]], stage: str) -> None:
+        """Measure the candidate of the highest value per second, again and again, until none
+        is worth measuring or affordable; why each one left was not measured is kept
+        (`unmeasured`) for the result."""
         while True:
-            ran = False
-            for plan, probe in list(active):     # interleaved: A B, A B, ...
-                repeat = len(results[plan])
-                if plan in stopped or repeat >= self.repeats:
-                    continue
-                if self.reference(plan.batch, in_full=True) is None:
-                    self.skip(f"final: no eager reference measured in full at batch "
-                              f"{plan.batch}; the finals there are checked over the probes' "
-                              "steps only")
-                cost = self.final_cost_s(probe)
-                if (plan.key(), repeat) not in self.stored and self.left_s() < cost:
-                    self.skip(f"final: {label(plan)} #{repeat + 1} not run, the budget has "
-                              f"{max(self.left_s(), 0):.0f} s left and it takes about "
-                              f"{cost:.0f} s")
-                    stopped.add(plan)
-                    continue
-                records = self.runner.run(
-                    [plan], repeats=repeat + 1, display=self.display,
-                    timeout_s=max(1.0, min(self.timeout_s, self.left_s())),
-                    tag={"kind": "tune", "role": "final"})
-                record = next(r for r in records if r.repeat == repeat)
-                self.use(record, "final")
-                results[plan].append(record)
-                ran = True
-                if not self.acceptable(record):
-                    why = (self.verdict(record).describe(plan.name) if record.ok
-                           and self.verdict(record) else record.status)
-                    self.skip(f"final: {label(plan)} dropped: {why}")
-                    active.remove((plan, probe))
-                    dropped.add(probe.setup)
-                    if waiting:
-                        active.append(waiting.pop(0))
-            if not ran:
-                break
-        measured = [(plan, [r for r in results[plan] if r.ok]) for plan, _ in active]
-        measured = [(p, rs) for p, rs in measured if rs and all(self.acceptable(r) for r in rs)]
-        if not measured:
-            # Never a setup whose finals failed or departed: the best of the rest, from its
-            # probe, or none.
-            rest = [r for r in ranked if r.setup not in dropped]
-            self.skip("final: nothing measured in full; " + (
-                "the winner is the best probe" if rest else
-                "every finalist failed or departed from its reference, so there is no winner"))
-            if not rest:
-                return None, None, None, False
-            return rest[0], rest[1] if len(rest) > 1 else None, None, False
-        measured.sort(key=lambda item: -statistics.mean(r.tokens_per_s for r in item[1]))
-        winner = representative(measured[0][1])
-        runner_up = representative(measured[1][1]) if len(measured) > 1 else None
-        comparison = compare(measured[0][1], measured[1][1]) if len(measured) > 1 else None
-        return winner, runner_up, comparison, True
+            candidates = [self.assess(s) for s in proposals() if not self.processes(s)
+                          and s not in self.attempted]
+            left = self.left_s() - self.reserve_s()
+            for c in candidates:
+                if c.reason is None and c.price.total > left:
+                    c.why = "budget"
+                    c.reason = (f"the budget has {max(left, 0):.0f} s left for it and it takes "
+                                f"about {c.price.total:.0f} s ({c.price.describe()})")
+                if c.reason is not None:
+                    self.unmeasured[c.setup] = c
+            ready = [c for c in candidates if c.reason is None]
+            if not ready:
+                return
+            pick = max(ready, key=lambda c: (c.per_second, -c.price.total))
+            self.attempted.add(pick.setup)
+            self.unmeasured.pop(pick.setup, None)
+            self.note_gain(pick.gain)
+            self.say(f"{stage}: next {label(pick.setup)}: about {pick.price.total:.0f} s, "
+                     f"up to {pick.parent_rate * pick.gain.hi:,.0f} tokens/s"
+                     if pick.gain else f"{stage}: next {label(pick.setup)}")
+            self.measure(pick.setup, stage)
 
-    def in_full(self, setup: Setup) -> Setup:
-        """`setup` with the final stage's warm-up and timed steps."""
-        return dataclasses.replace(setup, warmup=self.final_steps[0], steps=self.final_steps[1])
+    def note_gain(self, gain) -> None:
+        if gain is not None and gain.to_dict() not in self.used_gains:
+            self.used_gains.append(gain.to_dict())
+
+    def assess(self, setup: Setup) -> Candidate:
+        """A candidate's parent, gain, price and value, or the reason it is not worth it: a
+        batch of it ran out of memory or would not fit, a change in it failed elsewhere, or
+        even its largest gain cannot beat the best so far by BEAT."""
+        c = Candidate(setup)
+        family = setup.replace(batch=1).key()
+        if self.oom.get(family, BATCH_LIMIT + 1) <= setup.batch:
+            c.why, c.reason = "memory", f"batch {self.oom[family]} already ran out of memory"
+            return c
+        need, capacity = self.predicted_peak_gb(setup), self.capacity_gb(setup)
+        if need is not None and capacity is not None and need > capacity:
+            c.why, c.reason = "memory", f"it would need about {need:.0f} GB of the " \
+                                        f"{capacity:.0f} GB"
+            return c
+        parent, gain = self.derive(setup)
+        failed = self.failed_change(parent, setup)
+        if failed is not None:
+            c.parent, c.why, c.reason = parent, "failed", failed
+            return c
+        best_setup, best = self.best()
+        if parent is not None and gain is not None:
+            c.parent, c.parent_rate, c.gain = parent, self.rate_of(parent), gain
+            top = c.parent_rate * gain.hi
+            if best_setup is not None and top <= best * (1 + BEAT):
+                c.why = "pruned"
+                c.reason = (f"its largest gain cannot beat the best so far: at most "
+                            f"{top:,.0f} tokens/s ({gain.hi:.2f}x {label(parent)}: "
+                            f"{gain.kind}, {short_source(gain.source)}), against "
+                            f"{best:,.0f} ({label(best_setup)})")
+                return c
+            c.value = expected_gain(c.parent_rate, gain.lo, gain.hi, best * (1 + BEAT))
+            c.price = self.price(setup, c.parent_rate * math.sqrt(gain.lo * gain.hi))
+        else:
+            # Nothing measured to say what it is worth: any tokens/s is a gain.
+            c.value, c.price = 1.0, self.price(setup)
+        return c
+
+    def failed_change(self, parent: Setup | None, setup: Setup) -> str | None:
+        """Why `setup` is not worth measuring because a value it changes to (a kernel, a
+        precision, compilation with its kernel) failed in a setup measured already (error,
+        crash, timeout, unsupported: not out of memory, which depends on the batch)."""
+        changed = differences(parent, setup) if parent is not None else []
+        for t in self.tried:
+            r = t.record
+            if r.ok or r.status == "oom":
+                continue
+            for name in changed:
+                if name == "batch" or getattr(r.setup, name) != getattr(setup, name):
+                    continue
+                if name == "mode" and r.setup.attn != setup.attn:
+                    continue
+                return (f"{axis(name).noun} {getattr(setup, name)} ended {r.status} in "
+                        f"{label(r.setup)}")
+        return None
+
+    def derive(self, setup: Setup):
+        """(the explorable setup measured that is fewest changes away from `setup`, the gain of
+        those changes); of equally near ones, the one that promises most. (None, None) when
+        nothing explorable ran."""
+        near = [(len(differences(s, setup)), s) for s in self.measured() if self.explorable(s)
+                and s != setup]
+        if not near:
+            return None, None
+        least = min(n for n, _ in near)
+        table = self.table()
+        options = []
+        for _, s in (item for item in near if item[0] == least):
+            gain = table.chain(s, setup)
+            if gain is not None:
+                options.append((self.rate_of(s) * gain.hi, s, gain))
+        if not options:
+            return None, None
+        _, parent, gain = max(options, key=lambda item: item[0])
+        return parent, gain
+
+    def table(self) -> GainTable:
+        """The gain table with this machine's observations (the tune's records so far)."""
+        if self._table is None:
+            self._table = self.gains.with_machine(
+                observations([t.record for t in self.tried]))
+        return self._table
+
+    def capacity_gb(self, setup: Setup) -> float | None:
+        if setup.device != "cuda":
+            return None     # a CPU's cap is address space, which resident memory does not show
+        if setup.memory_limit_gb is not None:
+            return setup.memory_limit_gb
+        return next((t.record.machine.gpu_memory_gb for t in self.tried
+                     if t.record.machine.gpu_memory_gb), None)
+
+    def predicted_peak_gb(self, setup: Setup) -> float | None:
+        """The peak memory `setup` is expected to need: a line through its own batches' peaks,
+        or one batch's peak scaled by the batch above the ladder's fixed part (weights,
+        gradients, optimizer state); None where no batch of it ran."""
+        family = setup.replace(batch=1)
+        points = {}
+        for t in self.tried:
+            r = t.record
+            if r.ok and r.setup.replace(batch=1) == family and r.peak_memory_gb is not None:
+                points[r.setup.batch] = max(r.peak_memory_gb, r.peak_reserved_gb or 0.0)
+        if not points:
+            return None
+        if len(points) >= 2:
+            slope, fixed = _line(points)
+        else:
+            [(batch, peak)] = points.items()
+            fixed = min((self.ladder_info or {}).get("fixed_gb") or 0.0, peak)
+            slope = (peak - fixed) / batch
+        return fixed + slope * setup.batch
+
+    # ------------------------------------------------------------ the finals
+
+    def final(self) -> TuneResult:
+        """The guard's reference at the leaders' batches where the ladder did not reach; then
+        more processes of the two best, interleaved, until the test between them is
+        significant or each has run `repeats`. The winner is the fastest setup that agrees and
+        that no other measured setup is significantly faster than (the report's test)."""
+        self.finalizing = True
+        for _ in range(4 * (self.repeats + 2)):
+            before = len(self.tried)
+            for s in self.leaders():
+                if self.reference_at(s.batch) is None:
+                    self.reference(s.batch, "reference")
+            ranked = self.ranked()
+            for s in self.wanted(ranked[:2]):
+                self.measure(s, "final")
+            if len(self.tried) == before:
+                break
+        ranked = self.ranked()
+        unchecked = [s for s in self.leaders() if s not in ranked]
+        for s in unchecked:
+            verdict = self.verdict(s)
+            self.skip(f"{label(s)}: not a finalist, the loss guard could not check it ("
+                      f"{verdict.status if verdict else 'no losses'})")
+        return self.result(ranked)
+
+    def ranked(self) -> list[Setup]:
+        """The setups that may win, fastest by mean tokens/s first, except that the first is
+        one no other is significantly faster than by the report's test (where the test and
+        the means disagree: a few slow steps)."""
+        setups = sorted((s for s in self.measured() if self.acceptable(s)),
+                        key=lambda s: -self.mean_tokens(s))
+        if self.objective == "fit":
+            setups = [s for s in setups if s.batch == self.base.batch]
+        for lead in setups:
+            # Only a setup near the lead by its median step can test faster than it.
+            near = [o for o in setups if o != lead and
+                    self.rate_of(o) >= 0.95 * min(self.rate_of(lead), self.mean_tokens(lead))]
+            if not any(self.faster(o, lead) for o in near):
+                return [lead] + [s for s in setups if s != lead]
+        return setups
+
+    def wanted(self, pair: list[Setup]) -> list[Setup]:
+        """Which of the two best need another process for the test between them: none where
+        the test tells them apart by more than identical processes differ (CLEAR_GAP); else
+        FINAL_PROCESSES each first, then, while the test finds no difference or a setup's
+        processes disagree, another each up to `repeats`."""
+        if len(pair) < 2:
+            return []
+        result = self.compare(*pair)
+        if result is not None and result.significant and \
+                not 1 / (1 + CLEAR_GAP) < result.ratio < 1 + CLEAR_GAP:
+            return []
+        least = min(FINAL_PROCESSES, self.repeats)
+        short = [s for s in pair if len(self.processes(s)) < least]
+        if short:
+            return short
+        result = self.compare(*pair)
+        unsettled = result is None or not result.significant or \
+            any(processes_disagree(self.processes(s)) for s in pair)
+        if not unsettled:
+            return []
+        return [s for s in pair if len(self.processes(s)) < self.repeats]
+
+    def compare(self, a: Setup, b: Setup) -> stats.Comparison | None:
+        """a's time per token against b's, as the report tests two setups."""
+        runs_a, runs_b = self.processes(a), self.processes(b)
+        key = (a, b, len(runs_a), len(runs_b))
+        if key not in self._compared:
+            self._compared[key] = stats.compare_records(runs_a, runs_b, per_token=True)
+        return self._compared[key]
+
+    def faster(self, a: Setup, b: Setup) -> bool:
+        """The test finds `a` significantly faster than `b`."""
+        result = self.compare(a, b)
+        return bool(result is not None and result.significant and result.ratio < 1)
+
+    def mean_tokens(self, setup: Setup) -> float:
+        return statistics.fmean(r.tokens_per_s for r in self.processes(setup))
+
+    def result(self, ranked: list[Setup]) -> TuneResult:
+        winner = representative(self.processes(ranked[0])) if ranked else None
+        runner_up = representative(self.processes(ranked[1])) if len(ranked) > 1 else None
+        comparison = None
+        if len(ranked) > 1:
+            found = self.compare(ranked[0], ranked[1])
+            if found is not None:
+                comparison = {"ratio": found.ratio, "p_value": found.p_value,
+                              "significant": found.significant, "method": found.method,
+                              "ci": list(found.ci) if found.ci else None}
+        if not self.tried:
+            self.skip("nothing was measured")
+        self.say_unmeasured(ranked[:2])
+        reference = self.reference_at(winner.setup.batch) if winner else None
+        return TuneResult(
+            self.objective, self.budget_s, self.spent_s(), winner, runner_up, self.tried,
+            self.skipped, winner.setup.command() if winner else None, comparison,
+            bool(winner), reference, self.ladder_info, self.used_gains, self.earlier_text,
+            {"winner": len(self.processes(ranked[0])) if ranked else 0,
+             "runner_up": len(self.processes(ranked[1])) if len(ranked) > 1 else 0},
+            [{"setup": c.setup.to_dict(), "why": c.why, "reason": c.reason}
+             for c in self.unmeasured.values() if not self.processes(c.setup)])
+
+    def say_unmeasured(self, leaders: list[Setup]) -> None:
+        """One line for each candidate the budget could not pay for, and for each one change
+        from the winner or the runner-up that was not worth measuring; a count of the rest
+        (all of them, with their reasons, are in the result's `not_measured`)."""
+        rest = 0
+        for c in self.unmeasured.values():
+            if self.processes(c.setup):
+                continue
+            if c.why == "budget" or (c.parent in leaders and c.parent is not None):
+                self.skip(f"{label(c.setup)}: not measured, {c.reason}")
+            else:
+                rest += 1
+        if rest:
+            self.skip(f"{rest} more candidate{'s' if rest > 1 else ''}, one change from slower "
+                      "setups, not measured: they could not beat the best so far, would not "
+                      "fit, or change to what failed elsewhere (the JSON's not_measured says "
+                      "why for each)")
 
 
 # ---------------------------------------------------------------- helpers
 
-def rate(record: Record) -> float:
-    """The tokens/s the search decides by: a record's, but by its median timed step. A probe
-    times only 5 steps (3 on a CPU), and one hiccup among them must not decide what grows or is
-    kept."""
-    if not (record.ok and record.tokens_per_s and record.step_ms and record.step_ms_median):
-        return record.tokens_per_s or 0.0
-    return record.tokens_per_s * record.step_ms / record.step_ms_median
+def expected_gain(parent: float, lo: float, hi: float, best: float) -> float:
+    """The tokens/s a candidate is expected to add over `best`, its rate taken to land
+    anywhere (uniformly) between parent x lo and parent x hi."""
+    a, b = parent * lo, parent * hi
+    if b <= best:
+        return 0.0
+    if b - a < 1e-9:
+        return b - best
+    if a >= best:
+        return (a + b) / 2 - best
+    return (b - best) ** 2 / (2 * (b - a))
+
+
+def _line(points: dict[int, float]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through {x: y}."""
+    xs, ys = list(points), list(points.values())
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
+
+
+def short_source(source: str) -> str:
+    """A gain's source in a line: which kind of records, the files left to the JSON."""
+    return "; ".join(dict.fromkeys(part.split(" (")[0] for part in source.split("; ")))
 
 
 def representative(records: list[Record]) -> Record:
     """The process with the median tokens/s (the lower median for an even count)."""
-    ordered = sorted(records, key=lambda r: r.tokens_per_s)
+    ordered = sorted(records, key=lambda r: r.tokens_per_s or 0.0)
     return ordered[(len(ordered) - 1) // 2]
-
-
-def compare(a: list[Record], b: list[Record]) -> dict | None:
-    """The winner's time per token against the runner-up's (their batches may differ), tested
-    as the report tests two searched setups (stats.compare_step_times, per token)."""
-    result = stats.compare_records(a, b, per_token=True)
-    if result is None:
-        return None
-    return {"ratio": result.ratio, "p_value": result.p_value, "significant": result.significant,
-            "ci": list(result.ci) if result.ci else None}
 
 
 def label(setup: Setup) -> str:
     return f"{setup.name} batch {setup.batch} {setup.dtype}"
-
-
-def describe(change: dict) -> str:
-    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in change.items())
 
 
 def outcome(record: Record) -> str:
