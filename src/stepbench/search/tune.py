@@ -56,9 +56,9 @@ LADDER_GAIN = 0.10     # a doubling of the ladder's batch must buy this much mor
 LADDER_SHARE = 0.25    # of the budget, at most, for the ladder
 BATCH_LIMIT = 4096     # no batch beyond this
 FINAL_PROCESSES = 2    # processes per finalist before the test between them (the least it takes)
-# Identical processes of one setup have differed by this much (eager+sdpa: 89-90 ms in some
-# processes, 106-112 ms in others): two setups further apart than this, and told apart by the
-# test on one process each, need no more processes to say which is faster.
+# Identical processes of one setup have differed by up to 17% (docs/architecture.md, "Measured
+# reasons"): two setups further apart than this, and told apart by the test on one process
+# each, need no more processes to say which is faster.
 CLEAR_GAP = 0.25
 # A candidate beats the best so far when it is faster by more than this: the final test tells
 # setups 1% apart (benchmarks/README.md, section g), not less.
