@@ -6,11 +6,12 @@ The grid is ordinary stepbench records (one or more processes per setup, with th
 the H200 grid of SmolLM2-135M's shape (tests/data/h200-2026-12-01-grid-135m.jsonl) where it is
 present, else the committed H200 tune of the same model (benchmarks/results/
 h200-2026-12-01-tune-135m.jsonl), which holds part of it. A setup's n-th process is the grid's
-n-th process of it (cycling); its steps, losses and memory are the grid's, its first step and
-wall time the profile's: a process server's start once, then per process what is outside the
-steps (by mode), the compile (cold the first time a setup compiles, warm after, by attention
-kernel) and the grid's own step times. A setup the grid lacks runs out of memory where a smaller
-batch of it was the grid's largest, and ends in an error otherwise.
+n-th process of it (cycling, among those that ran at least as many steps where there are any);
+its steps, losses and memory are the grid's, its first step and wall time the profile's: a
+process server's start once, then per process what is outside the steps (by mode), the compile
+(cold the first time a setup compiles, warm after, by attention kernel) and the grid's own step
+times. A setup the grid lacks runs out of memory where a smaller batch of it was the grid's
+largest, and ends in an error otherwise.
 
 The machine has the Runner's interface (run, run_id, store), which is all `Tuner` asks of one.
 """
@@ -175,7 +176,10 @@ class ReplayMachine:
                           error="the replayed grid holds no record of it" if status == "error"
                           else "CUDA out of memory", wall_s=wall, machine=machine,
                           placement=placement, search=tag, phase="first_step")
-        source = runs[repeat % len(runs)]
+        # The grid's processes that ran at least the steps asked for (their losses cover the
+        # loss guard's comparison), else any.
+        full = [r for r in runs if r.setup.warmup + r.setup.steps >= setup.warmup + setup.steps]
+        source = (full or runs)[repeat % len(full or runs)]
         n = setup.steps
         steps = [source.step_times_ms[i % len(source.step_times_ms)] for i in range(n)]
         step_s = statistics.fmean(steps) / 1e3
