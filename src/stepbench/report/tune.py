@@ -17,7 +17,8 @@ from stepbench.report import searches, table
 from stepbench.report.findings import change
 from stepbench.report.layout import Document, Table
 from stepbench.report.marks import mark_notes, noise_marks
-from stepbench.search.tune import TuneResult, label, short_source, stage_of
+from stepbench.search.gains import source_kind
+from stepbench.search.tune import TuneResult, label, stage_of
 from stepbench.setup import Setup
 from stepbench.units import duration
 
@@ -138,7 +139,7 @@ GAINS_NOTE = ("What each change was taken to multiply tokens/s by, from the smal
 def gains_table(gains: list[dict]) -> Table:
     """The gains the tune chose and pruned candidates by."""
     cells = [[g["kind"], f"{g['smallest']:.2f}x", f"{g['largest']:.2f}x",
-              short_source(g["source"])] for g in gains]
+              source_kind(g["source"])] for g in gains]
     return Table(["Change", "Smallest", "Largest", "From"], cells, "lrrl",
                  "Gains the tune went by", [GAINS_NOTE])
 

@@ -151,6 +151,15 @@ class Gain:
                                  for o in self.samples]}
 
 
+def source_kind(source: str) -> str:
+    """A gain's source in a few words: "this machine", "committed H200 results", "assumed" (no
+    measurement), or several of them for a chain; the files and reasons stay in `source`."""
+    kinds = dict.fromkeys(THIS_MACHINE if part == THIS_MACHINE else "committed H200 results"
+                          if part.startswith("committed") else "assumed"
+                          for part in source.split("; "))
+    return " + ".join(kinds)
+
+
 def describe_key(key: tuple) -> str:
     """A change in words: "attention sdpa -> flex_attention (compile)", "batch x2 (eager, from
     8)"."""
@@ -163,7 +172,8 @@ def describe_key(key: tuple) -> str:
             "compile_mode": "compile mode", "compile_scope": "compile scope",
             "kernels": "fused kernels"}.get(axis, axis.replace("_", " "))
     where = f" ({key[3]})" if key[3] is not None else ""
-    return f"{noun} {key[1]} -> {key[2]}{where}"
+    before, after = ({True: "on", False: "off"}.get(v, v) for v in key[1:3])
+    return f"{noun} {before} -> {after}{where}"
 
 
 class GainTable:

@@ -47,7 +47,8 @@ from stepbench.axes import AXES, axis
 from stepbench.guard import OK, REFERENCE, loss_verdicts
 from stepbench.noise import processes_disagree
 from stepbench.record import Record
-from stepbench.search.gains import Gain, GainTable, committed, differences, observations, rate
+from stepbench.search.gains import (Gain, GainTable, committed, differences, observations, rate,
+                                    source_kind)
 from stepbench.search.prices import Price, Prices
 from stepbench.settings import SEARCHED
 from stepbench.setup import Setup
@@ -258,7 +259,7 @@ class Tuner:
         self.finalizing = False             # in the final stage: nothing kept back
         self.ran_process = False            # this invocation started a process (the server)
         self.earlier_text: str | None = None
-        self.used_gains: list[dict] = []    # the gains that chose a candidate
+        self.used_gains: list[dict] = []    # the gains that chose or pruned a candidate
         self.attempted: set[Setup] = set()  # candidates chosen (measured, or not affordable)
         self.unmeasured: dict[Setup, Candidate] = {}   # candidates left, with the reason
         self._verdicts: dict | None = None
@@ -639,7 +640,7 @@ class Tuner:
                 c.why = "pruned"
                 c.reason = (f"its largest gain cannot beat the best so far: at most "
                             f"{top:,.0f} tokens/s ({gain.hi:.2f}x {label(parent)}: "
-                            f"{gain.kind}, {short_source(gain.source)}), against "
+                            f"{gain.kind}, {source_kind(gain.source)}), against "
                             f"{best:,.0f} ({label(best_setup)})")
                 return c
             c.value = expected_gain(c.parent_rate, gain.lo, gain.hi, best * (1 + BEAT))
@@ -833,6 +834,7 @@ class Tuner:
         for c in self.unmeasured.values():
             if self.processes(c.setup):
                 continue
+            self.note_gain(c.gain)
             if c.why == "budget" or (c.parent in leaders and c.parent is not None):
                 self.skip(f"{label(c.setup)}: not measured, {c.reason}")
             else:
@@ -865,11 +867,6 @@ def _line(points: dict[int, float]) -> tuple[float, float]:
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return slope, my - slope * mx
-
-
-def short_source(source: str) -> str:
-    """A gain's source in a line: which kind of records, the files left to the JSON."""
-    return "; ".join(dict.fromkeys(part.split(" (")[0] for part in source.split("; ")))
 
 
 def representative(records: list[Record]) -> Record:
