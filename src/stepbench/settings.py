@@ -72,8 +72,8 @@ OPTIONS = [
     Option("repeats", int, "processes per setup, interleaved across setups (default: 2, and a "
            "third where their step times disagree; 1 runs each setup once)",
            {RUN: None}, plan=True, least=1),
-    Option("repeats", int, "processes per finalist in the final measurement", {TUNE: 3},
-           least=1),
+    Option("repeats", int, "the most processes of each of the two best setups: the final test "
+           "adds them only while it cannot tell the two apart", {TUNE: 3}, least=1),
     Option("timeout", float, "seconds per setup before its process group is killed (default "
            "1800 on a GPU, 600 on the CPU; tune: at most the budget left)",
            {RUN: None, TUNE: None}, plan=True, least=0),

@@ -61,8 +61,8 @@ FINAL_PROCESSES = 2    # processes per finalist before the test between them (th
 # reasons"): two setups further apart than this, and told apart by the test on one process
 # each, need no more processes to say which is faster.
 CLEAR_GAP = 0.25
-# A candidate beats the best so far when it is faster by more than this: the final test tells
-# setups 1% apart (benchmarks/README.md, section g), not less.
+# A candidate beats the best so far when it is faster by more than this: about the smallest
+# difference the final test has told apart (docs/architecture.md, "Measured reasons").
 BEAT = 0.01
 # The stages, in order, as the records' `search.stage` and the JSON name them.
 STAGES = {"ladder": "the loss guard's eager reference measured at doubling batches",
