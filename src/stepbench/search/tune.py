@@ -403,8 +403,11 @@ class Tuner:
             verdict.status in (OK, REFERENCE)
 
     def best(self) -> tuple[Setup | None, float]:
-        """The fastest explorable setup and its rate."""
-        found = [(self.rate_of(s), s) for s in self.measured() if self.explorable(s)]
+        """The explorable setup that delivered the most tokens/s, and that figure: the bar a
+        candidate must beat. By the mean of its steps, slow ones included, where a candidate's
+        promise starts from its parent's median step (`rate`): one hiccup neither raises the bar
+        nor lowers a promise."""
+        found = [(self.mean_tokens(s), s) for s in self.measured() if self.explorable(s)]
         if self.objective == "fit":
             found = [(r, s) for r, s in found if s.batch == self.base.batch]
         if not found:
@@ -767,14 +770,16 @@ class Tuner:
 
     def wanted(self, pair: list[Setup]) -> list[Setup]:
         """Which of the two best need another process for the test between them: none where
-        the test tells them apart by more than identical processes differ (CLEAR_GAP); else
+        the test and their mean tokens/s both tell them apart, the same way, by more than
+        identical processes differ (CLEAR_GAP); else
         FINAL_PROCESSES each first, then, while the test finds no difference or a setup's
         processes disagree, another each up to `repeats`."""
         if len(pair) < 2:
             return []
         result = self.compare(*pair)
-        if result is not None and result.significant and \
-                not 1 / (1 + CLEAR_GAP) < result.ratio < 1 + CLEAR_GAP:
+        means = self.mean_tokens(pair[1]) / self.mean_tokens(pair[0])   # a's time per token / b's
+        if result is not None and result.significant and (means < 1) == (result.ratio < 1) and \
+                not any(1 / (1 + CLEAR_GAP) < r < 1 + CLEAR_GAP for r in (result.ratio, means)):
             return []
         least = min(FINAL_PROCESSES, self.repeats)
         short = [s for s in pair if len(self.processes(s)) < least]
