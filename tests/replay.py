@@ -2,15 +2,15 @@
 advances a simulated clock by what the process would have taken on a host of a given cost
 profile.
 
-The grid is ordinary stepbench records (one or more processes per setup, with their phases):
-the H200 grid of SmolLM2-135M's shape (tests/data/h200-2026-12-01-grid-135m.jsonl) where it is
-present, else the committed H200 tune of the same model (benchmarks/results/
-h200-2026-12-01-tune-135m.jsonl), which holds part of it. A setup's n-th process is the grid's
-n-th process of it (cycling, among those that ran at least as many steps where there are any);
-its steps, losses and memory are the grid's, its first step and wall time the profile's: a
-process server's start once, then per process what is outside the steps (by mode), the compile
-(cold the first time a setup compiles, warm after, by attention kernel) and the grid's own step
-times. A setup the grid lacks runs out of memory where a smaller batch of it was the grid's
+The grid is ordinary stepbench records (one or more processes per setup, with their phases) of
+SmolLM2-135M's shape at sequence 2048 on H200s, tests/data/h200-2026-12-01-grid-135m.jsonl: the
+committed llama-135m tune's records (benchmarks/results/h200-2026-12-01-tune-135m.jsonl) and the
+grid measured for this replay through the process server (h200-2026-12-01-grid-135m.jsonl there),
+one after the other. A setup's n-th process is the grid's n-th process of it (cycling, among
+those that ran at least as many steps where there are any); its steps (cycled where it ran
+fewer), losses and memory are the grid's, its first step and wall time the profile's: a process
+server's start once, then per process what is outside the steps (by mode), the compile (cold the
+first time a setup compiles, warm after, by attention kernel) and the grid's own step times. A setup the grid lacks runs out of memory where a smaller batch of it was the grid's
 largest, and ends in an error otherwise.
 
 The machine has the Runner's interface (run, run_id, store), which is all `Tuner` asks of one.
@@ -80,10 +80,9 @@ def slow_host() -> Profile:
                    {"sdpa": 8.0, "flex_attention": 8.0}, fast.other_s)
 
 
-def grid_records() -> tuple[list[Record], str]:
-    """The grid's records and which file they came from."""
-    path = GRID if GRID.exists() else COMMITTED_TUNE
-    return [r for r in ResultsFile(path).read() if r.status in ("ok", "oom")], path.name
+def grid_records() -> list[Record]:
+    """The grid's records that ran or ran out of memory."""
+    return [r for r in ResultsFile(GRID).read() if r.status in ("ok", "oom")]
 
 
 def family(setup: Setup) -> str:
@@ -220,7 +219,7 @@ def replay(profile: Profile, tmp_path: Path, budget_s: float = 480.0, space: dic
     """A tune of the grid's model on the replayed machine: (result, grid, machine)."""
     from stepbench.search.tune import Tuner
 
-    grid = grid or Grid(grid_records()[0])
+    grid = grid or Grid(grid_records())
     clock = Clock()
     machine = ReplayMachine(grid, profile, ResultsFile(tmp_path / name), clock)
     base = dataclasses.replace(grid.base(), warmup=4, steps=20)

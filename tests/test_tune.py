@@ -476,7 +476,7 @@ def test_an_earlier_tunes_file_is_named_and_searched_again(tmp_path):
     path = tmp_path / "tune.jsonl"
     path.write_bytes(replay.COMMITTED_TUNE.read_bytes())
     earlier = ResultsFile(path).read()
-    grid = replay.Grid(replay.grid_records()[0])
+    grid = replay.Grid(replay.grid_records())
     clock = Clock()
     machine = replay.ReplayMachine(grid, replay.fast_host(), ResultsFile(path), clock)
     base = dataclasses.replace(earlier[0].setup, warmup=4, steps=20)
