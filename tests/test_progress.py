@@ -160,7 +160,7 @@ class PricedInProcess(InProcess):
         return outcome
 
 
-def test_a_tune_counts_its_probes_and_finals_and_says_the_budget_left(tmp_path):
+def test_a_tune_counts_its_processes_by_stage_and_says_the_budget_left(tmp_path):
     stream, clock = io.StringIO(), Clock()
     runner = Runner(PricedInProcess(clock), ResultsFile(tmp_path / "t.jsonl"))
     base = setup("eager", 4)
@@ -172,10 +172,14 @@ def test_a_tune_counts_its_probes_and_finals_and_says_the_budget_left(tmp_path):
     assert result.winner is not None
     lines = finished_lines(stream.getvalue())
     labels = [line.split("]")[0].removeprefix("stepbench: [") for line in lines]
-    probes = [label for label in labels if label.startswith("probe")]
-    finals = [label for label in labels if label.startswith("final")]
-    assert probes == [f"probe {i}" for i in range(1, len(probes) + 1)] and len(probes) >= 3
-    assert finals == [f"final {i}" for i in range(1, len(finals) + 1)] and len(finals) >= 2
+    # Numbered within each stage (search/tune.py's STAGES): "ladder 1", "ladder 2", ...
+    by_stage: dict[str, list[int]] = {}
+    for label in labels:
+        stage, number = label.rsplit(" ", 1)
+        by_stage.setdefault(stage, []).append(int(number))
+    assert all(numbers == list(range(1, len(numbers) + 1)) for numbers in by_stage.values())
+    assert list(by_stage) == ["ladder", "compiled", "final"], labels
+    assert len(by_stage["ladder"]) >= 3 and len(by_stage["final"]) >= 2
     # Each finished line ends with what the budget has left, as the tune's clock counts it.
     spent = 0.0
     for line in lines:

@@ -290,16 +290,16 @@ class HostView:
 class SearchView:
     """The display as a search's runner calls see it. A search runs one setup per runner call
     (the runner would number each "[1/1]") and does not know how many it will run: it numbers
-    its processes itself, by what they are ("probe 5", "final 2"), within its `scope`
-    ("search 2/3, "), each number given once (a final measured again with one more repeat is
-    not "found in the results file" again). `budget_left` (tune): the seconds its budget has
+    its processes itself, by what they are ("probe 5", "final 2"; tune's by stage, "ladder 3"),
+    within its `scope` ("search 2/3, "), each number given once (a final measured again with one
+    more repeat is not "found in the results file" again). `budget_left` (tune): the seconds its budget has
     left, said at the end of each finished line."""
 
     def __init__(self, display, budget_left: Callable[[], float] | None = None):
         self.display = display
         self.budget_left = budget_left
         self.scope = ""                 # "search 2/3, ": which of a run's searches
-        self.what = "probe"             # what the next processes are: probe or final
+        self.what = "probe"             # what the next processes are: probe, final, a tune stage
         self.counts: collections.Counter = collections.Counter()
         self.labels: dict[tuple, str] = {}
 
