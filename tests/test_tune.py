@@ -704,7 +704,7 @@ def test_a_real_tune_keeps_its_budget_and_resumes(tmp_path):
     assert result["spent_s"] <= 60 + KILL_GRACE_S + 2
     # The ladder ran first, in full; eager attention was pruned (the committed gains put it at
     # most at 0.58x eager+sdpa), and every measurement's stage is one of the tune's.
-    assert [r.search["stage"] for r in records[:2]] == ["ladder"] * min(2, len(records))
+    assert records[0].search["stage"] == "ladder" and records[0].setup.batch == 1
     assert all((r.setup.warmup, r.setup.steps) == (1, 3) for r in records)
     assert result["winner"]["setup"]["name"] == "eager+sdpa"
     assert not any(t["setup"]["name"] == "eager+eager" for t in result["tried"])
