@@ -205,3 +205,79 @@ def test_compare_step_times_tests_processes_where_both_sides_ran_two():
     assert stats.compare_step_times([1.0, 1.1, 1.2, 1.3], [2.0, 2.1, 2.2, 2.3],
                                     [[]] * 4, [[]] * 4).method == "means"
     assert stats.compare_step_times([1.0, 1.1], [2.0, 2.1], [[], []], [[], []]) is None
+
+
+# ---------------------------------------------------------------- the quick paths say the same
+
+@pytest.mark.parametrize("size", [2, 3, 4, 7, 40])
+def test_intervals_are_scipys_percentile_bootstrap(size):
+    """stats draws and interpolates as scipy.stats.bootstrap (percentile, vectorized, seeded)
+    did before it took them over for speed: the same numbers, to the last bit."""
+    import inspect
+
+    import scipy.stats
+
+    # scipy 1.15 renamed random_state to rng
+    seeded = "rng" if "rng" in inspect.signature(scipy.stats.bootstrap).parameters else \
+        "random_state"
+    rng = np.random.default_rng(size)
+    x, y = rng.normal(100, 5, size), rng.normal(90, 5, size + 3)
+
+    def scipys(samples, statistic):
+        result = scipy.stats.bootstrap(samples, statistic, n_resamples=stats.N_BOOT,
+                                       vectorized=True, confidence_level=stats.CONFIDENCE,
+                                       method="percentile",
+                                       **{seeded: np.random.default_rng(stats.SEED)})
+        return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+    assert stats.median_ci(x) == scipys((x,), np.median)
+    assert stats.mean_ci(x) == scipys((x,), np.mean)
+    assert stats.bootstrap_ratio_ci(x, y) == scipys(
+        (x, y), lambda a, b, axis: np.median(a, axis=axis) / np.median(b, axis=axis))
+
+
+def _direct(a, b):
+    """compare_processes' resamples drawn one comparison at a time, as before they were
+    shared (stats._resampled_means)."""
+    rng = np.random.default_rng(stats.SEED)
+    a, b = [np.asarray(p, float) for p in a], [np.asarray(p, float) for p in b]
+    return stats._resampled_means(a, stats.N_BOOT, rng) / stats._resampled_means(b, stats.N_BOOT,
+                                                                               rng)
+
+
+@pytest.mark.parametrize("sizes", [((20, 20), (20, 20)), ((20, 20, 20), (20, 20)),
+                                   ((5, 20), (20, 12, 7)), ((40, 40, 40, 40), (3, 3))])
+@pytest.mark.parametrize("shift", [1.0, 1.004, 1.03, 1.3])
+def test_shared_resampling_weights_give_the_direct_resamples(sizes, shift):
+    rng = np.random.default_rng(len(sizes[0]) * 100 + sizes[1][0])
+    a = [rng.normal(100, 4, n) for n in sizes[0]]
+    b = [rng.normal(100 * shift, 4, n) for n in sizes[1]]
+    boot, ends = stats._hierarchical_ratios(
+        [np.asarray(p) for p in a], [np.asarray(p) for p in b], stats.N_BOOT, stats.SEED,
+        [0.025, 0.975])
+    direct = _direct(a, b)
+    assert np.allclose(boot, direct, rtol=1e-12, atol=0)
+    assert np.count_nonzero(boot <= 1) == np.count_nonzero(direct <= 1)
+    assert np.count_nonzero(boot >= 1) == np.count_nonzero(direct >= 1)
+    assert np.allclose(ends, np.quantile(direct, [0.025, 0.975]), rtol=1e-12, atol=0)
+
+
+def test_resamples_at_a_tie_are_the_direct_ones_to_the_bit():
+    """Step times rounded to 0.01 ms give resampled means exactly equal on both sides: a sum
+    in another order would put such a ratio a bit off 1 and move the p-value. Those
+    comparisons are resampled directly."""
+    a = [[10.0, 10.01, 10.02, 10.0], [10.01, 10.0, 10.02, 10.01]]
+    b = [[10.01, 10.0, 10.0, 10.02], [10.0, 10.02, 10.01, 10.01]]
+    boot, _ = stats._hierarchical_ratios([np.asarray(p) for p in a],
+                                         [np.asarray(p) for p in b], stats.N_BOOT,
+                                         stats.SEED, [0.025, 0.975])
+    direct = _direct(a, b)
+    assert np.count_nonzero(direct == 1.0) > 0
+    assert np.array_equal(boot, direct)
+
+
+def test_median_of_two_or_three_is_numpys():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 5):
+        x = rng.normal(0, 1, (1000, n))
+        assert np.array_equal(stats._median(x), np.median(x, axis=-1))

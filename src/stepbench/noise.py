@@ -48,14 +48,16 @@ def processes_disagree(records: Sequence) -> bool:
     their steps span anyway."""
     timed = [t for t in (r.step_times_ms or ([r.step_ms] if r.step_ms else []) for r in records)
              if t]
-    processes = [(statistics.median(t), coefficient_of_variation(t) or 0.0) for t in timed]
+    processes = [(statistics.median(t), t) for t in timed]
     return any(_apart(a, b) for a, b in combinations(processes, 2))
 
 
-def _apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """(median, CV) of two processes: further apart than the floor and than their noise."""
-    (fast, _), (slow, _) = sorted((a, b))
+def _apart(a: tuple[float, Sequence[float]], b: tuple[float, Sequence[float]]) -> bool:
+    """(median, step times) of two processes: further apart than the floor and than their
+    noise (the coefficients of variation, computed only past the floor: exact, and slow)."""
+    (fast, _), (slow, _) = sorted((a, b), key=lambda p: p[0])
     if fast <= 0:
         return False
     gap = slow / fast - 1
-    return gap > SPREAD_FLOOR and gap > SPREAD_CVS * max(a[1], b[1])
+    return gap > SPREAD_FLOOR and gap > SPREAD_CVS * max(
+        coefficient_of_variation(a[1]) or 0.0, coefficient_of_variation(b[1]) or 0.0)

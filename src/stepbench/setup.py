@@ -47,7 +47,7 @@ class SetupMethods:
     def __post_init__(self):
         # Canonical values, so that equal settings give equal keys: a field that means nothing
         # here (a compile mode without compilation) holds its default; 3 and 3.0 GB are one.
-        fields = dataclasses.asdict(self)
+        fields = {a.name: getattr(self, a.name) for a in AXES}    # asdict() would deep-copy
         for axis in AXES:
             value = fields[axis.name]
             if not _applies(axis, fields):
@@ -70,7 +70,16 @@ class SetupMethods:
 
     def key(self) -> str:
         """THE identity of what was measured: every field, canonical JSON."""
-        return json.dumps(self.fields(), sort_keys=True)
+        return self._kept("_key", lambda: json.dumps(self.fields(), sort_keys=True))
+
+    def _kept(self, attribute: str, make):
+        """`make()`, made once per Setup (which never changes once built): a report asks a
+        setup's key and name tens of thousands of times."""
+        kept = self.__dict__.get(attribute)
+        if kept is None:
+            kept = make()
+            object.__setattr__(self, attribute, kept)
+        return kept
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -89,8 +98,11 @@ class SetupMethods:
     def name(self) -> str:
         """"compile+sdpa"; the registry's name parts: "compile:max-autotune/layer+sdpa" (glued
         to the mode), "eager+sdpa+liger+ckpt+foreach" (after the attention)."""
-        parts = sorted((a for a in AXES if a.name_slot is not None),
-                       key=lambda a: (a.name_slot, AXES.index(a)))
+        return self._kept("_name", self._make_name)
+
+    def _make_name(self) -> str:
+        parts = [a for _, _, a in sorted((a.name_slot, i, a) for i, a in enumerate(AXES)
+                                         if a.name_slot is not None)]
         head, tail = "", []
         for axis in parts:
             text = axis.text(getattr(self, axis.name))

@@ -13,7 +13,7 @@ report/ and search/, so that a search decides with the same test the report then
 from __future__ import annotations
 
 import dataclasses
-import inspect
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -49,17 +49,46 @@ class Comparison:
     method: str = "steps"
 
 
-# scipy 1.15 renamed bootstrap's random_state to rng; older releases know only random_state.
-_RNG = "rng" if "rng" in inspect.signature(scipy.stats.bootstrap).parameters else "random_state"
-
-
 def _bootstrap(samples: tuple, statistic: Callable, confidence: float, n_boot: int,
                seed: int) -> tuple[float, float]:
-    """Percentile bootstrap interval of `statistic` over `samples` (each resampled on its own)."""
-    result = scipy.stats.bootstrap(samples, statistic, n_resamples=n_boot, vectorized=True,
-                                   confidence_level=confidence, method="percentile",
-                                   **{_RNG: np.random.default_rng(seed)})
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    """Percentile bootstrap interval of `statistic` over `samples` (each resampled on its own,
+    in order, from one generator seeded with `seed`).
+
+    The draws and the interval are scipy.stats.bootstrap's (method="percentile", vectorized; a
+    test holds the two equal), without its per-call validation, which cost more than the
+    resampling for the report's thousands of small samples; the draws depend only on the
+    samples' sizes, so they are made once per sizes (`_draws`)."""
+    alpha = (1 - confidence) / 2
+    resampled = [x[..., i] for x, i in zip(samples, _draws(tuple(x.size for x in samples),
+                                                            n_boot, seed))]
+    low, high = _quantile(statistic(*resampled, axis=-1), np.array([alpha, 1 - alpha]))
+    return float(low), float(high)
+
+
+def _quantile(values: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The `p` quantiles of `values`, linearly interpolated (Hyndman and Fan's type 7), with
+    scipy.stats.quantile's arithmetic, which differs from numpy's in the last bit."""
+    n = values.size
+    jg = p * n + (1 - p)
+    jp1 = jg // 1
+    j = jp1 - 1
+    g = np.where(j < 0, 0.0, jg % 1)
+    j, jp1 = np.clip(j, 0, n - 1).astype(np.intp), np.clip(jp1, 0, n - 1).astype(np.intp)
+    y = np.partition(values, np.unique(np.concatenate([j, jp1])))   # those ranks, as sorted
+    return (1 - g) * y[j] + g * y[jp1]
+
+
+@functools.lru_cache(maxsize=32)
+def _draws(sizes: tuple[int, ...], n_boot: int, seed: int) -> tuple[np.ndarray, ...]:
+    """The resampling indices of a bootstrap of samples of these sizes: one (n_boot, size)
+    array per sample, drawn in order from one generator (read-only: they are shared)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for size in sizes:
+        drawn = rng.integers(0, size, (n_boot, size))
+        drawn.flags.writeable = False
+        out.append(drawn)
+    return tuple(out)
 
 
 def bootstrap_ci(values: Sequence[float], stat: Callable = np.median, *,
@@ -78,7 +107,20 @@ def bootstrap_ci(values: Sequence[float], stat: Callable = np.median, *,
 def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
               seed: int = SEED) -> tuple[float, float] | None:
     """Bootstrap confidence interval of the median of `values`; None for fewer than 2 values."""
-    return bootstrap_ci(values, np.median, confidence=confidence, n_boot=n_boot, seed=seed)
+    return bootstrap_ci(values, _median, confidence=confidence, n_boot=n_boot, seed=seed)
+
+
+def _median(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """np.median along the last axis, the same numbers, quicker for the 2 or 3 processes of a
+    row: np.median partitions each of 4,000 short resamples on its own (0.5 ms a row)."""
+    if axis not in (-1, x.ndim - 1) or x.shape[-1] > 3:
+        return np.median(x, axis=axis)
+    if x.shape[-1] == 2:
+        return (x[..., 0] + x[..., 1]) / 2          # np.median's mean of the middle two
+    if x.shape[-1] == 3:
+        a, b, c = x[..., 0], x[..., 1], x[..., 2]
+        return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+    return x[..., 0].astype(float)
 
 
 def mean_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
@@ -148,10 +190,9 @@ def compare_processes(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]
     sides = [[np.asarray(p, dtype=float) for p in side] for side in (a, b)]
     if any(len(side) < 2 or any(p.size == 0 for p in side) for side in sides):
         raise ValueError("compare_processes() needs 2 or more processes a side, each with steps")
-    rng = np.random.default_rng(seed)
     ratio = float(_mean_of_means(sides[0]) / _mean_of_means(sides[1]))
-    boot = _resampled_means(sides[0], n_boot, rng) / _resampled_means(sides[1], n_boot, rng)
-    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    boot, (low, high) = _hierarchical_ratios(sides[0], sides[1], n_boot, seed,
+                                             [alpha / 2, 1 - alpha / 2])
     # Two-sided: twice the share of resamples on the far side of 1, counting the observed
     # data as one (so that p is never 0 from a finite number of resamples).
     tail = int(min(np.count_nonzero(boot <= 1.0), np.count_nonzero(boot >= 1.0)))
@@ -165,23 +206,87 @@ def _mean_of_means(processes: list[np.ndarray]) -> float:
     return float(np.mean([p.mean() for p in processes]))
 
 
+def _hierarchical_ratios(a: list[np.ndarray], b: list[np.ndarray], n_boot: int, seed: int,
+                        ends: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """`n_boot` resampled ratios of a's mean of per-process means to b's (`_resampled_means`
+    of a, then of b, from one generator seeded with `seed`), and their `ends` quantiles.
+
+    A resampled mean is a weighted sum of the steps, and the weights depend only on the
+    processes' step counts and the seed, not on the times: they are drawn once per such shape
+    (`_weights`) and every comparison of that shape is two matrix-vector products, from the
+    same draws as `_resampled_means`. The sums run in another order, so a ratio may differ from
+    `_resampled_means`' in the last bit of a double: where one, or the quantile `ends` of the
+    interval, lies within `_TIE` of 1 (step times rounded to 0.01 ms give exact ties), or a
+    shape's weights would take too much memory, the ratios are resampled directly, so that the
+    tail counts and whether the interval holds 1 are always the same."""
+    shapes = tuple(tuple(p.size for p in side) for side in (a, b))
+    weights = _weights(*shapes, n_boot, seed)
+    if weights is not None:
+        boot = (weights[0] @ _padded(a).ravel()) / (weights[1] @ _padded(b).ravel())
+        quantiles = _quantile(boot, np.asarray(ends))
+        if not (np.any(np.abs(boot - 1.0) <= _TIE) or np.any(np.abs(quantiles - 1.0) <= _TIE)):
+            return boot, quantiles
+    rng = np.random.default_rng(seed)
+    boot = _resampled_means(a, n_boot, rng) / _resampled_means(b, n_boot, rng)
+    return boot, np.quantile(boot, ends)
+
+
+# Ratios this close to 1 are resampled directly (`_hierarchical_ratios`): a weighted sum in
+# another order differs by a few units of the last bit (about 1e-15 here), never by this much.
+_TIE = 1e-9
+
+
+def _padded(processes: list[np.ndarray]) -> np.ndarray:
+    """One row per process, padded with zeros to the longest."""
+    steps = np.zeros((len(processes), max(p.size for p in processes)))
+    for i, p in enumerate(processes):
+        steps[i, :p.size] = p
+    return steps
+
+
+# Weights of at most this many entries (8 bytes each) are kept for reuse (`_weights`); a
+# larger shape (many long processes) is resampled directly.
+_MAX_WEIGHTS = 4_000_000
+
+
+@functools.lru_cache(maxsize=16)
+def _weights(a_sizes: tuple[int, ...], b_sizes: tuple[int, ...], n_boot: int,
+             seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (n_boot, processes x longest) weight matrices whose products with a side's padded
+    steps are `_resampled_means`' resamples for processes of these step counts, drawn as
+    `_hierarchical_ratios` draws them (a's, then b's); None when they would be too large."""
+    if any(n_boot * len(s) * max(s) > _MAX_WEIGHTS for s in (a_sizes, b_sizes)):
+        return None
+    rng = np.random.default_rng(seed)
+    out = []
+    for sizes in (a_sizes, b_sizes):
+        matrix = _resampled_means(sizes, n_boot, rng, weights=True)
+        matrix.flags.writeable = False
+        out.append(matrix)
+    return out[0], out[1]
+
+
 # Resamples drawn at once are capped at this many step draws, so that many long processes do
 # not allocate one huge array.
 _DRAWS_PER_CHUNK = 2_000_000
 
 
-def _resampled_means(processes: list[np.ndarray], n_boot: int,
-                     rng: np.random.Generator) -> np.ndarray:
+def _resampled_means(processes, n_boot: int, rng: np.random.Generator,
+                     weights: bool = False) -> np.ndarray:
     """`n_boot` hierarchical resamples of the mean of per-process means: processes drawn with
-    replacement, then as many steps as each chosen process timed, drawn from its own steps."""
+    replacement, then as many steps as each chosen process timed, drawn from its own steps.
+
+    With `weights`, `processes` are only the processes' step counts, and the result is the
+    (n_boot, processes x longest) matrix W of the same draws: W @ (the padded steps, raveled)
+    gives the resamples (`_hierarchical_ratios`)."""
     k = len(processes)
-    sizes = np.array([p.size for p in processes])
+    sizes = np.array(list(processes) if weights else [p.size for p in processes])
     width = int(sizes.max())
-    steps = np.zeros((k, width))            # one row per process, padded to the longest
-    for i, p in enumerate(processes):
-        steps[i, :p.size] = p
-    flat = steps.ravel()
-    out = np.empty(n_boot)
+    if weights:
+        out = np.zeros((n_boot, k * width))
+    else:
+        flat = _padded(processes).ravel()
+        out = np.empty(n_boot)
     chunk = max(1, _DRAWS_PER_CHUNK // (k * width))
     for start in range(0, n_boot, chunk):
         n = min(chunk, n_boot - start)
@@ -190,14 +295,28 @@ def _resampled_means(processes: list[np.ndarray], n_boot: int,
             # Every process timed as many steps: whole rows of draws, no padding to mask.
             picks = rng.integers(width, size=(n, k, width))
             picks += (chosen * width)[..., None]
-            out[start:start + n] = flat[picks].mean(axis=-1).mean(axis=-1)
+            if weights:
+                _count(out[start:start + n], picks, np.full(picks.shape, 1.0 / (k * width)))
+            else:
+                out[start:start + n] = flat[picks].mean(axis=-1).mean(axis=-1)
             continue
         size = sizes[chosen][..., None]                      # (n, k, 1): steps of each pick
         picks = (rng.random((n, k, width)) * size).astype(np.intp)
         picks += (chosen * width)[..., None]
+        if weights:
+            own = np.arange(width) < size                    # only its own count
+            _count(out[start:start + n], picks, np.where(own, 1.0 / (k * size), 0.0))
+            continue
         drawn = np.where(np.arange(width) < size, flat[picks], 0.0)   # only its own count
         out[start:start + n] = (drawn.sum(axis=-1) / size[..., 0]).mean(axis=-1)
     return out
+
+
+def _count(rows: np.ndarray, picks: np.ndarray, each: np.ndarray) -> None:
+    """Add `each` weight per pick to its resample's row of `rows` (n, columns)."""
+    n, columns = rows.shape
+    at = (np.arange(n)[:, None, None] * columns + picks).ravel()
+    rows += np.bincount(at, weights=each.ravel(), minlength=n * columns).reshape(n, columns)
 
 
 def compare_step_times(a_means: Sequence[float], b_means: Sequence[float],

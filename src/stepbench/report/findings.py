@@ -45,8 +45,11 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
     """The findings per workload, as (heading, findings); the heading names the workload (model,
     batch x seq, dtype and any other setting that differs), None when there is only one."""
     out = []
+    groups: dict[Setup, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(row.workload, []).append(row)
     for workload, (heading, _) in _workload_names(rows).items():
-        group = [r for r in rows if r.workload == workload]
+        group = groups[workload]
         found = [f for rule in RULES for f in rule(group)]
         if found:
             out.append((heading, found))
@@ -584,13 +587,13 @@ def testing(rows: list[Row]) -> list[Finding]:
     pairs += [tuple(by_speed[:2])] if len(by_speed) >= 2 else []
     if not pairs:
         return []
-    results = [compare_rows(a, b) for a, b in pairs]
-    untested = sum(r is None for r in results)
+    methods = [a.test_method(b) for a, b in pairs]
+    untested = sum(m is None for m in methods)
     if untested == len(pairs):
         return [Finding("testing", "The records hold no per-step times and too few processes "
                         "per setup, so the differences above are stated as measured, untested "
                         "against noise.")]
-    used = {r.method for r in results if r is not None}
+    used = set(methods)
     text = "Differences were tested " + join([TESTS[m] for m in TESTS if m in used])
     if untested:
         text += (f"; {untested} of {len(pairs)} comparisons had too few step times or "

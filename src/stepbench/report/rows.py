@@ -16,6 +16,7 @@ each host has its own rows and the row's `gpu` (the machine every table shows) n
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -113,7 +114,12 @@ class Row:
     def key(self) -> tuple[str, str]:
         return self.setup.key(), self.gpu
 
-    @property
+    @functools.cached_property
+    def eager_twin_key(self) -> tuple[str, str]:
+        """The key of its eager twin's row (Setup.eager_twin) on the same GPU."""
+        return self.setup.eager_twin().key(), self.gpu
+
+    @functools.cached_property
     def workload(self) -> Setup:
         """What the row trains; rows of one workload are compared with each other."""
         return self.setup.workload()
@@ -205,6 +211,16 @@ class Row:
             self._compared[key] = kept
         return kept[1]
 
+    def test_method(self, other: "Row") -> str | None:
+        """How this row and `other` are tested against each other (Comparison.method), None
+        when they cannot be: the same either way round, so a comparison kept in the other
+        direction answers it without another bootstrap."""
+        kept = other._compared.get((id(self), False))
+        if kept is not None and kept[0] is self:
+            return kept[1] and kept[1].method
+        result = self.compare(other)
+        return result and result.method
+
     @property
     def departs(self) -> bool:
         """The loss guard flagged it: its losses leave its reference's tolerance."""
@@ -269,8 +285,11 @@ def machine_labels(records: list[Record]):
 def _order(records: list[Record], machine):
     """Per machine, per workload, per attention in order of appearance; eager before compile."""
     first: dict[tuple, int] = {}
+    workloads: dict[Setup, Setup] = {}
     for i, r in enumerate(records):
-        for key in (("gpu", machine(r)), ("work", r.setup.workload()), ("attn", r.setup.attn),
+        if r.setup not in workloads:
+            workloads[r.setup] = r.setup.workload()
+        for key in (("gpu", machine(r)), ("work", workloads[r.setup]), ("attn", r.setup.attn),
                     ("name", r.setup.name)):
             first.setdefault(key, i)
     return lambda row: (first[("gpu", row.gpu)], first[("work", row.workload)],
@@ -438,7 +457,7 @@ def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:
     by_key = {row.key: row for row in rows}
     pairs = []
     for row in rows:
-        twin = by_key.get((row.setup.eager_twin().key(), row.gpu))
+        twin = by_key.get(row.eager_twin_key) if row.mode == "compile" else None
         if row.mode == "compile" and twin is not None and (not both_ok or (row.ok and twin.ok)):
             pairs.append((row, twin))
     return pairs
