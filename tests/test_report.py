@@ -9,6 +9,7 @@ STEPBENCH_UPDATE_GOLDEN=1 after a deliberate change, and read the diff).
 
 import base64
 import csv
+import html
 import io
 import json
 import os
@@ -264,7 +265,7 @@ def test_html_is_one_file_with_table_findings_and_embedded_plots(tmp_path, capsy
     assert page.tags.count("li") >= 6                      # the findings
     for cell in ("NVIDIA L40S", "compile+eager", "20,973", "OOM", "231"):
         assert cell in page.cells
-    assert len(page.images) == 3
+    assert len(page.images) == 4                           # step time, tokens/s, memory, $
     for src in page.images:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_SIGNATURE)
@@ -277,7 +278,8 @@ def test_plots_are_valid_pngs(tmp_path, capsys):
     code, _, err = report(capsys, POST, "--prices", PRICES, "--plots", tmp_path / "plots")
     assert code == 0, err
     names = sorted(p.name for p in (tmp_path / "plots").iterdir())
-    assert names == ["peak_memory.png", "step_time.png", "tokens_per_dollar.png"]
+    assert names == ["peak_memory.png", "step_time.png", "tokens_per_dollar.png",
+                     "tokens_per_s.png"]
     for path in (tmp_path / "plots").iterdir():
         assert path.read_bytes().startswith(PNG_SIGNATURE)
         image = matplotlib.image.imread(path)
@@ -287,7 +289,8 @@ def test_plots_are_valid_pngs(tmp_path, capsys):
 
 def test_plots_without_prices_leave_out_tokens_per_dollar(tmp_path, capsys):
     report(capsys, POST, "--plots", tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["peak_memory.png", "step_time.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["peak_memory.png", "step_time.png",
+                                                          "tokens_per_s.png"]
 
 
 def test_out_writes_the_file_and_nothing_to_stdout(tmp_path, capsys):
@@ -312,7 +315,7 @@ def _post_with(tmp_path: Path, edit) -> Path:
 def _html_report(capsys, folder: Path) -> str:
     code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "html")
     assert code == 0, err
-    assert out.count('src="data:image/png;base64,') == 3
+    assert out.count('src="data:image/png;base64,') == 4
     return out
 
 
@@ -345,3 +348,37 @@ def test_error_bars_are_never_negative():
     assert error_bar(10.0, (9.0, 12.0)) == [[1.0], [2.0]]
     assert error_bar(10.0, (float("nan"), float("nan"))) is None
     assert error_bar(10.0, None) is None
+
+
+# ---------------------------------------------------------------- tokens/s and many setups
+
+def test_tokens_per_s_interval_is_the_step_times_turned_over():
+    from stepbench.report.plots import tokens_per_s_ci
+    from stepbench.report.rows import Row
+    from stepbench.setup import Setup
+
+    row = Row(gpu="g", setup=Setup(model="m", mode="eager", attn="sdpa", batch=4, seq=1000),
+              status="ok", statuses={"ok": 2}, repeats=2, runs=1, step_ms=100.0,
+              tokens_per_s=40_000.0, step_ms_ci=(80.0, 125.0))
+    assert tokens_per_s_ci(row) == pytest.approx((32_000.0, 50_000.0))
+    row.step_ms_ci = None
+    assert tokens_per_s_ci(row) is None
+
+
+def test_plots_of_many_setups_show_the_first_and_say_so(tmp_path, capsys, monkeypatch):
+    """A plot of thousands of bars is taller than a PNG may be (2^16 px) and unreadable: the
+    plots keep the first MAX_BARS bars, in table order, and a note says what they left out."""
+    from stepbench.report import plots
+
+    monkeypatch.setattr(plots, "MAX_BARS", 6)     # 4 GPUs: one setup's bars fit
+    code, out, err = report(capsys, POST, "--prices", PRICES, "--format", "html",
+                            "--plots", tmp_path)
+    assert code == 0, err
+    note = "The plots show the first 1 of 4 setups, in the tables' order (at most 6 bars a plot)"
+    assert note in err and note in html.unescape(out)
+    from stepbench.report.document import report_document
+
+    rows = report_document([str(POST)]).rows
+    assert {r.name for r in plots.plotted(rows)} == {"eager+sdpa"}
+    monkeypatch.setattr(plots, "MAX_BARS", 16)
+    assert plots.plots_note(rows) is None and plots.plotted(rows) == rows

@@ -50,6 +50,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.plots:
         for path in doc.write_plots(Path(args.plots)):
             warn(f"wrote {path}", prefix="")
+        if doc.plots_note:
+            warn(doc.plots_note, prefix="")
     if args.out:
         write_output(text, Path(args.out))
         warn(f"wrote {args.out}", prefix="")

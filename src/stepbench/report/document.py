@@ -91,14 +91,15 @@ def rows_document(rows: list[Row], *, plots: bool = False,
     search_table = searches.details_table(list(searched))
     if search_table is not None:
         tables.append(search_table)
-    pngs = {}
+    pngs, note = {}, None
     if plots:
-        from stepbench.report.plots import figures
+        from stepbench.report.plots import figures, plots_note
 
-        pngs = figures(rows)
+        pngs, note = figures(rows), plots_note(rows)
     groups = findings_for(rows) + searches.max_batch_findings(rows)
     return Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
-                    rows=rows, pngs=pngs, searches=searches.search_dicts(list(searched)),
+                    rows=rows, pngs=pngs, plots_note=note,
+                    searches=searches.search_dicts(list(searched)),
                     tunes=tune.tune_dicts(list(searched)))
 
 

@@ -44,6 +44,7 @@ class Document:
     # CSV; empty without tunes.
     tunes: list[dict] = field(default_factory=list)
     pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
+    plots_note: str | None = None          # what the plots leave out (plots.plots_note)
 
     @property
     def notes(self) -> list[str]:

@@ -228,6 +228,8 @@ def render_html(doc: Document) -> str:
                          + "</ol>\n")
     if doc.pngs:
         parts.append("<h2>Plots</h2>\n")
+        if doc.plots_note:
+            parts.append(f'<p class="note">{html.escape(doc.plots_note)}</p>\n')
         captions = {stem: label for stem, label, _, _ in PLOTS}
         for stem, png in doc.pngs.items():
             data = base64.b64encode(png).decode("ascii")
