@@ -53,9 +53,13 @@ def test_a_0_1_results_file_reports_the_same_rows_and_findings(capsys):
             assert new_row["loss_guard_reference"] == "eager+sdpa"
             assert new_row["loss_guard_tolerance"] == old_row["parity_tolerance"]
     # Every finding 0.1 wrote, in its order; new rules (the fastest setup) may add their own.
+    # The memory finding now gives the change and the GB as the table does (two decimals below
+    # 1 GB): 0.1's "raised peak memory on cpu (0.2 to 0.3 GB)".
     new_texts = iter(f["text"] for f in new["findings"])
     assert all(any(f["text"] == t for t in new_texts) for f in old["findings"]
-               if f["kind"] != "parity")
+               if f["kind"] not in ("parity", "compile_memory"))
+    assert "raised peak memory on cpu by 44% (0.22 to 0.32 GB)" in " ".join(
+        f["text"] for f in new["findings"] if f["kind"] == "compile_memory")
     [parity] = [f for f in old["findings"] if f["kind"] == "parity"]
     [guard] = [f for f in new["findings"] if f["kind"] == "loss_guard"]
     assert "within tolerance" in parity["text"] and "within tolerance" in guard["text"]

@@ -132,6 +132,24 @@ def verdict(new: Row, old: Row) -> tuple[str, str]:
     return (f"{size} {direction}" if size else "the same"), direction
 
 
+# A comparison within the noise is called "equally fast" only when its 95% interval rules out
+# a difference this large either way; a wider interval cannot tell the two apart, which is not
+# the same as showing them equal (two noisy CPU processes 47% apart had p = 0.30).
+EQUAL_WITHIN = 0.10
+
+
+def alike(new: Row, old: Row) -> str:
+    """How two rows that a test could not tell apart (verdict's "noise") compare, with their
+    step times (old's first) and the p-value: "equally fast within the noise (50.0 vs 50.4 ms,
+    p = 0.61)" where the ratio's interval lies within EQUAL_WITHIN of 1, else "not told apart
+    from the noise (50.9 vs 74.6 ms, p = 0.30)"."""
+    result = compare_rows(new, old)
+    low, high = result.ci if result.ci else (0.0, math.inf)
+    close = 1 / (1 + EQUAL_WITHIN) <= low and high <= 1 + EQUAL_WITHIN
+    what = "equally fast within the noise" if close else "not told apart from the noise"
+    return f"{what} ({sig(old.step_ms)} vs {sig(new.step_ms)} ms, p = {result.p_value:.2f})"
+
+
 def join(items: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
@@ -216,21 +234,25 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
                  if e.peak_memory_gb is not None and c.peak_memory_gb is not None]
         if not pairs:
             continue
-        lower = [(e, c) for e, c in pairs if c.peak_memory_gb - e.peak_memory_gb < -0.05]
-        higher = [(e, c) for e, c in pairs if c.peak_memory_gb - e.peak_memory_gb > 0.05]
-        same = [c.gpu for e, c in pairs if abs(c.peak_memory_gb - e.peak_memory_gb) <= 0.05]
+        moved = {id(c): _memory_change(e.peak_memory_gb, c.peak_memory_gb) for e, c in pairs}
+        lower = [(e, c) for e, c in pairs if moved[id(c)] < 0]
+        higher = [(e, c) for e, c in pairs if moved[id(c)] > 0]
+        same = [c.gpu for e, c in pairs if moved[id(c)] == 0]
         parts = []
         if lower:
             pct = [(1 - c.peak_memory_gb / e.peak_memory_gb) * 100 for e, c in lower]
             saved = [e.peak_memory_gb - c.peak_memory_gb for e, c in lower]
             parts.append(
                 f"cut peak memory {on_gpus([c.gpu for _, c in lower], len(pairs))} by "
-                f"{span(pct, lambda x: f'{x:.0f}', '%')} ({span(saved, one, ' GB')}): from "
-                f"{span([e.peak_memory_gb for e, _ in lower], one, ' GB')} to "
-                f"{span([c.peak_memory_gb for _, c in lower], one, ' GB')}")
+                f"{span(pct, lambda x: f'{x:.0f}', '%')} ({span(saved, gbs, ' GB')}): from "
+                f"{span([e.peak_memory_gb for e, _ in lower], gbs, ' GB')} to "
+                f"{span([c.peak_memory_gb for _, c in lower], gbs, ' GB')}")
         if higher:
             parts.append(f"raised {'it' if parts else 'peak memory'} on " + join(
-                [f"{c.gpu} ({one(e.peak_memory_gb)} to {one(c.peak_memory_gb)} GB)"
+                [f"{c.gpu} by {(c.peak_memory_gb / e.peak_memory_gb - 1) * 100:.0f}% "
+                 f"({gbs(e.peak_memory_gb)} to {gbs(c.peak_memory_gb)} GB)"
+                 if e.peak_memory_gb else
+                 f"{c.gpu} ({gbs(e.peak_memory_gb)} to {gbs(c.peak_memory_gb)} GB)"
                  for e, c in higher]))
         if same:
             parts.append(f"left {'it' if parts else 'peak memory'} unchanged on " + join(same))
@@ -240,25 +262,42 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
     return out
 
 
+# Peak memory counts as unchanged only when the change is within both of these: 0.05 GB is
+# noise for a GPU's tens of GB, but a third of a CPU run's 0.15 GB.
+MEMORY_SAME_GB = 0.05
+MEMORY_SAME_SHARE = 0.05
+
+
+def _memory_change(eager_gb: float, compiled_gb: float) -> int:
+    """-1 lower, 1 higher, 0 unchanged (within MEMORY_SAME_GB and MEMORY_SAME_SHARE)."""
+    diff = compiled_gb - eager_gb
+    if abs(diff) <= MEMORY_SAME_GB and abs(diff) <= MEMORY_SAME_SHARE * abs(eager_gb):
+        return 0
+    return -1 if diff < 0 else 1
+
+
+def gbs(x: float) -> str:
+    """GB as the tables print them: one decimal, two below 1 GB (a CPU run's 0.15 GB)."""
+    return f"{x:.1f}" if abs(x) >= 1 else f"{x:.2f}"
+
+
 def compile_cost(rows: list[Row]) -> list[Finding]:
     """Range of compile time: first step minus a warm step, per attention; warm cache apart."""
-    compiled = [r for r in rows if r.mode == "compile" and r.ok]
-    # A cache shared by every process (run --compile-cache, tune) is cold for the first process
-    # of a graph and warm for the later ones: inductor's hit counts say which (Row.shared_cache).
+    compiled = [r for r in rows if r.mode == "compile" and r.ok and r.first_step_s is not None]
+    # A row's first step is its coldest processes' (rows.compile_start): a shared cache's
+    # process counts as cold only where inductor's counters say no graph came from the cache.
     cold = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
-            if r.first_step_s is not None and r.compile_cache not in ("warm", "shared")
-            or r.compile_cache == "shared" and r.shared_cache == "cold"]
+            if r.first_step_cache in ("cold", None)]
     shared = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
-              if r.first_step_s is not None and r.compile_cache == "shared"
-              and r.shared_cache != "cold"]
+              if r.first_step_cache == "shared"]
     warm = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled
-            if r.first_step_s is not None and r.compile_cache == "warm"]
+            if r.first_step_cache == "warm"]
     warm += [(r.first_step_warm_s - r.step_ms / 1000, r) for r in compiled
              if r.first_step_warm_s is not None]
     out = []
     if cold:
         (lo, lo_row), (hi, hi_row) = min(cold, key=_cost), max(cold, key=_cost)
-        cache = " with a cold cache" if all(r.compile_cache for _, r in cold) else ""
+        cache = " with a cold cache" if all(r.first_step_cache for _, r in cold) else ""
         text = f"Compilation{cache} took {span([lo, hi], secs, ' s')} (first step minus a warm step"
         if lo_row.gpu != hi_row.gpu:
             text += f"; least on {lo_row.gpu}, most on {hi_row.gpu}"
@@ -278,7 +317,10 @@ def compile_cost(rows: list[Row]) -> list[Finding]:
         out.append(Finding("compile_cost", f"With a compile cache shared by every process ({how}) "
                            f"it took {span([c for c, _ in shared], secs, ' s')}."))
     if warm:
-        text = ("With a warm compile cache (a later process of the same setup) it took "
+        source = ("an earlier process's compile of the same graphs"
+                  if any(r.warm_from_shared or r.compile_cache == "shared" for _, r in warm)
+                  else "a later process of the same setup")
+        text = (f"With a warm compile cache ({source}) it took "
                 f"{span([c for c, _ in warm], secs, ' s')}")
         warm_gpus = list(dict.fromkeys(r.gpu for _, r in warm))
         if len(warm_gpus) < len({r.gpu for r in compiled}):   # say where: not every GPU had one
@@ -311,16 +353,17 @@ def compile_payback(rows: list[Row]) -> list[Finding]:
                 noise.append(comp.gpu)
             else:
                 never.append(comp.gpu)
-        clauses = [join(paid)] if paid else []
+        clauses = [f"paid back its compile time {join(paid)}"] if paid else []
         if never:
-            clauses.append(f"never on {join(never)}, where compiled steps were not faster")
+            clauses.append(("never on " if clauses else "never paid back its compile time on ")
+                           + f"{join(never)}, where compiled steps were not faster")
         if noise:
-            clauses.append(f"not measurably on {join(noise)}, where the difference was "
-                           "within the noise")
+            clauses.append(("not measurably on " if clauses else
+                            "did not measurably pay back its compile time on ")
+                           + f"{join(noise)}, where the difference was within the noise")
             tags.add(NOISE)
         if clauses:
-            parts.append(f"With {attn} attention, {compiler(mode)} paid back its compile time "
-                         + "; ".join(clauses) + ".")
+            parts.append(f"With {attn} attention, {compiler(mode)} " + "; ".join(clauses) + ".")
     return [Finding("compile_payback", " ".join(parts), frozenset(tags))] if parts else []
 
 
@@ -441,7 +484,7 @@ def _best_per_gpu(rows: list[Row], value) -> list[Row]:
 def fastest_setup(rows: list[Row]) -> list[Finding]:
     """Per GPU, the fastest setup against the runner-up on that GPU (the answer to "how should I
     run this step here"), or the two that cannot be told apart."""
-    items, tags = [], set()
+    items, tags, untested = [], set(), []
     for gpu in dict.fromkeys(r.gpu for r in rows):
         # A setup whose losses depart from its peers' trains another model: never the answer.
         ranked = sorted((r for r in rows if r.gpu == gpu and r.ok and not r.departs),
@@ -449,19 +492,25 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
         if len(ranked) < 2:
             continue
         top, second = ranked[:2]
-        phrase, direction = verdict(second, top)
+        _, direction = verdict(second, top)
+        untested.append(compare_rows(second, top) is None)
         if direction == "noise":
             tags.add(NOISE)
-            items.append(f"{top.name} and {second.name} on {gpu}, equally fast within the noise "
-                         f"({sig(top.step_ms)} vs {sig(second.step_ms)} ms, {phrase})")
+            items.append((f"{top.name} and {second.name} on {gpu}, {alike(second, top)}", ""))
         else:
             lead = change(top.step_ms, second.step_ms)[0] or "no"
-            items.append(f"{top.name} on {gpu} ({top.tokens_per_s:,.0f} tokens/s, "
-                         f"{sig(top.step_ms)} ms; {lead} faster than the runner-up, "
-                         f"{second.name} at {sig(second.step_ms)} ms)")
+            items.append((f"{top.name} on {gpu} ({top.tokens_per_s:,.0f} tokens/s, "
+                          f"{sig(top.step_ms)} ms; {lead} faster than the runner-up, "
+                          f"{second.name} at {sig(second.step_ms)} ms", ")"))
     if not items:
         return []
-    return [Finding("fastest_setup", "Fastest setup: " + "; ".join(items) + ".", frozenset(tags))]
+    # An untested gap is worded as such: once for the finding when none could be tested.
+    if all(untested):
+        return [Finding("fastest_setup", "Fastest setup (untested against noise): "
+                        + "; ".join(text + end for text, end in items) + ".", frozenset(tags))]
+    texts = [text + (", untested against noise" if gap and end else "") + end
+             for (text, end), gap in zip(items, untested)]
+    return [Finding("fastest_setup", "Fastest setup: " + "; ".join(texts) + ".", frozenset(tags))]
 
 
 def gpus(rows: list[Row]) -> list[Finding]:
@@ -488,8 +537,8 @@ def gpus(rows: list[Row]) -> list[Finding]:
         _, direction = verdict(second, top)
         tags = frozenset({NOISE} if direction == "noise" else ())
         if direction == "noise":
-            text = (f"{top.gpu} and {second.gpu} were the fastest GPUs, equally fast within "
-                    f"the noise ({sig(top.step_ms)} vs {sig(second.step_ms)} ms)")
+            text = (f"{top.gpu} and {second.gpu} were the fastest GPUs, "
+                    f"{alike(second, top)}")
         else:
             text = (f"{top.gpu} was the fastest GPU ({top.tokens_per_s:,.0f} tokens/s with "
                     f"{top.name}), {_times(top.tokens_per_s / second.tokens_per_s)} "

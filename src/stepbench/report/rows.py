@@ -73,6 +73,11 @@ class Row:
     # cache counters say it was for this row's processes: "cold" (no hits), "warm" (only hits),
     # None (mixed, or not a shared cache).
     shared_cache: str | None = None
+    # What first_step_s measured (compile_start): "cold" compiles, compiles from a "shared"
+    # cache (neither said cold nor all warm), only "warm" ones, or None (no cache details).
+    first_step_cache: str | None = None
+    # Some of first_step_warm_s's processes were warm from a cache shared with other setups.
+    warm_from_shared: bool = False
     # torch.compile: most graph breaks and recompilations (after the first step) of any process.
     graph_breaks: int | None = None
     recompiles: int | None = None
@@ -159,6 +164,7 @@ class Row:
             "step_ms_ci_method": self.ci_method, "noise_flags": self.noise_flags,
             "error": self.error, "gpu_memory_gb": self.gpu_memory_gb,
             "first_step_warm_s": self.first_step_warm_s, "compile_cache": self.compile_cache,
+            "first_step_cache": self.first_step_cache,
             "graph_breaks": self.graph_breaks, "recompiles": self.recompiles,
             "break_reasons": self.break_reasons,
             "mfu": self.mfu, "mfu_source": self.mfu_source,
@@ -363,12 +369,43 @@ def _cache(record: Record) -> str | None:
     return (record.compile or {}).get("cache")
 
 
+def compile_start(record: Record) -> str | None:
+    """How a compiled process's first step found inductor's cache: "cold" (an empty cache of
+    its own, or a shared one from which inductor's counters say no graph came: no hits, some
+    misses), "warm" (its setup's own cache from an earlier process), "shared-warm" (a shared
+    cache that every graph came from), "shared" (a shared cache, partly or unknown), None
+    (no cache details: eager, or an older record)."""
+    cache = _cache(record)
+    if cache != "shared":
+        return cache
+    hits, misses = record.compile.get("cache_hits"), record.compile.get("cache_misses")
+    if hits == 0 and misses:
+        return "cold"
+    return "shared-warm" if hits and misses == 0 else "shared"
+
+
 def _combine_first_step(row: Row, ok: list[Record]) -> None:
-    warm = [r for r in ok if _cache(r) == "warm"]
-    rest = [r for r in ok if _cache(r) != "warm"] or warm
-    row.first_step_s = _median(r.first_step_s for r in rest)
-    if rest is not warm:
-        row.first_step_warm_s = _median(r.first_step_s for r in warm)
+    """First step: the median over the processes whose compile was the coldest the row has:
+    cold ones (or, without any, those sharing a cache, else the warm ones); the warm ones
+    apart (first_step_warm_s). A shared cache's process counts as cold only where inductor's
+    counters say so: combining a run's records with a tune's (which share one cache), a
+    shared-cache compile of a few seconds is not a cold one. Records without cache details
+    are judged by those that have them."""
+    starts = {id(r): compile_start(r) for r in ok}
+    said = [r for r in ok if starts[id(r)] is not None] or ok
+    cold = [r for r in said if starts[id(r)] in ("cold", None)]
+    shared = [r for r in said if starts[id(r)] in ("shared", "shared-warm")]
+    warm = [r for r in said if starts[id(r)] == "warm"]
+    if cold:
+        first, row.first_step_cache = cold, "cold" if starts[id(cold[0])] else None
+        warm = warm + [r for r in shared if starts[id(r)] == "shared-warm"]
+    elif shared:
+        first, row.first_step_cache = shared, "shared"
+    else:
+        first, row.first_step_cache, warm = warm, "warm", []
+    row.first_step_s = _median(r.first_step_s for r in first)
+    row.first_step_warm_s = _median(r.first_step_s for r in warm)
+    row.warm_from_shared = any(starts[id(r)] == "shared-warm" for r in warm)
     compiled = [r.compile for r in ok if r.compile]
     row.graph_breaks = _most(c.get("graph_breaks") for c in compiled)
     row.recompiles = _most(c.get("recompiles") for c in compiled)
@@ -376,12 +413,9 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
                                            for b in c.get("break_reasons") or []))
     caches = Counter(_cache(r) for r in ok if _cache(r))
     if set(caches) == {"shared"}:
-        hits = [(r.compile.get("cache_hits"), r.compile.get("cache_misses")) for r in ok
-                if _cache(r)]
-        if all(h == 0 for h, _ in hits):
-            row.shared_cache = "cold"
-        elif all(h and m == 0 for h, m in hits):
-            row.shared_cache = "warm"
+        kinds = {starts[id(r)] for r in ok if _cache(r)}
+        row.shared_cache = ("cold" if kinds == {"cold"} else "warm" if kinds == {"shared-warm"}
+                            else None)
     if len(caches) == 1:
         row.compile_cache = next(iter(caches))
     elif caches:
