@@ -230,7 +230,7 @@ def test_json_stdout_holds_only_json_and_warnings_go_to_stderr(capsys):
     code, out, err = report(capsys, POST, "--format", "json")       # no prices: a warning
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"rows", "findings", "notes"}
+    assert set(doc) == {"rows", "findings", "notes", "meta"}
     assert "no price for" in err
 
 

@@ -40,11 +40,13 @@ def test_lead_comes_first_in_every_text_format(capsys):
     fastest = ("Fastest setup (untested against noise): eager+sdpa on NVIDIA GeForce RTX 5090 "
                "(41,870 tokens/s")
     md = report(capsys, POST, "--prices", PRICES, "--format", "markdown")
-    assert md.startswith("## Key findings\n\n- " + fastest)
+    assert md.startswith("**Measured:** ")                          # what was measured, then
+    assert md.split("\n\n", 2)[2].startswith("## Key findings\n\n- " + fastest)
     assert md.index("## Key findings") < md.index("## Results") < md.index("## What the numbers say")
     assert md.count(fastest) == 2                                   # lead, and its own place
     terminal = report(capsys, POST, "--prices", PRICES)
-    assert terminal.startswith("Key findings\n\n- " + fastest)
+    assert terminal.startswith("Measured: ")
+    assert terminal.split("\n\n", 1)[1].startswith("Key findings\n\n- " + fastest)
     page = report(capsys, POST, "--prices", PRICES, "--format", "html")
     lead = page.split('<section class="lead">')[1].split("</section>")[0]
     assert "<h2>Key findings</h2>" in lead and lead.count("<li>") == 4 and fastest in lead

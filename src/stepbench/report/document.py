@@ -15,6 +15,7 @@ from stepbench import record as store
 from stepbench.errors import first_line
 from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import Record
+from stepbench.report import meta as about
 from stepbench.report import searches, table, tune
 from stepbench.report.findings import findings_for, key_findings
 from stepbench.report.layout import Document, Table
@@ -78,6 +79,13 @@ def report_document(paths: list[str], *, price_file: str | None = None,
     return rows_document(rows, plots=plots, searched=records)
 
 
+def with_meta(doc: Document, records: list[Record]) -> Document:
+    """`doc` with what `records` measured: JSON's `meta` and the other formats' header."""
+    doc.meta = about.measured(records)
+    doc.header = [tuple(line.split(": ", 1)) for line in about.header(doc.meta)]
+    return doc
+
+
 def rows_document(rows: list[Row], *, plots: bool = False,
                   searched: list[Record] = ()) -> Document:
     """The report of rows already built: results table, details, findings, plots. `searched`:
@@ -97,10 +105,12 @@ def rows_document(rows: list[Row], *, plots: bool = False,
 
         pngs, note = figures(rows), plots_note(rows)
     groups = findings_for(rows) + searches.max_batch_findings(rows)
-    return Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
-                    rows=rows, pngs=pngs, plots_note=note,
-                    searches=searches.search_dicts(list(searched)),
-                    tunes=tune.tune_dicts(list(searched)))
+    doc = Document("stepbench report", tables, groups, lead=key_findings(rows, groups),
+                   rows=rows, pngs=pngs, plots_note=note,
+                   searches=searches.search_dicts(list(searched)),
+                   tunes=tune.tune_dicts(list(searched)))
+    every = list(searched) or [r for row in rows for r in row.records]
+    return with_meta(doc, every) if every else doc
 
 
 def run_document(records: list[Record], searched: list[Record] = ()) -> Document:
@@ -116,14 +126,13 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
     hosts = list(dict.fromkeys(r.host for r in records if r.host))
     precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
     if head is not None:
-        where = (head.machine.gpu if head.machine.gpu != "cpu"
-                 else f"CPU ({head.machine.cpu or 'unknown'})")
-        title = f"{head.setup.model_label}, {precisions}, on {where}"
+        title = about.title([head.setup.model_label], [precisions], about.machine_name(head))
         if len(hosts) == 1:
             title += f" at {hosts[0]}"
     if len({r.gpu for r in rows}) > 1 or len(hosts) > 1:
         # Several machines (SSH hosts): each row names its own.
-        title = f"{head.setup.model_label}, {precisions}, on {len(hosts) or 'several'} machines"
+        title = about.title([head.setup.model_label], [precisions],
+                            f"{len(hosts) or 'several'} machines")
         columns = ["GPU"] + RUN_COLUMNS
     tables = [Table(columns, table_cells(rows, columns), _align(columns),
                     notes=footnotes(rows, explain=False))]

@@ -45,6 +45,10 @@ class Document:
     tunes: list[dict] = field(default_factory=list)
     pngs: dict[str, bytes] = field(default_factory=dict)   # plots.figures
     plots_note: str | None = None          # what the plots leave out (plots.plots_note)
+    # What the records measured (report/meta.py): JSON's `meta`, and the header lines that
+    # open the other formats, as (label, text): ("Measured", "llama-468m, batch 4 x 2048, ...").
+    meta: dict | None = None
+    header: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def notes(self) -> list[str]:

@@ -53,7 +53,8 @@ LEAD_TITLE = "Key findings"
 def render_text(doc: Document, fmt: str) -> str:
     """The key findings, each table with its notes, then the findings under their headings."""
     markdown = fmt == "markdown"
-    out = [_lead_text(doc, markdown)] if doc.lead else []
+    out = [_header_text(doc, markdown)] if doc.header else []
+    out += [_lead_text(doc, markdown)] if doc.lead else []
     for t in doc.tables:
         if markdown:
             out.append((f"## {t.title}\n\n" if t.title else "")
@@ -77,6 +78,13 @@ def render_text(doc: Document, fmt: str) -> str:
             lines.append("")
         out.append("\n".join(lines))
     return "\n".join(part.rstrip("\n") + "\n" for part in out if part)
+
+
+def _header_text(doc: Document, markdown: bool) -> str:
+    """What was measured: "Measured: ..." lines (Markdown: a paragraph each, labels in bold)."""
+    if markdown:
+        return "\n\n".join(f"**{label}:** {text}" for label, text in doc.header) + "\n"
+    return "\n".join(f"{label}: {text}" for label, text in doc.header) + "\n"
 
 
 def _lead_text(doc: Document, markdown: bool) -> str:
@@ -111,7 +119,8 @@ CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s
             "step_ms_ci_high", "noise_flags", "first_step_warm_s", "compile_cache", "graph_breaks",
             "recompiles", "mfu", "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
             "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",
-            "energy_cost_per_m_tokens", "loss_guard", "loss_guard_rel_diff"]
+            "energy_cost_per_m_tokens", "loss_guard", "loss_guard_rel_diff", "torch",
+            "transformers", "stepbench_version", "started_first", "started_last"]
 
 
 def render_csv(doc: Document) -> str:
@@ -142,8 +151,9 @@ def _csv_value(value) -> str:
 
 
 def render_json(doc: Document) -> str:
-    """{"rows": [...], "findings": [{"kind", "text", "group", "key"}], "notes": [...]}; "key"
-    marks the findings of the lead (Key findings). With searches' records also "searches":
+    """{"rows": [...], "findings": [{"kind", "text", "group", "key"}], "notes": [...],
+    "meta": {...}}; "key" marks the findings of the lead (Key findings), "meta" says what the
+    records measured (report/meta.py). With searches' records also "searches":
     [...], the records of "Details: searches" (probes are never rows), and with tunes "tunes":
     [{"model", "seq", "device", "gpu", "tried": [...]}], each tune's table."""
     lead = {id(f) for _, f in doc.lead}
@@ -151,6 +161,8 @@ def render_json(doc: Document) -> str:
             "findings": [{"kind": f.kind, "text": f.text, "group": heading, "key": id(f) in lead}
                          for heading, findings in doc.findings for f in findings],
             "notes": doc.notes}
+    if doc.meta is not None:
+        data["meta"] = doc.meta
     if doc.searches:
         data["searches"] = doc.searches
     if doc.tunes:
@@ -184,6 +196,7 @@ td { white-space: nowrap; }
 th { text-align: left; vertical-align: bottom; border-bottom: 2px solid #888; }
 td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
 p.note { font-size: 0.85rem; color: #555; margin: 0.2rem 0; max-width: 60rem; }
+p.meta { margin: 0.2rem 0; max-width: 60rem; }
 section.lead { background: #f3f6fa; border-left: 4px solid #3b6ea5; padding: 0.2rem 1.2rem;
                margin: 1rem 0 2rem; }
 section.lead li { margin: 0.4rem 0; }
@@ -211,6 +224,8 @@ def render_html(doc: Document) -> str:
     parts = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
              f"<title>{title}</title>\n", f"<style>{STYLE}</style>\n</head>\n<body>\n",
              f"<h1>{title}</h1>\n"]
+    parts += [f'<p class="meta"><strong>{html.escape(label)}:</strong> {html.escape(text)}</p>\n'
+              for label, text in doc.header]
     if doc.lead:
         parts.append(f'<section class="lead">\n<h2>{LEAD_TITLE}</h2>\n<ul>\n')
         parts += [f"<li>{'' if w is None else f'<strong>{html.escape(w)}:</strong> '}"

@@ -26,6 +26,7 @@ from stepbench.guard import Verdict, loss_verdicts
 from stepbench.noise import processes_disagree
 from stepbench.record import Record
 from stepbench import stats
+from stepbench.report.meta import row_fields
 from stepbench.report.prices import price_for
 from stepbench.setup import Setup
 
@@ -181,6 +182,7 @@ class Row:
             "energy_price_per_kwh": self.energy_price_per_kwh,
             "energy_cost_per_m_tokens": self.energy_cost_per_m_tokens,
             "loss_last": self.loss_last,
+            **row_fields(self.records),
             "parallel": self.parallel, "nproc": self.setup.nproc, "nnodes": self.setup.nnodes,
             "gpus": self.gpus, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "rank_spread": self.rank_spread, "scaling_efficiency": self.scaling_efficiency,

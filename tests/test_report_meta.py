@@ -1,0 +1,79 @@
+"""Every format says what was measured: models, batch x sequence, precision, machines,
+software versions and the records' dates (issue 23)."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from stepbench.cli import main
+from stepbench.report import meta
+from test_report_stats import rec
+
+POST = Path(__file__).parent / "data" / "post"
+GPUS = ["NVIDIA GeForce RTX 5090", "NVIDIA L40S", "NVIDIA RTX A6000", "NVIDIA H100 PCIe"]
+
+
+def report(capsys, *args) -> str:
+    assert main(["report", *map(str, args)]) == 0
+    return capsys.readouterr().out
+
+
+def test_json_meta_of_the_posts_records(capsys):
+    doc = json.loads(report(capsys, POST, "--format", "json"))
+    assert doc["meta"] == {
+        "models": ["llama-468m"], "batch_seq": ["4 x 2048"], "dtypes": ["bf16"], "gpus": GPUS,
+        "torch": ["2.8.0+cu128"], "transformers": ["4.57.1"], "stepbench": [],
+        "started_first": "2026-10-29T12:00:00Z", "started_last": "2026-10-29T12:00:00Z",
+        "records": 16, "unrecorded": {"stepbench": 16}}
+
+
+HEADER = ("Measured: llama-468m, batch 4 x 2048, bf16, on NVIDIA GeForce RTX 5090, NVIDIA L40S, "
+          "NVIDIA RTX A6000 and NVIDIA H100 PCIe (16 records, 2026-10-29 12:00 UTC)\n"
+          "Software: torch 2.8.0+cu128, transformers 4.57.1, stepbench not recorded\n")
+
+
+def test_the_table_markdown_and_html_open_with_what_was_measured(capsys):
+    assert report(capsys, POST).startswith(HEADER + "\n")
+    markdown = report(capsys, POST, "--format", "markdown")
+    assert markdown.startswith(HEADER.replace("Measured:", "**Measured:**").replace(
+        "\nSoftware:", "\n\n**Software:**") + "\n")
+    page = report(capsys, POST, "--format", "html")
+    assert ('<h1>stepbench report</h1>\n<p class="meta"><strong>Measured:</strong> llama-468m, '
+            "batch 4 x 2048, bf16, on NVIDIA GeForce RTX 5090") in page
+    assert '<p class="meta"><strong>Software:</strong> torch 2.8.0+cu128' in page
+
+
+def test_csv_rows_carry_their_versions_and_dates(capsys):
+    rows = list(csv.DictReader(io.StringIO(report(capsys, POST, "--format", "csv"))))
+    assert {(r["torch"], r["transformers"], r["stepbench_version"]) for r in rows} == \
+        {("2.8.0+cu128", "4.57.1", "")}
+    assert {(r["started_first"], r["started_last"]) for r in rows} == \
+        {("2026-10-29T12:00:00Z", "2026-10-29T12:00:00Z")}
+
+
+def test_several_workloads_versions_and_days(capsys, tmp_path):
+    records = [rec("eager", step_ms=100, started_at="2026-11-30T10:15:00Z"),
+               rec("eager", step_ms=50, batch=2, dtype="fp32", started_at="2026-12-01T08:05:00Z",
+                   software={"torch": "2.11.0", "transformers": "5.17.0", "stepbench": "0.1.0"}),
+               rec("eager", step_ms=60, gpu="cpu", model="llama-tiny", started_at="bad",
+                   machine={"gpu": "cpu", "cpu": "AMD EPYC 9654"})]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    doc = json.loads(report(capsys, path, "--format", "json"))
+    assert doc["meta"]["batch_seq"] == ["4 x 2048", "2 x 2048"]
+    assert doc["meta"]["gpus"] == ["NVIDIA H200", "CPU (AMD EPYC 9654)"]
+    lines = meta.header(doc["meta"])
+    assert lines[0] == ("Measured: llama-468m and llama-tiny, batch 4 x 2048 and 2 x 2048, "
+                        "bf16, fp32, on NVIDIA H200 and CPU (AMD EPYC 9654) (3 records, "
+                        "2026-11-30 10:15 UTC to 2026-12-01 08:05 UTC)")
+    assert lines[1] == ("Software: torch 2.8.0+cu128 and 2.11.0, transformers 4.57.1 and "
+                        "5.17.0, stepbench 0.1.0 (not recorded in 2)")
+
+
+def test_dates():
+    assert meta.dates("2026-11-30T10:15:00Z", "2026-11-30T10:17:30+00:00") == \
+        "2026-11-30 10:15-10:17 UTC"
+    assert meta.dates("2026-11-30T12:15:00+02:00", "2026-11-30T10:15:00") == \
+        "2026-11-30 10:15 UTC"
+    assert meta.dates(None, None) == "start times not recorded"
