@@ -65,6 +65,9 @@ class Axis:
     detail: Callable[[Any], str] | None = None
     variant: bool = False       # how the step runs, not what it trains (compared side by side)
     start: bool = False         # setups that differ in it start from other weights or tokens
+    # How long a setup is measured, not what it runs (warm-up, timed steps): `stepbench compare`
+    # matches a before and an after setup that differ only in these (Setup.match_key).
+    timing: bool = False
     nest: int = 50              # matrix order: smaller varies slower (outer loop)
     # Whether the field means something given the setup's other fields ({name: value}); where
     # it does not, a setup holds its default (eager mode has no compile mode).
@@ -331,9 +334,9 @@ AXES: list[Axis] = [
          tune_values={CUDA: ("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
                       CPU: ("default",)},
          expensive=("max-autotune", "max-autotune-no-cudagraphs")),
-    Axis("warmup", int, 4, "untimed steps after the first", least=0,
+    Axis("warmup", int, 4, "untimed steps after the first", least=0, timing=True,
          detail=lambda s: f"{s.warmup}+{s.steps} steps", tune="fixed"),
-    Axis("steps", int, 20, "timed steps", least=1, tune="fixed"),
+    Axis("steps", int, 20, "timed steps", least=1, timing=True, tune="fixed"),
     Axis("seed", int, 0, "weights and tokens", least=0, start=True,
          detail=lambda s: f"seed {s.seed}", tune="fixed"),
     Axis("memory_limit_gb", float, None,

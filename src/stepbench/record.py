@@ -407,16 +407,29 @@ def load(paths: list[str], warn: Callable[[str], None]) -> list[Record]:
     """The records that count in every file and folder given (folders: their *.jsonl files), in
     argument order then line order. Across files, records of the same setup are kept side by
     side (repeats from several runs); within one file the latest of a setup wins."""
-    records = []
-    for path in _files(paths, warn):
-        found = ResultsFile(path).latest(warn)
-        if not found:
-            warn(f"{path}: no usable records")
-        records += found
-    if not records:
+    return [r for found in load_each(paths, warn) for r in found]
+
+
+def load_each(paths: list[str], warn: Callable[[str], None]) -> list[list[Record]]:
+    """`load`'s records, one list per argument in `paths` (a file read twice is read once, in
+    the first argument that names it)."""
+    out, seen = [], set()
+    for arg in paths:
+        records = []
+        for path in _files([arg], warn):
+            if path.resolve() in seen:
+                warn(f"{path}: given more than once, read once")
+                continue
+            seen.add(path.resolve())
+            found = ResultsFile(path).latest(warn)
+            if not found:
+                warn(f"{path}: no usable records")
+            records += found
+        out.append(records)
+    if not any(out):
         raise UserError("no usable records in " + ", ".join(map(str, paths)) +
                         "; pass results files written by `stepbench run`")
-    return records
+    return out
 
 
 def _files(paths: list[str], warn) -> list[Path]:

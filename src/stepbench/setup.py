@@ -72,6 +72,14 @@ class SetupMethods:
         """THE identity of what was measured: every field, canonical JSON."""
         return self._kept("_key", lambda: json.dumps(self.fields(), sort_keys=True))
 
+    def match_key(self) -> str:
+        """The identity less the axes that only say how long the setup was measured
+        (`Axis.timing`: warm-up, timed steps): what `stepbench compare` matches a before and an
+        after setup by."""
+        timing = {a.name for a in AXES if a.timing}
+        return self._kept("_match_key", lambda: json.dumps(
+            {k: v for k, v in self.fields().items() if k not in timing}, sort_keys=True))
+
     def _kept(self, attribute: str, make):
         """`make()`, made once per Setup (which never changes once built): a report asks a
         setup's key and name tens of thousands of times."""

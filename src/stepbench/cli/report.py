@@ -37,7 +37,32 @@ def add(sub) -> None:
                    help="output format (default: table)")
     p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
     p.add_argument("--plots", metavar="DIR", help="also write the plots as PNG files into DIR")
+    p.add_argument("--label", action="append", metavar="NAME",
+                   help="a name for each FILE, once per FILE in order: its records keep rows of "
+                        "their own, named with it (\"NVIDIA H200 (main)\"), instead of being "
+                        "combined with the others' as repeats")
+    add_filters(p)
     p.set_defaults(handler=cmd_report)
+
+
+def add_filters(p) -> None:
+    """--model, --setup, --gpu: which records a report or comparison reads (report/select.py)."""
+    p.add_argument("--model", action="append", metavar="NAME",
+                   help="keep only these models: names or globs, comma list, repeatable "
+                        "(matched without case to the model's label or path: llama-468m, "
+                        "'qwen*')")
+    p.add_argument("--setup", action="append", metavar="NAME",
+                   help="keep only these setups: names or globs, comma list, repeatable "
+                        "(compile+sdpa, 'compile*')")
+    p.add_argument("--gpu", action="append", metavar="NAME",
+                   help="keep only these GPUs: names or globs, comma list, repeatable, with or "
+                        "without the leading NVIDIA (H100, '*H100*', 'NVIDIA L40S', cpu)")
+
+
+def filters_of(args: argparse.Namespace):
+    from stepbench.report.select import Filters
+
+    return Filters.parse(args.model, args.setup, args.gpu)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -45,7 +70,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from stepbench.report.render import render, write_output
 
     doc = report_document(args.files, price_file=args.prices, price_flags=args.price,
-                          energy_price=args.energy_price, plots=bool(args.plots) or args.format == "html")
+                          energy_price=args.energy_price,
+                          plots=bool(args.plots) or args.format == "html",
+                          filters=filters_of(args), labels=args.label)
     text = render(doc, args.format)
     if args.plots:
         for path in doc.write_plots(Path(args.plots)):

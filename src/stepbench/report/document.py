@@ -24,6 +24,7 @@ from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, NOISE_MARKS, mar
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
+from stepbench.report.select import Filters, labels_for
 from stepbench.units import percent
 
 STATUS_NOTES = {
@@ -60,23 +61,33 @@ def warn(message: str, prefix: str = "warning: ") -> None:
 
 def report_document(paths: list[str], *, price_file: str | None = None,
                     price_flags: list[str] = (), energy_price: str | None = None,
-                    plots: bool = False) -> Document:
-    """The whole report of the records in `paths` (files or folders of them)."""
+                    plots: bool = False, filters: Filters = Filters(),
+                    labels: list[str] | None = None) -> Document:
+    """The whole report of the records in `paths` (files or folders of them), those `filters`
+    keep; with `labels` (one per path) each input's records are kept apart."""
     prices = load_price_file(price_file) if price_file else {}
     prices.update(parse_price_flags(list(price_flags)))
     energy = parse_energy_price(energy_price)
-    records = store.load(paths, warn)
+    named = labels_for(paths, labels)
+    loaded = store.load_each(paths, warn)
+    records = filters.apply([r for found in loaded for r in found])
+    kept = {id(r) for r in records}
+    by_record = {id(r): label for label, found in zip(named, loaded) for r in found
+                 if label is not None and id(r) in kept}
     # A search's probes decided something; they are not measurements to rank.
     measured, _ = searches.split(records)
     if not measured:
         warn("every record is a search's probe; the Results table is empty (the searches' "
              "tables list them)")
-    rows = build_rows(measured, prices, energy)
+    rows = build_rows(measured, prices, energy, labels=by_record)
     _warn_prices(rows, prices)
     if energy is not None and not any(r.tokens_per_kwh for r in rows):
         warn("--energy-price given, but no record carries an energy measurement (NVML's energy "
              "counter, GPU only); no energy cost is shown")
-    return rows_document(rows, plots=plots, searched=records)
+    doc = rows_document(rows, plots=plots, searched=records)
+    if labels:
+        doc.meta["labels"] = list(dict.fromkeys(named))
+    return doc
 
 
 def with_meta(doc: Document, records: list[Record]) -> Document:

@@ -36,7 +36,9 @@ class Document:
     # The few findings to read first, as (workload's short name or None, finding); each is also
     # in `findings`, in its place.
     lead: list[tuple[str | None, Finding]] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)   # for JSON and CSV (unformatted numbers)
+    # For JSON and CSV (unformatted numbers): the report's Rows, or rows of another kind with
+    # as_dict() and csv_dict() (compare's Change).
+    rows: list[Row] = field(default_factory=list)
     # Records a search asked for that are not ranked (probes) and its full measurements, for
     # JSON and CSV (report/searches.py); empty without searches.
     searches: list[dict] = field(default_factory=list)
@@ -49,6 +51,10 @@ class Document:
     # open the other formats, as (label, text): ("Measured", "llama-468m, batch 4 x 2048, ...").
     meta: dict | None = None
     header: list[tuple[str, str]] = field(default_factory=list)
+    # A Document of other rows than the report's (compare's): its CSV columns, and JSON keys
+    # beside rows, findings, notes and meta.
+    csv_keys: list[str] | None = None
+    extra: dict = field(default_factory=dict)
 
     @property
     def notes(self) -> list[str]:

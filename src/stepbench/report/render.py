@@ -120,16 +120,19 @@ CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s
             "recompiles", "mfu", "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
             "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",
             "energy_cost_per_m_tokens", "loss_guard", "loss_guard_rel_diff", "torch",
-            "transformers", "stepbench_version", "started_first", "started_last"]
+            "transformers", "stepbench_version", "started_first", "started_last", "label"]
 
 
 def render_csv(doc: Document) -> str:
-    """The rows with unformatted numbers (for a spreadsheet); empty cell = not measured."""
+    """The rows with unformatted numbers (for a spreadsheet); empty cell = not measured. A
+    Document of other rows (compare's) names its own columns (`csv_keys`)."""
+    keys = doc.csv_keys or CSV_KEYS
     cells = []
     for row in doc.rows:
-        d = row.as_dict()
-        d["step_ms_ci_low"], d["step_ms_ci_high"] = row.step_ms_ci or (None, None)
-        cells.append(["" if d[k] is None else _csv_value(d[k]) for k in CSV_KEYS])
+        d = row.csv_dict()
+        cells.append(["" if d.get(k) is None else _csv_value(d[k]) for k in keys])
+    if doc.csv_keys:
+        return table.render(keys, cells, "csv")
     listed = doc.searches + [d for tune in doc.tunes for d in tune["tried"]]
     if not listed:
         return table.render(CSV_KEYS, cells, "csv")
@@ -163,6 +166,7 @@ def render_json(doc: Document) -> str:
             "notes": doc.notes}
     if doc.meta is not None:
         data["meta"] = doc.meta
+    data.update(doc.extra)
     if doc.searches:
         data["searches"] = doc.searches
     if doc.tunes:

@@ -108,6 +108,7 @@ class Row:
     _compared: dict = field(default_factory=dict, repr=False, compare=False)
     gpu_name: str = ""           # the GPU's name as the driver gives it (prices are keyed by it)
     host: str | None = None      # the SSH host the records ran on (`run --host`), None for local
+    label: str | None = None     # the label of the input its records came from (`--label`)
 
     def __post_init__(self):
         self.gpu_name = self.gpu_name or self.gpu
@@ -149,7 +150,7 @@ class Row:
     def as_dict(self) -> dict:
         """The JSON row: the results contract's columns first, then everything else measured."""
         return {
-            "gpu": self.gpu, "gpu_name": self.gpu_name, "host": self.host,
+            "gpu": self.gpu, "gpu_name": self.gpu_name, "host": self.host, "label": self.label,
             "price_per_hour": self.price_per_hour, "price_source": self.price_source,
             "setup": self.name,
             "status": self.status, "step_ms": self.step_ms, "tokens_per_s": self.tokens_per_s,
@@ -189,6 +190,12 @@ class Row:
             "scaling_baseline": self.scaling_baseline,
             **self.loss_guard_fields(),
         }
+
+    def csv_dict(self) -> dict:
+        """as_dict, with the interval as two columns (step_ms_ci_low, step_ms_ci_high)."""
+        d = self.as_dict()
+        d["step_ms_ci_low"], d["step_ms_ci_high"] = self.step_ms_ci or (None, None)
+        return d
 
     def loss_guard_fields(self) -> dict:
         guard = self.loss_guard
@@ -236,25 +243,41 @@ class Row:
 
 
 def build_rows(records: list[Record], prices: dict[str, float],
-               energy_price: float | None = None) -> list[Row]:
+               energy_price: float | None = None, *,
+               labels: dict[int, str] | None = None, identity=None) -> list[Row]:
     """Group records by setup identity x GPU, combine each group, order the rows (per GPU, per
     attention, eager first).
 
-    `energy_price` is dollars per kWh of electricity (None: no energy cost)."""
-    machine = machine_labels(records)
+    `energy_price` is dollars per kWh of electricity (None: no energy cost). `labels`: {id of
+    a record: the label of its input} (`report --label`): records of differently labelled
+    inputs are never combined, and their rows name the label with the GPU. `identity`: a
+    record's setup identity (default Setup.key; `compare` matches by Setup.match_key)."""
+    labels = labels or {}
+    identity = identity or (lambda setup: setup.key())
+    machine = machine_labels(records, labels)
     groups: dict[tuple, list[Record]] = {}
     for record in records:
-        groups.setdefault((record.setup.key(), record.machine.gpu, record.host), []).append(record)
+        groups.setdefault((identity(record.setup), record.machine.gpu, record.host,
+                           labels.get(id(record))), []).append(record)
     rows = []
     for group in groups.values():
         price, source = row_price(prices, group)
         rows.append(combine(group, price, energy_price, gpu=machine(group[0])))
         rows[-1].price_source = source
+        rows[-1].label = labels.get(id(group[0]))
     rows.sort(key=_order(records, machine))
     add_scaling(rows)
-    verdicts = loss_verdicts(records)
-    for row in rows:
-        row.loss_guard = verdicts.get(row.key)
+    if not labels:
+        verdicts = loss_verdicts(records)
+        for row in rows:
+            row.loss_guard = verdicts.get(row.key)
+        return rows
+    for label in dict.fromkeys(labels.get(id(r)) for r in records):
+        # The loss guard within each input: a labelled input is another run to compare.
+        verdicts = loss_verdicts([r for r in records if labels.get(id(r)) == label])
+        for row in rows:
+            if row.label == label:
+                row.loss_guard = verdicts.get((row.setup.key(), row.gpu_name))
     return rows
 
 
@@ -274,18 +297,23 @@ def row_price(prices: dict[str, float], records: list[Record]) -> tuple[float | 
     return last["price_per_hour"] / max(1, gpus), str(last.get("provider") or "provider")
 
 
-def machine_labels(records: list[Record]):
+def machine_labels(records: list[Record], labels: dict[int, str] | None = None):
     """record -> the machine its row names: the GPU's name, plus the host ("NVIDIA H100 PCIe
-    (gpu-a)") where that GPU ran on more than one host. A record run here has no host: it is
-    named by its hostname."""
+    (gpu-a)") where that GPU ran on more than one host, and the label of the record's input
+    where given ("NVIDIA H200 (main)"). A record run here has no host: it is named by its
+    hostname."""
+    labels = labels or {}
     hosts: dict[str, set] = {}
     for r in records:
         hosts.setdefault(r.machine.gpu, set()).add(r.host)
 
     def label(r: Record) -> str:
-        if len(hosts[r.machine.gpu]) < 2:
-            return r.machine.gpu
-        return f"{r.machine.gpu} ({r.host or r.machine.hostname or 'local'})"
+        parts = []
+        if len(hosts[r.machine.gpu]) > 1:
+            parts.append(r.host or r.machine.hostname or "local")
+        if labels.get(id(r)) is not None:
+            parts.append(labels[id(r)])
+        return f"{r.machine.gpu} ({', '.join(parts)})" if parts else r.machine.gpu
 
     return label
 

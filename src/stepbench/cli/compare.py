@@ -1,0 +1,58 @@
+"""`stepbench compare BEFORE AFTER`: two results files (or folders) of the same setups, before
+and after a change, setup by setup; `--fail-above PCT` makes it a check for CI (exit 1)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from stepbench.cli.report import REPORT_FORMATS, add_filters, filters_of
+from stepbench.errors import UserError
+
+EXIT_FAILED = 1
+
+
+def add(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="compare two results files setup by setup (before and after a change)",
+        description="Match the setups of BEFORE and AFTER (every setting but warm-up and timed "
+                    "steps, on the same GPU) and show each one's change in step time and "
+                    "tokens/s with its 95%% interval, tested against noise as the report "
+                    "tests; setups of one side only are listed apart.")
+    p.add_argument("before", metavar="BEFORE", help="results file (*.jsonl) or folder of them")
+    p.add_argument("after", metavar="AFTER", help="results file (*.jsonl) or folder of them")
+    p.add_argument("--label", action="append", metavar="NAME",
+                   help="names for the two sides, once per file in order (--label main --label "
+                        "pr-42), or before=NAME, after=NAME (default: before, after)")
+    p.add_argument("--fail-above", type=float, metavar="PCT",
+                   help="exit 1 when a setup is slower by more than PCT percent and outside the "
+                        "noise, or ran in BEFORE and fails in AFTER (for CI)")
+    add_filters(p)
+    p.add_argument("--format", choices=REPORT_FORMATS, default="table",
+                   help="output format (default: table)")
+    p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
+    p.set_defaults(handler=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from stepbench.report.compare import compare_document, parse_labels
+    from stepbench.report.render import render, write_output
+
+    if args.fail_above is not None and not args.fail_above >= 0:
+        raise UserError(f"--fail-above takes a percentage of 0 or more, got {args.fail_above:g}")
+    doc, failed = compare_document([args.before], [args.after], labels=parse_labels(args.label),
+                                   filters=filters_of(args), fail_above=args.fail_above)
+    text = render(doc, args.format)
+    if args.out:
+        write_output(text, Path(args.out))
+        print(f"stepbench compare: wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if failed:
+        shown = "; ".join(failed[:5]) + (f"; and {len(failed) - 5} more" if len(failed) > 5 else "")
+        print(f"stepbench compare: failed --fail-above {args.fail_above:g}: {len(failed)} "
+              f"setup{'s' if len(failed) != 1 else ''} slower by more than "
+              f"{args.fail_above:g}% outside the noise or failing now ({shown})", file=sys.stderr)
+        return EXIT_FAILED
+    return 0

@@ -1,0 +1,267 @@
+"""`stepbench compare BEFORE AFTER`, and the report's --model/--setup/--gpu filters and --label
+(issue 23).
+
+Before is tests/data/report-h200 (real H200 step times: 4 eager+sdpa and 2 compile+sdpa
+processes); after is the same records changed here.
+"""
+
+import copy
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from stepbench.axes import AXES
+from stepbench.cli import main
+from stepbench.setup import Setup
+
+DATA = Path(__file__).parent / "data"
+BEFORE = DATA / "report-h200" / "h200-repeats.jsonl"
+POST = DATA / "post"
+RECORDS = [json.loads(line) for line in BEFORE.read_text().splitlines()]
+
+
+def write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def after(tmp_path, compile_factor=1.08, extra=(), edit=None) -> Path:
+    """The H200 records with compile+sdpa's steps `compile_factor` times as long."""
+    out = []
+    for r in copy.deepcopy(RECORDS):
+        if r["setup"]["mode"] == "compile":
+            r["step_times_ms"] = [t * compile_factor for t in r["step_times_ms"]]
+            r["step_ms"] *= compile_factor
+        r["started_at"] = "2026-12-02T09:00:00Z"
+        out.append(edit(r) if edit else r)
+    return write(tmp_path / "after.jsonl", out + list(extra))
+
+
+def compare(capsys, *args) -> tuple[int, str, str]:
+    code = main(["compare", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def compared(capsys, *args) -> dict:
+    code, out, err = compare(capsys, *args, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def by_setup(doc: dict) -> dict:
+    return {r["setup"]: r for r in doc["rows"]}
+
+
+# ---------------------------------------------------------------- matching and verdicts
+
+def test_setups_match_by_every_axis_but_warmup_and_steps():
+    assert {a.name for a in AXES if a.timing} == {"warmup", "steps"}
+    base = Setup(model="llama-468m", mode="compile", attn="sdpa")
+    assert base.replace(warmup=1, steps=5).match_key() == base.match_key()
+    for change in ({"seed": 1}, {"batch": 8}, {"dtype": "fp32"}, {"compile_mode": "max-autotune"}):
+        assert base.replace(**change).match_key() != base.match_key()
+
+
+def test_a_slower_setup_outside_the_noise_and_an_unchanged_one(capsys, tmp_path):
+    doc = compared(capsys, BEFORE, after(tmp_path))
+    rows = by_setup(doc)
+    slower, same = rows["compile+sdpa"], rows["eager+sdpa"]
+    assert (slower["verdict"], slower["verdict_text"]) == ("slower", "8% slower")
+    assert slower["ratio"] == pytest.approx(1.08) and slower["significant"] is True
+    low, high = slower["ratio_ci"]
+    assert 1.0 < low < 1.08 < high
+    assert slower["tokens_per_s_ratio"] == pytest.approx(1 / 1.08)
+    assert slower["tokens_per_s_ratio_ci"] == pytest.approx([1 / high, 1 / low])
+    assert slower["method"] == "processes"
+    assert same["verdict"] == "noise" and same["verdict_text"].startswith("within the noise, p = ")
+    [verdict] = [f["text"] for f in doc["findings"] if f["kind"] == "verdict"]
+    assert verdict == ("after against before, setup by setup: 1 of 2 setups slower outside the "
+                       "noise (compile+sdpa on NVIDIA H200 by 8%); 1 of 2 setups within the "
+                       "noise.")
+    assert set(doc) == {"rows", "findings", "notes", "meta", "unmatched", "fail_above", "failed"}
+    assert doc["meta"]["before"]["label"] == "before"
+    assert doc["meta"]["after"]["started_first"] == "2026-12-02T09:00:00Z"
+
+
+def test_other_step_counts_still_match_and_unmatched_setups_are_listed(capsys, tmp_path):
+    def fewer_steps(r):
+        r["setup"]["steps"], r["setup"]["warmup"] = 20, 2
+        return r
+
+    other_seed = copy.deepcopy(RECORDS[0])
+    other_seed["setup"]["seed"] = 7
+    doc = compared(capsys, BEFORE, after(tmp_path, 1.0, [other_seed], edit=fewer_steps))
+    assert [r["setup"] for r in doc["rows"]] == ["eager+sdpa", "compile+sdpa"]
+    assert (doc["rows"][0]["before_steps"], doc["rows"][0]["after_steps"]) == (40, 20)
+    assert doc["unmatched"] == {"before": [], "after": [{
+        "gpu": "NVIDIA H200", "setup": "eager+sdpa", "model": "llama-468m", "batch": 4,
+        "seq": 2048, "dtype": "bf16", "status": "ok", "step_ms": other_seed["step_ms"]}]}
+    code, out, _ = compare(capsys, BEFORE, tmp_path / "after.jsonl")
+    assert "Only in after" in out and "eager+sdpa (seed 7)" in out
+
+
+def test_untested_failing_and_newly_running_setups(capsys, tmp_path):
+    one = copy.deepcopy(RECORDS[0])
+    one["setup"].update(name="eager+eager", attn="eager")
+    one["step_times_ms"] = []                              # one process, no step times
+    oom = copy.deepcopy(one)
+    oom.update(status="oom", step_ms=None)
+    before = write(tmp_path / "before.jsonl", RECORDS + [one, _as(one, "compile")])
+    later = after(tmp_path, 1.0, [_as(one, "eager", step_ms=one["step_ms"] * 1.3),
+                                  _as(oom, "compile")])
+    rows = by_setup(compared(capsys, before, later))
+    assert rows["eager+eager"]["verdict"] == "untested"
+    assert rows["eager+eager"]["verdict_text"] == "untested: 30% slower"
+    assert rows["compile+eager"]["verdict"] == "fails_now"
+    assert rows["compile+eager"]["verdict_text"] == "fails now: OOM"
+    reverse = by_setup(compared(capsys, later, before))
+    assert reverse["compile+eager"]["verdict_text"] == "runs now (was OOM)"
+
+
+def _as(record: dict, mode: str, **fields) -> dict:
+    r = copy.deepcopy(record)
+    r["setup"].update(mode=mode, name=f"{mode}+{r['setup']['attn']}")
+    r.update(fields)
+    return r
+
+
+# ---------------------------------------------------------------- --fail-above
+
+def test_fail_above_fails_a_slowdown_beyond_it_outside_the_noise(capsys, tmp_path):
+    path = after(tmp_path)
+    code, out, err = compare(capsys, BEFORE, path, "--fail-above", "5")
+    assert code == 1
+    assert err.strip() == ("stepbench compare: failed --fail-above 5: 1 setup slower by more "
+                           "than 5% outside the noise or failing now (compile+sdpa on NVIDIA "
+                           "H200 +8.0%)")
+    assert "Fails --fail-above 5: compile+sdpa on NVIDIA H200 +8.0%." in out
+    code, out, err = compare(capsys, BEFORE, path, "--fail-above", "10")
+    assert code == 0 and err == ""
+    assert "Passes --fail-above 10" in out
+
+
+def test_fail_above_ignores_a_slowdown_inside_the_noise(capsys, tmp_path):
+    # eager+sdpa's own processes span 92-97 ms: 2% slower is within their noise.
+    def slower_eager(r):
+        if r["setup"]["mode"] == "eager":
+            r["step_times_ms"] = [t * 1.02 for t in r["step_times_ms"]]
+            r["step_ms"] *= 1.02
+        return r
+
+    code, out, err = compare(capsys, BEFORE, after(tmp_path, 1.0, edit=slower_eager),
+                             "--fail-above", "1", "--format", "json")
+    assert code == 0, err
+    assert by_setup(json.loads(out))["eager+sdpa"]["verdict"] == "noise"
+
+
+def test_fail_above_fails_a_setup_that_no_longer_runs(capsys, tmp_path):
+    def oom(r):
+        if r["setup"]["mode"] == "compile":
+            r.update(status="oom", step_ms=None, step_times_ms=[])
+        return r
+
+    code, _, err = compare(capsys, BEFORE, after(tmp_path, edit=oom), "--fail-above", "50")
+    assert code == 1 and "compile+sdpa on NVIDIA H200 fails now: OOM" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--fail-above", "-3"], "--fail-above takes a percentage of 0 or more, got -3"),
+    (["--label", "a", "--label", "b", "--label", "c"], "--label: give one name per file"),
+    (["--label", "same", "--label", "same"], "--label: both sides are called 'same'"),
+    (["--gpu", "H300"], "--gpu 'H300' matches no record; the records hold: NVIDIA H200"),
+])
+def test_bad_flags_are_one_line_and_exit_2(capsys, tmp_path, args, message):
+    code, out, err = compare(capsys, BEFORE, after(tmp_path), *args)
+    assert code == 2 and out == ""
+    assert err.startswith(f"stepbench compare: error: {message}") and err.count("\n") == 1
+
+
+def test_files_without_a_common_setup_are_an_error(capsys, tmp_path):
+    code, _, err = compare(capsys, BEFORE, POST / "4-h100.jsonl")
+    assert code == 2
+    assert ("no setup ran in both before (2 setups) and after (4); setups match when every "
+            "setting but warm-up and timed steps is equal, on the same GPU") in err
+
+
+# ---------------------------------------------------------------- labels, filters, formats
+
+def test_labels_name_the_sides(capsys, tmp_path):
+    path = after(tmp_path)
+    code, out, _ = compare(capsys, BEFORE, path, "--label", "main", "--label", "pr-42")
+    assert code == 0
+    assert "main (ms)" in out and "pr-42 / main (95% CI)" in out
+    assert out.startswith("Before (main): llama-468m, batch 4 x 2048, bf16, on NVIDIA H200")
+    assert "pr-42 against main, setup by setup" in out
+    doc = compared(capsys, BEFORE, path, "--label", "after=pr-42")
+    assert (doc["meta"]["before"]["label"], doc["meta"]["after"]["label"]) == ("before", "pr-42")
+
+
+def test_filters_choose_the_setups_compared(capsys, tmp_path):
+    doc = compared(capsys, BEFORE, after(tmp_path), "--setup", "compile*")
+    assert [r["setup"] for r in doc["rows"]] == ["compile+sdpa"]
+    assert doc["unmatched"] == {"before": [], "after": []}
+
+
+def test_every_format(capsys, tmp_path):
+    path = after(tmp_path)
+    _, out, _ = compare(capsys, BEFORE, path, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["setup"], r["verdict"]) for r in rows] == [("eager+sdpa", "noise"),
+                                                          ("compile+sdpa", "slower")]
+    assert float(rows[1]["ratio_ci_low"]) > 1 and rows[1]["after_started_last"]
+    _, out, _ = compare(capsys, BEFORE, path, "--format", "markdown")
+    assert "**Before (before):** llama-468m" in out and "## Before and after" in out
+    assert "| NVIDIA H200 | compile+sdpa | 69.4 | 75.0 | 1.080 (" in out
+    _, out, _ = compare(capsys, BEFORE, path, "--format", "html")
+    assert "<h1>stepbench compare: before -&gt; after</h1>" in out and "8% slower" in out
+    target = tmp_path / "out" / "compare.md"
+    code, out, err = compare(capsys, BEFORE, path, "--format", "markdown", "--out", target)
+    assert code == 0 and out == "" and f"wrote {target}" in err and target.exists()
+
+
+# ---------------------------------------------------------------- the report's filters, labels
+
+def report_json(capsys, *args) -> dict:
+    code = main(["report", *map(str, args), "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_report_filters_by_gpu_setup_and_model(capsys):
+    doc = report_json(capsys, POST, "--gpu", "h100 pcie,*L40S", "--setup", "compile*")
+    assert [(r["gpu"], r["setup"]) for r in doc["rows"]] == [
+        ("NVIDIA L40S", "compile+sdpa"), ("NVIDIA L40S", "compile+eager"),
+        ("NVIDIA H100 PCIe", "compile+sdpa"), ("NVIDIA H100 PCIe", "compile+eager")]
+    assert doc["meta"]["records"] == 4
+    assert len(report_json(capsys, POST, "--model", "LLAMA-*")["rows"]) == 16
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "qwen*"], "--model 'qwen*' matches no record; the records hold: llama-468m"),
+    ([str(BEFORE), "--gpu", "H200", "--setup", "eager+eager"],
+     "no record matches --setup eager+eager --gpu H200 together"),
+    (["--setup", "eager,"], "--setup needs names or globs, comma-separated"),
+    (["--label", "a", "--label", "b"], "--label was given 2 times for 1 FILE argument"),
+])
+def test_report_filter_errors(capsys, args, message):
+    code = main(["report", str(POST / "2-l40s.jsonl"), *args])
+    _, err = capsys.readouterr()
+    assert code == 2 and f"stepbench report: error: {message}" in err
+
+
+def test_report_labels_keep_each_inputs_records_apart(capsys, tmp_path):
+    later = after(tmp_path)
+    doc = report_json(capsys, BEFORE, later, "--label", "main", "--label", "pr-42")
+    assert [(r["gpu"], r["setup"], r["label"], r["repeats"]) for r in doc["rows"]] == [
+        ("NVIDIA H200 (main)", "eager+sdpa", "main", 4),
+        ("NVIDIA H200 (main)", "compile+sdpa", "main", 2),
+        ("NVIDIA H200 (pr-42)", "eager+sdpa", "pr-42", 4),
+        ("NVIDIA H200 (pr-42)", "compile+sdpa", "pr-42", 2)]
+    assert doc["meta"]["labels"] == ["main", "pr-42"]
+    # Without labels the two files' records of a setup are repeats of one row.
+    assert [r["repeats"] for r in report_json(capsys, BEFORE, later)["rows"]] == [8, 4]
