@@ -14,6 +14,7 @@ any other. Nothing here imports torch: the report reads setups too.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -381,6 +382,7 @@ AXES: list[Axis] = [
 ]
 
 
+@functools.lru_cache(maxsize=1024)     # a report asks it for each of thousands of rows, often
 def model_label(model: str) -> str:
     """'llama-468m' for a preset; 'smollm2' for .../smollm2.json; 'qwen' for .../qwen/config.json.
 

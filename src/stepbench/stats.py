@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-import scipy.stats
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -161,6 +160,10 @@ def compare(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA,
     ratio = float(np.median(x) / np.median(y))
     if x.size < 2 or y.size < 2:
         return Comparison(ratio, None, None, None)
+    # Imported here: it takes most of a second, and a report of setups that ran 2 or more
+    # processes each never needs it.
+    import scipy.stats
+
     p_value = float(scipy.stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
     ci = bootstrap_ratio_ci(x, y, confidence=1 - alpha, n_boot=n_boot, seed=seed)
     if min_p_value(x.size, y.size) >= alpha:
