@@ -41,7 +41,10 @@ def after(tmp_path, compile_factor=1.08, extra=(), edit=None) -> Path:
 
 
 def compare(capsys, *args) -> tuple[int, str, str]:
-    code = main(["compare", *map(str, args)])
+    try:
+        code = main(["compare", *map(str, args)])
+    except SystemExit as exc:                 # argparse's errors
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -170,6 +173,8 @@ def test_fail_above_fails_a_setup_that_no_longer_runs(capsys, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--fail-above", "-3"], "--fail-above takes a percentage of 0 or more, got -3"),
+    (["--fail-above", "inf"], "--fail-above takes a percentage of 0 or more, got inf"),
+    (["--fail-above", "five"], "argument --fail-above: invalid float value: 'five'"),
     (["--label", "a", "--label", "b", "--label", "c"], "--label: give one name per file"),
     (["--label", "same", "--label", "same"], "--label: both sides are called 'same'"),
     (["--gpu", "H300"], "--gpu 'H300' matches no record; the records hold: NVIDIA H200"),
@@ -178,6 +183,16 @@ def test_bad_flags_are_one_line_and_exit_2(capsys, tmp_path, args, message):
     code, out, err = compare(capsys, BEFORE, after(tmp_path), *args)
     assert code == 2 and out == ""
     assert err.startswith(f"stepbench compare: error: {message}") and err.count("\n") == 1
+
+
+def test_the_same_file_on_both_sides_is_an_error(capsys, tmp_path):
+    # Every setup would be "within the noise": a comparison of a run with itself says nothing.
+    path = after(tmp_path)
+    for before in (path, tmp_path):                  # the file, or a folder that holds it
+        code, out, err = compare(capsys, before, path)
+        assert code == 2 and out == ""
+        assert err == (f"stepbench compare: error: {path} is in both before and after; compare "
+                       "the results files of two runs, before and after a change\n")
 
 
 def test_files_without_a_common_setup_are_an_error(capsys, tmp_path):
@@ -214,7 +229,11 @@ def test_every_format(capsys, tmp_path):
                                                           ("compile+sdpa", "slower")]
     assert float(rows[1]["ratio_ci_low"]) > 1 and rows[1]["after_started_last"]
     _, out, _ = compare(capsys, BEFORE, path, "--format", "markdown")
-    assert "**Before (before):** llama-468m" in out and "## Before and after" in out
+    assert out.startswith("**Before:** llama-468m, batch 4 x 2048, bf16, on NVIDIA H200 (6 "
+                          "records, 2026-11-30 10:15 UTC)\n\n**Before software:** torch "
+                          "2.11.0+cu130")
+    assert "**After:** llama-468m, batch 4 x 2048, bf16, on NVIDIA H200 (6 records, 2026-12-02 "\
+           "09:00 UTC)" in out and "## Before and after" in out
     assert "| NVIDIA H200 | compile+sdpa | 69.4 | 75.0 | 1.080 (" in out
     _, out, _ = compare(capsys, BEFORE, path, "--format", "html")
     assert "<h1>stepbench compare: before -&gt; after</h1>" in out and "8% slower" in out

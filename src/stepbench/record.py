@@ -416,7 +416,7 @@ def load_each(paths: list[str], warn: Callable[[str], None]) -> list[list[Record
     out, seen = [], set()
     for arg in paths:
         records = []
-        for path in _files([arg], warn):
+        for path in results_files([arg], warn):
             if path.resolve() in seen:
                 warn(f"{path}: given more than once, read once")
                 continue
@@ -432,8 +432,10 @@ def load_each(paths: list[str], warn: Callable[[str], None]) -> list[list[Record
     return out
 
 
-def _files(paths: list[str], warn) -> list[Path]:
-    files: list[Path] = []
+def results_files(paths: list[str], warn) -> list[Path]:
+    """The results files that `paths` name (a folder: its *.jsonl files), each once; a path
+    that is neither is a UserError."""
+    found_files: list[Path] = []
     for arg in paths:
         path = Path(arg)
         if path.is_dir():
@@ -441,14 +443,14 @@ def _files(paths: list[str], warn) -> list[Path]:
             if not found:
                 raise UserError(f"folder '{path}' holds no results files (*.jsonl); pass the "
                                 "folder that `stepbench run --out` wrote to, or the files")
-            files += found
+            found_files += found
         elif path.is_file():
-            files.append(path)
+            found_files.append(path)
         else:
             raise UserError(f"results file '{path}' not found; pass results files (*.jsonl) "
                             "or folders of them")
     unique, seen = [], set()
-    for path in files:
+    for path in found_files:
         if path.resolve() in seen:
             warn(f"{path}: given more than once, read once")
             continue

@@ -4,6 +4,7 @@ and after a change, setup by setup; `--fail-above PCT` makes it a check for CI (
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from stepbench.report.compare import compare_document, parse_labels
     from stepbench.report.render import render, write_output
 
-    if args.fail_above is not None and not args.fail_above >= 0:
+    if args.fail_above is not None and not 0 <= args.fail_above < math.inf:
         raise UserError(f"--fail-above takes a percentage of 0 or more, got {args.fail_above:g}")
     doc, failed = compare_document([args.before], [args.after], labels=parse_labels(args.label),
                                    filters=filters_of(args), fail_above=args.fail_above)

@@ -166,6 +166,11 @@ def compare_document(before: list[str], after: list[str], *,
                      fail_above: float | None = None) -> tuple[Document, list[str]]:
     """The comparison of the records in `before` and `after` (files or folders), and what
     fails `fail_above` (one text per setup; empty without it or when nothing does)."""
+    both = ({p.resolve() for p in store.results_files(before, warn)}
+            & {p.resolve() for p in store.results_files(after, warn)})
+    if both:
+        raise UserError(f"{sorted(both)[0]} is in both {labels[0]} and {labels[1]}; compare "
+                        "the results files of two runs, before and after a change")
     sides = [store.load(paths, warn) for paths in (before, after)]
     kept = {id(r) for r in filters.apply(sides[0] + sides[1])} if filters else None
     rows = []
@@ -200,7 +205,8 @@ def compare_document(before: list[str], after: list[str], *,
         records = [r for r in records if kept is None or id(r) in kept]
         metas[key] = {"label": label, **about.measured(records)}
         what, software = about.header(metas[key])
-        doc.header += [(f"{key.capitalize()} ({label})", what.split(": ", 1)[1]),
+        named = key.capitalize() + ("" if label == key else f" ({label})")
+        doc.header += [(named, what.split(": ", 1)[1]),
                        (f"{key.capitalize()} software", software.split(": ", 1)[1])]
     doc.meta = metas
     doc.extra = {"unmatched": {key: [_only_dict(r) for r in side]
