@@ -202,6 +202,26 @@ def test_files_without_a_common_setup_are_an_error(capsys, tmp_path):
             "setting but warm-up and timed steps is equal, on the same GPU") in err
 
 
+@pytest.mark.slow
+def test_fail_above_is_the_exit_code_of_a_real_process(tmp_path):
+    """As CI runs it: `python -m stepbench compare ... --fail-above` in its own process exits 1
+    with one line on stderr for a slowdown beyond PCT, 0 for one within the noise."""
+    from conftest import run_cli
+
+    def slower_eager(r):
+        if r["setup"]["mode"] == "eager":
+            r["step_times_ms"] = [t * 1.02 for t in r["step_times_ms"]]
+        return r
+
+    failing = run_cli("compare", BEFORE, after(tmp_path), "--fail-above", "5", timeout=120)
+    assert failing.returncode == 1 and "8% slower" in failing.stdout
+    assert failing.stderr.count("\n") == 1 and "failed --fail-above 5" in failing.stderr
+    within = run_cli("compare", BEFORE, after(tmp_path, 1.0, edit=slower_eager),
+                     "--fail-above", "1", timeout=120)
+    assert within.returncode == 0 and within.stderr == ""
+    assert "within the noise" in within.stdout and "Passes --fail-above 1" in within.stdout
+
+
 # ---------------------------------------------------------------- labels, filters, formats
 
 def test_labels_name_the_sides(capsys, tmp_path):
