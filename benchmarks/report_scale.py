@@ -2,10 +2,10 @@
 
 Writes synthetic records of WORKLOADS x 16 setups (default 200 x 16 = 3,200 setups, two
 processes each, 20 timed steps per process) on one GPU, then times `stepbench report --format
-json` and `--format html` on them in this process (through stepbench.cli.main, as a user's
-command would run, reading the file). The records are made from a seeded generator: the same
-arguments give the same file, so the findings of two stepbench versions can be compared
-(`--findings FILE` writes them, one line each).
+json` and `--format html` on them, each as a user's command runs: `python -m stepbench report` in
+a fresh process (so no import and no cache of an earlier timing helps a later one). The
+records are made from a seeded generator: the same arguments give the same file, so the findings
+of two stepbench versions can be compared (`--findings FILE` writes them, one line each).
 
 Each workload is a model (20 names, nothing is built), a batch (1, 2, 4, 8, 16) and a sequence
 length (512, 2048); its 16 setups are eager or compile x sdpa or eager attention x kernels none
@@ -15,14 +15,23 @@ is 1.5x slower and at the largest workloads runs out of memory in eager mode.
 
     PYTHONPATH=src python benchmarks/report_scale.py                  # 3,200 setups, json + html
     PYTHONPATH=src python benchmarks/report_scale.py --workloads 20 --findings /tmp/f.txt
+    PYTHONPATH=src python benchmarks/report_scale.py --repeat 3 --results out.jsonl
+    git archive main src | tar -x -C /tmp/old        # then, timed in turn at the same load:
+    PYTHONPATH=src python benchmarks/report_scale.py --baseline /tmp/old/src
+
+Each time is the command's wall time and its process's CPU time (all its threads), with the
+machine's load average (os.getloadavg) before and after: on a machine that other work shares,
+the wall time grows with the load while the CPU time says what the report itself cost.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
+import os
+import platform
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -117,16 +126,50 @@ def write(path: Path, n_workloads: int) -> int:
     return len(data)
 
 
-def timed_report(path: Path, fmt: str, out: Path) -> float:
-    from stepbench.cli import main
-
+def timed_report(path: Path, fmt: str, out: Path, source: str | None = None) -> dict:
+    """One `python -m stepbench report --format FMT` in its own process (with stepbench from
+    the `source` folder, else as this script's environment has it): wall and CPU seconds (user
+    + system, all its threads), and the load average around it."""
+    env = dict(os.environ, PYTHONPATH=source) if source else None
+    load_before = os.getloadavg()
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    with contextlib.redirect_stderr(io.StringIO()):     # warnings (no price) are expected
-        code = main(["report", str(path), "--format", fmt, "--out", str(out)])
-    elapsed = time.perf_counter() - start
-    if code != 0:
-        raise SystemExit(f"report --format {fmt} exited {code}")
-    return elapsed
+    proc = subprocess.run([sys.executable, "-m", "stepbench", "report", str(path), "--format", fmt,
+                           "--out", str(out)], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime
+    if proc.returncode != 0:                 # its warnings (no price) are expected
+        raise SystemExit(f"report --format {fmt} exited {proc.returncode}: {proc.stderr}")
+    return {"format": fmt, "source": source or "this", "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "load_before": [round(v, 2) for v in load_before],
+            "load_after": [round(v, 2) for v in os.getloadavg()]}
+
+
+def machine() -> dict:
+    """This machine's CPU and the versions the report ran with."""
+    import matplotlib
+    import scipy
+
+    import stepbench
+
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    return {"cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__, "scipy": scipy.__version__,
+            "matplotlib": matplotlib.__version__, "stepbench": stepbench.__version__,
+            "commit": _commit(Path(stepbench.__file__).parent)}
+
+
+def _commit(folder: Path) -> str | None:
+    """The git commit of the stepbench source that ran, if it is a checkout."""
+    try:
+        return subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,17 +180,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--findings", type=Path,
                         help="write the JSON report's findings here, one per line")
     parser.add_argument("--keep", type=Path, help="keep the results file and reports here")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time each format this many times, in turn (default 1)")
+    parser.add_argument("--baseline", metavar="SRC",
+                        help="also time the stepbench in this source folder (its src/, e.g. "
+                             "from git archive), each format right after this one's, at the "
+                             "same load")
+    parser.add_argument("--results", type=Path,
+                        help="append the times, loads and machine to this JSON Lines file")
     args = parser.parse_args(argv)
     folder = args.keep or Path(tempfile.mkdtemp(prefix="stepbench-report-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
     results = folder / "synthetic.jsonl"
     count = write(results, args.workloads)
     print(f"{args.workloads * len(SETUPS):,} setups, {count:,} records: {results}")
-    import stepbench.cli  # noqa: F401 - imported before the clock starts, as `stepbench` would be
-
-    for fmt in args.formats.split(","):
-        out = folder / f"report.{fmt}"
-        print(f"report --format {fmt}: {timed_report(results, fmt, out):.1f} s")
+    runs = []
+    for _ in range(args.repeat):
+        for fmt in args.formats.split(","):
+            for source in [None] + ([args.baseline] if args.baseline else []):
+                name = f"report.{fmt}" if source is None else f"baseline.{fmt}"
+                runs.append(timed_report(results, fmt, folder / name, source))
+                r = runs[-1]
+                print(f"{'baseline ' if source else ''}report --format {fmt}: {r['wall_s']:.1f} "
+                      f"s wall, {r['cpu_s']:.1f} s CPU (load {r['load_before'][0]:.1f} before, "
+                      f"{r['load_after'][0]:.1f} after)")
+    if args.results:                          # one line per call: calls at other loads add up
+        with args.results.open("a") as out:
+            out.write(json.dumps({
+                "command": "python benchmarks/report_scale.py " + " ".join(argv or sys.argv[1:]),
+                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "setups": args.workloads * len(SETUPS), "records": count,
+                "baseline": args.baseline, "machine": machine(), "runs": runs}) + "\n")
+        print(f"appended to {args.results}")
     if args.findings:
         out = folder / "report.json"
         if not out.exists():
