@@ -185,3 +185,25 @@ def test_the_max_batch_findings_quoted_in_section_g_are_what_the_report_says_now
               if "torch.compile lets batch 4 grow to" in line]
     assert len(quoted) == 2 and all(line in markdown for line in quoted)
     assert "stopped before its full measurement" not in markdown
+
+
+def test_report_scale_records_are_a_report_of_16_setups_a_workload(tmp_path, capsys):
+    """benchmarks/report_scale.py's synthetic records read as the records of a run: 16 rows per
+    workload, eager attention out of memory in eager mode at 16 x 2048, findings per workload,
+    compiled setups faster outside the noise where they were made 20% faster."""
+    from stepbench.cli import main
+
+    scale = load("report_scale")
+    path = tmp_path / "synthetic.jsonl"
+    assert scale.write(path, 10) == 10 * 16 * 2
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["rows"]) == 160
+    oom = {(r["batch"], r["seq"], r["setup"]) for r in doc["rows"] if r["status"] == "oom"}
+    assert oom == {(16, 2048, name) for name in ("eager+eager", "eager+eager+liger",
+                                                  "eager+eager+foreach",
+                                                  "eager+eager+liger+foreach")}
+    assert len({f["group"] for f in doc["findings"]}) == 10
+    faster = [f["text"] for f in doc["findings"] if f["kind"] == "compile_speed"
+              and f["group"] == "synth-00, batch 4 x 2048, bf16"]
+    assert faster and all("torch.compile made the step faster" in t for t in faster)

@@ -130,7 +130,7 @@ CSV_KEYS = ["gpu", "setup", "model", "batch", "seq", "dtype", "verdict", "before
             "before_steps", "after_steps", "before_peak_memory_gb", "after_peak_memory_gb",
             "before_torch", "after_torch", "before_transformers", "after_transformers",
             "before_stepbench_version", "after_stepbench_version", "before_started_first",
-            "after_started_last", "verdict_text"]
+            "before_started_last", "after_started_first", "after_started_last", "verdict_text"]
 
 
 def _software(row: Row) -> dict:
