@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     results = folder / "synthetic.jsonl"
     count = write(results, args.workloads)
     print(f"{args.workloads * len(SETUPS):,} setups, {count:,} records: {results}")
+    here = machine()                          # the commit as the timings start
     runs = []
     for _ in range(args.repeat):
         for fmt in args.formats.split(","):
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 "command": "python benchmarks/report_scale.py " + " ".join(argv or sys.argv[1:]),
                 "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "setups": args.workloads * len(SETUPS), "records": count,
-                "baseline": args.baseline, "machine": machine(), "runs": runs}) + "\n")
+                "baseline": args.baseline, "machine": here, "runs": runs}) + "\n")
         print(f"appended to {args.results}")
     if args.findings:
         out = folder / "report.json"
