@@ -18,6 +18,7 @@ is 1.5x slower and at the largest workloads runs out of memory in eager mode.
     PYTHONPATH=src python benchmarks/report_scale.py --repeat 3 --results out.jsonl
     git archive main src | tar -x -C /tmp/old        # then, timed in turn at the same load:
     PYTHONPATH=src python benchmarks/report_scale.py --baseline /tmp/old/src
+    python benchmarks/report_scale.py --table out.jsonl             # the timings as Markdown
 
 Each time is the command's wall time and its process's CPU time (all its threads), with the
 machine's load average (os.getloadavg) before and after: on a machine that other work shares,
@@ -172,6 +173,25 @@ def _commit(folder: Path) -> str | None:
         return None
 
 
+def table(path: Path) -> str:
+    """The timings of a --results file as a Markdown table: per call and format, each source's
+    CPU seconds and wall seconds with the 1-minute load average before it, in order."""
+    lines = ["| call (UTC) | commit | format | stepbench | CPU s | wall s (load) |",
+             "| --- | --- | --- | --- | ---: | ---: |"]
+    for line in path.read_text().splitlines():
+        call = json.loads(line)
+        for fmt in dict.fromkeys(r["format"] for r in call["runs"]):
+            for source in dict.fromkeys(r["source"] for r in call["runs"]):
+                runs = [r for r in call["runs"] if (r["format"], r["source"]) == (fmt, source)]
+                lines.append(
+                    f"| {call['when'][:16].replace('T', ' ')} | {call['machine']['commit']} | "
+                    f"{fmt} | {'this' if source == 'this' else 'baseline'} | "
+                    + ", ".join(f"{r['cpu_s']:.1f}" for r in runs) + " | "
+                    + ", ".join(f"{r['wall_s']:.1f} ({r['load_before'][0]:.1f})" for r in runs)
+                    + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", type=int, default=200,
@@ -188,13 +208,19 @@ def main(argv: list[str] | None = None) -> int:
                              "same load")
     parser.add_argument("--results", type=Path,
                         help="append the times, loads and machine to this JSON Lines file")
+    parser.add_argument("--table", type=Path, metavar="RESULTS",
+                        help="print the timings of a --results file as Markdown, run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        sys.stdout.write(table(args.table))
+        return 0
     folder = args.keep or Path(tempfile.mkdtemp(prefix="stepbench-report-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
     results = folder / "synthetic.jsonl"
     count = write(results, args.workloads)
     print(f"{args.workloads * len(SETUPS):,} setups, {count:,} records: {results}")
     here = machine()                          # the commit as the timings start
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     runs = []
     for _ in range(args.repeat):
         for fmt in args.formats.split(","):
@@ -209,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         with args.results.open("a") as out:
             out.write(json.dumps({
                 "command": "python benchmarks/report_scale.py " + " ".join(argv or sys.argv[1:]),
-                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "when": started,
                 "setups": args.workloads * len(SETUPS), "records": count,
                 "baseline": args.baseline, "machine": here, "runs": runs}) + "\n")
         print(f"appended to {args.results}")
