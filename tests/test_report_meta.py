@@ -77,3 +77,18 @@ def test_dates():
     assert meta.dates("2026-11-30T12:15:00+02:00", "2026-11-30T10:15:00") == \
         "2026-11-30 10:15 UTC"
     assert meta.dates(None, None) == "start times not recorded"
+
+
+def test_json_writes_a_diverged_loss_as_null(capsys, tmp_path):
+    """A NaN loss (a diverged run) is null in the JSON, which has no NaN: strict parsers read it."""
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(rec("eager", step_ms=100, loss_last=float("nan"))) + "\n" +
+                    json.dumps(rec("compile", step_ms=80, loss_last=2.5)) + "\n")
+    text = report(capsys, path, "--format", "json")
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in the JSON")
+
+    rows = json.loads(text, parse_constant=refuse)["rows"]
+    assert [(r["setup"], r["loss_last"]) for r in rows] == [("eager+sdpa", None),
+                                                           ("compile+sdpa", 2.5)]

@@ -171,7 +171,10 @@ def render_json(doc: Document) -> str:
         data["searches"] = doc.searches
     if doc.tunes:
         data["tunes"] = doc.tunes
-    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+    try:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:          # a NaN or an infinity somewhere: walk the whole object for it
+        return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
 
 
 def _finite(value):
