@@ -158,7 +158,9 @@ def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
                platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": cpu, "cpu_count": os.cpu_count(),
+            "cpus_allowed": len(os.sched_getaffinity(0)),     # fewer under taskset
+            "python": platform.python_version(),
             "numpy": np.__version__, "scipy": scipy.__version__,
             "matplotlib": matplotlib.__version__, "stepbench": stepbench.__version__,
             "commit": _commit(Path(stepbench.__file__).parent)}
