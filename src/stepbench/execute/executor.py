@@ -161,15 +161,7 @@ class LocalProcess:
         return [self.python, "-m", "stepbench.measure.worker", job.payload()]
 
     def torchrun_command(self, job: Job) -> list[str]:
-        """torchrun (torch.distributed.run) with one rank worker per process of the job."""
-        s, rdzv = job.setup, self.rendezvous
-        command = [self.python, "-m", "torch.distributed.run", f"--nproc-per-node={s.nproc}",
-                   f"--nnodes={s.nnodes}", "--max-restarts=0"]
-        if s.nnodes == 1 and rdzv.endpoint is None:
-            command.append("--standalone")
-        else:
-            command += [f"--node-rank={rdzv.node_rank}", f"--rdzv-endpoint={rdzv.endpoint}"]
-        return command + ["-m", "stepbench.measure.rank", job.payload()]
+        return torchrun_command(self.python, job, self.rendezvous)
 
     def visible_devices(self, slot: str) -> str:
         """CUDA_VISIBLE_DEVICES for a child in `slot`, through this process's own list when set
@@ -325,6 +317,18 @@ class LocalProcess:
                 self._server.close()
                 self._server = None
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def torchrun_command(python: str, job: Job, rdzv: Rendezvous) -> list[str]:
+    """torchrun (torch.distributed.run) with one rank worker per process of the job."""
+    s = job.setup
+    command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={s.nproc}",
+               f"--nnodes={s.nnodes}", "--max-restarts=0"]
+    if s.nnodes == 1 and rdzv.endpoint is None:
+        command.append("--standalone")
+    else:
+        command += [f"--node-rank={rdzv.node_rank}", f"--rdzv-endpoint={rdzv.endpoint}"]
+    return command + ["-m", "stepbench.measure.rank", job.payload()]
 
 
 def read_messages(proc: subprocess.Popen, deadline: float, outcome: Outcome,

@@ -13,7 +13,11 @@ that started it. The command's stdout (the protocol's JSON lines) is passed thro
 its stderr goes to this process's stderr, and a last line {"event": "exit", "returncode": N,
 "start": "server"|"fresh"} gives its exit code (negative: the signal that killed it) and how it
 started: forked by the host's process server when SPEC names one ("server": its socket), else
-fresh.
+fresh. A first line {"event": "placed", ...} says where it runs (host, CUDA_VISIBLE_DEVICES), for
+a cluster that chose the place (execute/raycluster.py). Lines pass through whole, so that they
+stay whole where stdout and stderr share one log (a Ray job's). When SPEC names a `rank_dir` (a
+torchrun job), the ranks' state files are written there and sent back on one line
+{"event": "ranks", "states": [...]} before the exit line.
 
 `python -m stepbench.execute.hostside serve PATH PRELOAD` is that server for one run
 (execute/server.py `serve_at`): it listens at PATH, prints one "ready" JSON line, and ends (its
@@ -25,14 +29,20 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
-from stepbench.execute.executor import WAKE_S, kill_group
+from stepbench.execute.executor import WAKE_S, kill_group, read_rank_states
+from stepbench.measure.distributed import RANK_DIR_ENV
 from stepbench.process import die_with_parent
 
 EXIT_EVENT = "exit"
+PLACED_EVENT = "placed"
+RANKS_EVENT = "ranks"
 
 
 def probe(device: str) -> dict:
@@ -64,29 +74,43 @@ def run(spec: dict) -> int:
     for folder in spec.get("dirs", []):
         os.makedirs(folder, exist_ok=True)
     env = dict(os.environ, **spec.get("env", {}))
+    rank_dir = spec.get("rank_dir")
+    if rank_dir:
+        os.makedirs(rank_dir, exist_ok=True)
+        env[RANK_DIR_ENV] = rank_dir
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _raise_stop)
     out = sys.stdout.buffer
+    _send(out, {"event": PLACED_EVENT, "hostname": socket.gethostname(),
+                "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")})
     proc, start = _forked(spec, env), "server"
     if proc is None:
         proc, start = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, env=env, cwd=spec.get("cwd"),
                                        start_new_session=True, preexec_fn=die_with_parent), "fresh"
     try:
-        _pass_through(proc, out)
+        _pass_through(proc, out, watch_stdin=spec.get("watch_stdin", True))
     except (_Stop, BrokenPipeError):
         pass
     finally:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)      # already stopping: finish the clean-up
         kill_group(proc)
+    if rank_dir:
+        _send(out, {"event": RANKS_EVENT, "states": read_rank_states(Path(rank_dir))})
+        shutil.rmtree(rank_dir, ignore_errors=True)
+    for folder in spec.get("cleanup", []):      # this process's own folders (a Ray job's cache)
+        shutil.rmtree(folder, ignore_errors=True)
+    _send(out, {"event": EXIT_EVENT, "returncode": proc.returncode, "start": start})
+    return 0
+
+
+def _send(out, message: dict) -> None:
     try:
-        out.write(json.dumps({"event": EXIT_EVENT, "returncode": proc.returncode,
-                              "start": start}).encode() + b"\n")
+        out.write(json.dumps(message).encode() + b"\n")
         out.flush()
     except BrokenPipeError:
         pass
-    return 0
 
 
 def _forked(spec: dict, env: dict):
@@ -113,11 +137,15 @@ def serve(path: str, preload: str) -> int:
     return 0
 
 
-def _pass_through(proc: subprocess.Popen, out) -> None:
-    """Copy the command's stdout to ours until it ends; return early when stdin ends."""
+def _pass_through(proc: subprocess.Popen, out, watch_stdin: bool = True) -> None:
+    """Copy the command's stdout to ours, whole lines at a time, until it ends; return early
+    when stdin ends, where it is watched (not in a Ray job, which has no parent on stdin: Ray
+    stops it with SIGTERM)."""
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ, "child")
-    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
+    if watch_stdin:
+        selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
+    pending = b""
     try:
         while True:
             for key, _ in selector.select(timeout=WAKE_S):
@@ -128,11 +156,16 @@ def _pass_through(proc: subprocess.Popen, out) -> None:
                     continue
                 if not data:
                     return
-                out.write(data)
-                out.flush()
+                whole, _, pending = (pending + data).rpartition(b"\n")
+                if whole:
+                    out.write(whole + b"\n")
+                    out.flush()
             if proc.poll() is not None and not selector.select(timeout=0):
                 return                  # exited; a grandchild may hold its stdout open
     finally:
+        if pending:
+            out.write(pending + b"\n")
+            out.flush()
         selector.close()
 
 

@@ -116,20 +116,26 @@ class Runner:
     def _run_jobs(self, jobs: list[Job], call: "_Call", offset: int = 0) -> list[Record]:
         """Run `jobs` (after `offset` jobs of this plan) except those the results file has;
         their records, old and new, in the jobs' order."""
-        done = {} if self.rerun else {r.resume_key(): r for r in self.store.latest()}
+        stored = [] if self.rerun else self.store.latest()
+        done = {r.resume_key(): r for r in stored}
+        # An executor that places jobs itself (a cluster) says which stored record is a job's.
+        find = getattr(self.executor, "find_done", None)
         records: dict[int, Record] = {}
         todo = []
         call.display.plan(jobs, len(self.executor.slots))
         for index, job in enumerate(jobs, start=offset):
-            # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
-            keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s),
-                               self.host)
-                    for s in self.executor.slots}
-            key = next((k for k in keys if k in done), None)
-            if key is not None:
-                records[index] = done[key]
-                self._keep(done[key])
-                call.display.skip(job, done[key])
+            if find is not None:
+                found = find(job, stored)
+            else:
+                # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
+                keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s),
+                                   self.host)
+                        for s in self.executor.slots}
+                found = next((done[k] for k in keys if k in done), None)
+            if found is not None:
+                records[index] = found
+                self._keep(found)
+                call.display.skip(job, found)
             else:
                 todo.append((index, job))
         if len(self.executor.slots) > 1:

@@ -540,6 +540,11 @@ class Server:
             return True
         self.selector.unregister(client)
         client.close()
+        # A host's `hostside run` that is gone (killed before it could end its setup's group,
+        # as Ray's stop_job does after its grace period) leaves no setup of its own running.
+        for pid, owner in self.children.values():
+            if owner is client:
+                _kill_group(pid)
         return client is not self.parent
 
     def start(self, message: dict, fds: list[int], client: socket.socket) -> None:
@@ -574,11 +579,7 @@ class Server:
 
     def kill_all(self) -> None:
         for pid, _ in self.children.values():
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    break
+            _kill_group(pid)
         for pid, _ in list(self.children.values()):
             try:
                 os.waitpid(pid, 0)
@@ -616,6 +617,14 @@ class Server:
                 sys.stderr.flush()
             finally:
                 os._exit(code)
+
+
+def _kill_group(pid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
 
 
 def as_fresh(threads: list[int]) -> None:
