@@ -85,6 +85,12 @@ OPTIONS = [
     Option("gpus", str, "run setups concurrently, one per GPU of this pool (all, the first N, "
            "or these CUDA indices); each setup's process sees only its GPU(s)", {RUN: None},
            plan=True, metavar="all|N|I,J,..."),
+    # A Ray cluster (execute/raycluster.py).
+    Option("ray", str, "run each setup as a Ray job on this cluster: its Jobs API address "
+           "(http://HEAD:8265), auto (RAY_ADDRESS), or local (a Ray started for this run and "
+           "stopped after it)", {RUN: None, TUNE: None}, metavar="ADDRESS|auto|local"),
+    Option("gpu_type", str, "with --ray: run on this GPU type, as Ray names it (its "
+           "accelerator_type, e.g. H100, A100-80G)", {RUN: None, TUNE: None}, metavar="NAME"),
     Option("node_rank", int, "this host's rank among --nnodes hosts (torchrun --node-rank)",
            {RUN: None}, least=0),
     Option("rdzv_endpoint", str, "node 0's address and a free port there, where the hosts of a "
@@ -108,6 +114,7 @@ OPTIONS = [
            {RUN: 5.0}, plan=True, metavar="PERCENT"),
 ]
 MAX_BATCH_KEYS = ("max_batch_limit", "probe_steps", "memory_margin")
+RAY_KEYS = ("ray", "gpu_type")
 
 
 def option(key: str, command: str = RUN) -> Option:
@@ -226,6 +233,8 @@ class RunSettings:
     dry_run: bool = False
     format: str = "table"
     start: str = "server"               # server or fresh: how each setup's process starts
+    ray: str | None = None              # --ray: the cluster's Jobs API address, auto or local
+    gpu_type: str | None = None         # --gpu-type: Ray's accelerator type
     origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     @property
@@ -248,7 +257,7 @@ class RunSettings:
         for a in AXES:
             if values.get(a.name) is None and not a.optional:
                 values[a.name] = a.default_for(device)
-        if self.gpus is not None and device != "cuda":
+        if self.gpus is not None and device != "cuda" and self.ray is None:
             gpus = self.origin.name("gpus")
             raise self.origin.error("gpus", f"{gpus} needs CUDA GPUs, and this run is on the "
                                             f"CPU; drop {gpus} (or pass --device cuda on a GPU "
@@ -285,7 +294,7 @@ class RunSettings:
             gpus=opts["gpus"], node_rank=opts["node_rank"], rdzv_endpoint=opts["rdzv_endpoint"],
             max_batch=_max_batch(opts, given, origin), remote=_remote(given), rent=_rent(given),
             dry_run=opts["dry_run"], format=given.get("format") or "table",
-            start=opts["start"], origin=origin)
+            start=opts["start"], ray=opts["ray"], gpu_type=opts["gpu_type"], origin=origin)
         settings.check()
         return settings
 
@@ -306,11 +315,15 @@ class RunSettings:
                                  f"{o.name('nnodes', about)} {v['nnodes']} needs a way to "
                                  f"spread the step: add {parallel} ddp or {parallel} fsdp2")
         nnodes, rank = v["nnodes"], self.node_rank
-        if nnodes > 1 and (rank is None or not self.rdzv_endpoint):
+        check_ray(self.ray, self.gpu_type, others=self.remote_run)
+        if self.ray is not None and (rank is not None or self.rdzv_endpoint):
+            raise UserError("--ray places a job's nodes itself; drop --node-rank and "
+                            "--rdzv-endpoint")
+        if nnodes > 1 and self.ray is None and (rank is None or not self.rdzv_endpoint):
             raise o.error("nnodes", f"{o.name('nnodes')} {nnodes} needs --node-rank (0 on the "
                                     "host given as the endpoint) and --rdzv-endpoint HOST:PORT "
                                     "of node 0, on every host")
-        if nnodes > 1 and not 0 <= rank < nnodes:
+        if nnodes > 1 and self.ray is None and not 0 <= rank < nnodes:
             raise UserError(f"--node-rank must be from 0 to {nnodes - 1}, got {rank}")
         if nnodes == 1 and rank not in (None, 0):
             spelled = o.where("nnodes")
@@ -329,6 +342,21 @@ class RunSettings:
             raise UserError("--max-batch runs its probes on this machine; drop --host, "
                             "--hosts-file and --rent, or run `stepbench run --max-batch` on the "
                             "host itself")
+
+
+def check_ray(ray: str | None, gpu_type: str | None, others: bool = False) -> None:
+    """--ray and --gpu-type, before any cluster is asked."""
+    if ray is None:
+        if gpu_type is not None:
+            raise UserError("--gpu-type chooses a GPU type of a Ray cluster; add --ray ADDRESS "
+                            "(or drop --gpu-type)")
+        return
+    if not ray.strip() or any(c.isspace() for c in ray):
+        raise UserError(f"--ray takes the Jobs API address (http://HEAD:8265), auto or local, "
+                        f"got {ray!r}")
+    if others:
+        raise UserError("--ray runs the setups on a Ray cluster; drop --host, --hosts-file and "
+                        "--rent (or --ray)")
 
 
 def _axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):
@@ -450,6 +478,8 @@ class TuneSettings:
     out: Path = Path(DEFAULT_TUNE_OUT)
     format: str = "table"
     start: str = "server"
+    ray: str | None = None
+    gpu_type: str | None = None
 
     @classmethod
     def build(cls, flags: Mapping[str, Any]) -> "TuneSettings":
@@ -463,6 +493,7 @@ class TuneSettings:
                 values[a.name] = _axis_value(a, given.get(a.key), TUNE)
         values["device"] = None
         opts = _options(given, TUNE)
+        check_ray(opts["ray"], opts["gpu_type"])
         objective = given.get("objective") or "tokens"
         if objective == "fit" and values.get("memory_limit_gb") is None:
             raise UserError("--objective fit needs --memory-limit-gb N, the memory the step must "
@@ -471,7 +502,8 @@ class TuneSettings:
                    budget_s=parse_budget(given.get("budget")), objective=objective,
                    device=opts["device"], repeats=opts["repeats"], timeout_s=opts["timeout"],
                    compile_cache=_path(opts["compile_cache"]), out=Path(opts["out"]),
-                   format=given.get("format") or "table", start=opts["start"])
+                   format=given.get("format") or "table", start=opts["start"],
+                   ray=opts["ray"], gpu_type=opts["gpu_type"])
 
     def resolved(self, device: str) -> "TuneSettings":
         values = dict(self.values, device=device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stepbench.axes import AXES, Axis
-from stepbench.settings import OPTIONS, RUN, SEARCHED, option
+from stepbench.settings import OPTIONS, RAY_KEYS, RUN, SEARCHED, option
 
 
 def add_axis_flags(parser, command: str) -> None:
@@ -66,9 +66,21 @@ def add_options(parser, command: str, keys: tuple[str, ...]) -> None:
         add_option(parser, key, command)
 
 
+def add_ray_options(parser, command: str) -> None:
+    """--ray and --gpu-type, in a group of their own."""
+    group = parser.add_argument_group(
+        "a Ray cluster (needs the ray extra: pip install 'stepbench[ray]'; docs/ray.md)",
+        "Each setup runs as a Ray job on the cluster, which chooses its node and GPUs; records "
+        "carry the Ray job and node. " + ("--gpus N: at most N of the cluster's GPUs at once "
+                                          "(default: all of them)." if command == RUN else
+                                          "Probes run one at a time, on one GPU."))
+    add_options(group, command, RAY_KEYS)
+
+
 def option_keys(command: str, group: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The keys of `command`'s options outside `group` (declared in a group of their own)."""
     return tuple(o.key for o in OPTIONS if command in o.defaults and o.key not in group)
 
 
-__all__ = ["add_axis_flags", "add_option", "add_options", "option_keys", "Path"]
+__all__ = ["add_axis_flags", "add_option", "add_options", "add_ray_options", "option_keys",
+           "Path"]

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from stepbench.cli.base import report_hint, say, stopped
-from stepbench.cli.flags import add_axis_flags, add_option, add_options, option_keys
-from stepbench.settings import DEFAULT_OUT, MAX_BATCH_KEYS, RUN, RunSettings
+from stepbench.cli.flags import (add_axis_flags, add_option, add_options, add_ray_options,
+                                 option_keys)
+from stepbench.settings import DEFAULT_OUT, MAX_BATCH_KEYS, RAY_KEYS, RUN, RunSettings
 
 def add(sub) -> None:
     p = sub.add_parser(
@@ -21,7 +22,7 @@ def add(sub) -> None:
                    help="a TOML plan of the matrix (docs/cli.md, 'Plan files'); flags given "
                         "beside it override its values")
     add_axis_flags(p, RUN)
-    add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS)))
+    add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS, *RAY_KEYS)))
     p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
                    help="table (default), markdown, or json (the records, alone on stdout)")
     search = p.add_argument_group(
@@ -31,6 +32,7 @@ def add(sub) -> None:
         "batch found. Rerunning the same command resumes the search.")
     add_option(search, "max_batch")
     add_options(search, RUN, MAX_BATCH_KEYS)
+    add_ray_options(p, RUN)
     remote = p.add_argument_group(
         "remote machines over SSH (needs the fleet extra: pip install 'stepbench[fleet]')",
         "Run the matrix on every host at once, each setup in its own process there, into the one "
@@ -93,15 +95,16 @@ def cmd_run(args) -> int:
     settings = settings_of(args)
     if settings.remote_run:
         return run_hosts(settings)
+    if settings.ray is not None:
+        return run_ray(settings)
     from stepbench.execute import pool
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.server import imports_for
     from stepbench.execute.progress import Display
-    from stepbench.execute.runner import Runner
     from stepbench.measure.machine import resolve_device
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
-    from stepbench.search.max_batch import MaxBatch, check_searches
+    from stepbench.search.max_batch import check_searches
 
     local = settings.resolved(resolve_device(settings.device))
     plan = local.plan()
@@ -123,7 +126,17 @@ def cmd_run(args) -> int:
     display = Display()
     executor = LocalProcess(compile_cache=local.compile_cache, gpus=gpus, rendezvous=rendezvous,
                             start=local.start, preload=imports_for(plan), note=display.note)
-    runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak)
+    return run_plan(local, plan, executor, store, display)
+
+
+def run_plan(local: RunSettings, plan, executor, store, display) -> int:
+    """The plan (or its batch searches) through one executor into `store`; the records printed.
+    Closes the display and the executor."""
+    from stepbench.execute.runner import Runner
+    from stepbench.search.max_batch import MaxBatch
+
+    runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak,
+                    run_id=getattr(executor, "run_id", None))
     searched = []
     try:
         if local.max_batch is None:
@@ -157,6 +170,60 @@ def print_stopped(settings: RunSettings, kept: list) -> None:
         return
     finals = [r for r in kept if (r.search or {}).get("role") == "final"]
     print_records(settings, finals, kept, hints=False)
+
+
+def run_ray(settings: RunSettings) -> int:
+    """`run --ray ADDRESS`: each setup a Ray job on the cluster (execute/raycluster.py)."""
+    from stepbench.execute.progress import Display
+    from stepbench.execute.raycluster import (RayExecutor, check_cluster, check_model_files,
+                                              cluster_device, connect, jobs_address,
+                                              require_ray)
+    from stepbench.execute.runner import new_run_id
+    from stepbench.execute.server import imports_for
+    from stepbench.measure.models import check_models
+    from stepbench.record import ResultsFile
+    from stepbench.search.max_batch import check_searches
+
+    require_ray()
+    if settings.dry_run:        # nothing is contacted, nothing started
+        shown = "cuda" if settings.device == "auto" else settings.device
+        local = settings.resolved(shown)
+        if settings.device == "auto":
+            say("run", "the cluster's device decides the defaults (its GPUs, else the CPU); "
+                       f"shown: {shown}'s")
+        print_plan(local.plan(), local.format) if local.max_batch is None else \
+            print_searches(local.plan(), local)
+        return 0
+    check_model_files(settings.values["model"])
+    if settings.ray != "local":
+        jobs_address(settings.ray)      # `auto` without RAY_ADDRESS: said before anything is made
+    store = ResultsFile(settings.out).check_writable()
+    display = Display()
+    try:
+        cluster = connect(settings.ray, display.note)
+    except BaseException:
+        display.close()
+        raise
+    try:
+        local = settings.resolved(cluster_device(cluster, settings.device, settings.gpu_type))
+        plan = local.plan()
+        with local.origin.checking("model"):    # a plan's model: the error names the plan
+            check_models(plan)
+        if local.max_batch is not None:
+            check_searches(local.max_batch, plan, local.origin)
+        gpus = check_cluster(cluster, local.device, local.gpu_type, local.gpus, plan)
+        executor = RayExecutor(cluster, local.device, gpus=gpus, gpu_type=local.gpu_type,
+                               compile_cache=local.compile_cache, run_id=new_run_id(),
+                               start=local.start, preload=imports_for(plan), note=display.note)
+        code = run_plan(local, plan, executor, store, display)
+        if executor.lost and code == 0:
+            say("run", f"{executor.lost}; the setups it did not run are not recorded; run the "
+                       "same command again to resume")
+            return 1
+        return code
+    finally:
+        display.close()
+        cluster.close()
 
 
 def run_hosts(settings: RunSettings) -> int:

@@ -7,7 +7,7 @@ import math
 import sys
 
 from stepbench.cli.base import given, report_hint, say, stopped
-from stepbench.cli.flags import add_axis_flags, add_options
+from stepbench.cli.flags import add_axis_flags, add_options, add_ray_options
 from stepbench.settings import TUNE, TuneSettings
 
 FORMATS = ("table", "markdown", "csv", "json", "html")
@@ -30,6 +30,7 @@ def add(sub) -> None:
                         "tokens)")
     add_axis_flags(p, TUNE)
     add_options(p, TUNE, ("device", "start", "repeats", "timeout", "compile_cache", "out"))
+    add_ray_options(p, TUNE)
     p.add_argument("--format", default=None, choices=FORMATS,
                    help="table (default), markdown, csv, html (what it tried and its verdict, as "
                         "the report prints a table), or json: one object with winner, runner_up, "
@@ -38,28 +39,62 @@ def add(sub) -> None:
 
 
 def cmd_tune(args) -> int:
+    settings = TuneSettings.build(given(args))
+    cluster = None
+    if settings.ray is not None:
+        from stepbench.execute.raycluster import (check_model_files, connect,
+                                                  require_ray)
+
+        require_ray()
+        check_model_files(settings.values["model"])
+        cluster = connect(settings.ray, lambda text: say("tune", text))
+    try:
+        return _tune(settings, cluster)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def _tune(settings: TuneSettings, cluster) -> int:
     from stepbench.errors import UserError
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
     from stepbench.execute.server import imports_for
-    from stepbench.execute.runner import Runner
+    from stepbench.execute.runner import Runner, new_run_id
     from stepbench.measure.cache import cache_dir
     from stepbench.measure.machine import resolve_device
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search import tune
 
-    settings = TuneSettings.build(given(args))
-    settings = settings.resolved(resolve_device(settings.device))
+    if cluster is None:
+        settings = settings.resolved(resolve_device(settings.device))
+    else:
+        from stepbench.execute.raycluster import cluster_device
+
+        settings = settings.resolved(cluster_device(cluster, settings.device, settings.gpu_type))
     space, skipped = tune.space_for(settings)
     base = tune.start(settings, space)
     check_models([base])
     store = ResultsFile(settings.out)
+    preload = imports_for([base.replace(mode=m) for m in space["mode"]])
+    if cluster is not None:
+        from stepbench.execute.raycluster import check_cluster
+
+        # One GPU at a time: tune's probes are compared with each other.
+        check_cluster(cluster, settings.device, settings.gpu_type, "1" if
+                      settings.device == "cuda" else None, [base])
     display = Display()
-    executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor",
-                            start=settings.start, note=display.note,
-                            preload=imports_for([base.replace(mode=m) for m in space["mode"]]))
-    runner = Runner(executor, store)
+    if cluster is None:
+        executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor",
+                                start=settings.start, note=display.note, preload=preload)
+    else:
+        from stepbench.execute.raycluster import RayExecutor
+
+        executor = RayExecutor(cluster, settings.device, gpus=1, gpu_type=settings.gpu_type,
+                               compile_cache=settings.compile_cache, run_id=new_run_id(),
+                               start=settings.start, preload=preload, note=display.note)
+    runner = Runner(executor, store, run_id=getattr(executor, "run_id", None))
     tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
                        objective=settings.objective, timeout_s=settings.timeout_s,
                        repeats=settings.repeats, skipped=skipped, start=settings.start,

@@ -1,0 +1,644 @@
+"""Setups on a Ray cluster the user already has (`run --ray ADDRESS`, `tune --ray`): Ray places
+each setup's process; stepbench measures, as everywhere else.
+
+One setup (one repeat) is one Ray job, through Ray's Jobs API (the `ray` extra):
+  - `submit_job` with the setup's GPUs as `entrypoint_num_gpus` (its --nproc; a CPU setup asks
+    for one CPU), `--gpu-type` as Ray's `accelerator_type:NAME` resource, and a runtime_env whose
+    py_modules carry this very stepbench package (the cluster's Python brings torch);
+  - the job's entrypoint is `python -m stepbench.execute.hostside run SPEC`, the command an SSH
+    host runs: the setup's process (or a torchrun job) in its own process group, its protocol
+    lines passed through whole, a first "placed" line (where Ray put it: the timeout's clock
+    starts there, not while the job waits for a GPU), a "ranks" line for a torchrun job and an
+    "exit" line;
+  - `tail_job_logs` carries those lines back (stdout and stderr share the job's log: what is
+    not a protocol line is the stderr tail);
+  - `stop_job` at the timeout and on Ctrl-C, SIGTERM and SIGHUP: Ray sends SIGTERM to the
+    entrypoint and every process below it, then SIGKILL; hostside ends the setup's group itself;
+  - `delete_job` once it ended.
+A job over several nodes (`--nnodes`) runs `python -m stepbench.execute.raynodes SPEC` instead:
+a placement group, one task per node (execute/raynodes.py).
+
+The runner, the protocol and the records are the local run's (execute/runner.py). Slots are GPUs:
+at most `--gpus N` of them (default: the cluster's GPUs, of `--gpu-type` when given) in use by
+this run at once, each job taking its setup's; which GPUs is Ray's choice, recorded in the
+record's placement with the Ray job and node. CPU setups run one at a time, as locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from stepbench import protocol
+from stepbench.errors import UserError, first_line
+from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
+                                        Rendezvous, _take, now_iso, rank_verdict, torchrun_command)
+from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT
+from stepbench.setup import Setup
+
+INSTALL_HINT = "pip install 'stepbench[ray]'"
+ACCELERATOR = "accelerator_type:"
+# Ray ends a stopped job's processes within its own grace period (RAY_JOB_STOP_WAIT_TIME_S, 3 s
+# by default); past this the log stream is given up on.
+STOP_WAIT_S = 2 * KILL_GRACE_S + 20
+SETTLE_S = 3.0              # Ray's job manager looks at a job's supervisor about once a second
+LOCAL_READY_S = 120         # `--ray local`: until its Jobs API answers
+NODE_TMP = "/tmp"           # on the nodes: a job's own files (rank states, a private cache)
+
+
+def require_ray():
+    try:
+        import ray
+        from ray.job_submission import JobSubmissionClient  # noqa: F401 - ray[default]'s
+    except ImportError:
+        raise UserError(f"--ray needs Ray with its Jobs API: {INSTALL_HINT}") from None
+    return ray
+
+
+def quiet_ray_logs() -> None:
+    """Ray's client logs each upload and closed log stream at INFO on stderr, through the live
+    progress: only its warnings and errors are shown."""
+    import logging
+
+    for name in ("ray", "ray.dashboard", "ray.dashboard.modules.dashboard_sdk",
+                 "ray.dashboard.modules.job.sdk"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def jobs_address(address: str) -> str:
+    """The Jobs API's URL from --ray's value: http://HOST:PORT, HOST:PORT, or `auto`
+    (RAY_ADDRESS)."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS", "")
+        if not address:
+            raise UserError("--ray auto reads RAY_ADDRESS, which is not set; set it to the "
+                            "cluster's Jobs API address (http://HEAD:8265) or pass that to --ray")
+    if "://" not in address:
+        address = f"http://{address}"
+    return address.rstrip("/")
+
+
+class Cluster:
+    """A Ray cluster as its Jobs API shows it: its nodes and their resources."""
+
+    def __init__(self, address: str, local=None):
+        require_ray()
+        from ray.job_submission import JobSubmissionClient
+
+        self.address = address
+        self.local = local          # the LocalRay this run started, stopped by close()
+        quiet_ray_logs()
+        try:
+            self.client = JobSubmissionClient(address)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UserError(f"cannot reach Ray's Jobs API at {address} ({_reason(exc)}); pass "
+                            "the dashboard's address (http://HEAD:8265) or `local`") from None
+
+    def nodes(self) -> list[dict]:
+        """The live nodes: id, address and total resources."""
+        from ray.util.state import list_nodes
+
+        found = list_nodes(address=self.address, detail=True, filters=[("state", "=", "ALIVE")],
+                           raise_on_missing_output=False)
+        return [{"node_id": n.node_id, "ip": n.node_ip, "resources": dict(n.resources_total)}
+                for n in found]
+
+    def gpu_types(self) -> set[str]:
+        return {name[len(ACCELERATOR):] for n in self.nodes() for name in n["resources"]
+                if name.startswith(ACCELERATOR)}
+
+    def gpus(self, gpu_type: str | None = None) -> list[int]:
+        """Each live node's GPUs (of `gpu_type` when given)."""
+        return [int(n["resources"].get("GPU", 0)) for n in self.nodes()
+                if gpu_type is None or f"{ACCELERATOR}{gpu_type}" in n["resources"]]
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.stop()
+            self.local = None
+
+
+class LocalRay:
+    """`--ray local`: a Ray head on this machine for this run (ray.init, which starts its
+    processes as this process's children), stopped by stop()."""
+
+    def __init__(self, note):
+        ray = require_ray()
+        note("starting a local Ray for this run (`--ray local`); Ray listens on this machine's "
+             "network address, not only on 127.0.0.1: run it where that is allowed")
+        context = ray.init(include_dashboard=True, dashboard_host="127.0.0.1",
+                           configure_logging=False, log_to_driver=False, logging_level="ERROR")
+        self.ray = ray
+        self.address = f"http://{context.dashboard_url}"
+        self.python = sys.executable     # the cluster is this machine: this very Python
+
+    def wait_ready(self) -> None:
+        """Until the Jobs API answers (the dashboard starts after ray.init returns)."""
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.monotonic() + LOCAL_READY_S
+        while True:
+            try:
+                JobSubmissionClient(self.address).list_jobs()
+                return
+            except Exception as exc:  # noqa: BLE001 - not up yet: asked again below
+                if time.monotonic() > deadline:
+                    raise UserError(f"the local Ray's Jobs API did not answer within "
+                                    f"{LOCAL_READY_S} s ({_reason(exc)})") from None
+                time.sleep(1.0)
+
+    def stop(self) -> None:
+        """ray.shutdown(), then whatever of Ray's outlived it (the dashboard's forkserver was
+        seen to): every process below this one was started by this Ray."""
+        import psutil
+
+        family = psutil.Process().children(recursive=True)
+        self.ray.shutdown()
+        alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        for sig in ("terminate", "kill"):
+            for p in alive:
+                try:
+                    getattr(p, sig)()
+                except psutil.Error:
+                    pass
+            _, alive = psutil.wait_procs(alive, timeout=KILL_GRACE_S)
+            if not alive:
+                return
+
+
+def connect(address: str, note) -> Cluster:
+    """The cluster --ray names; `local` starts one (stopped by Cluster.close())."""
+    if address != "local":
+        return Cluster(jobs_address(address))
+    local = LocalRay(note)
+    try:
+        local.wait_ready()
+        return Cluster(local.address, local)
+    except BaseException:
+        local.stop()
+        raise
+
+
+def cluster_device(cluster: Cluster, device: str, gpu_type: str | None) -> str:
+    """--device auto on a cluster: cuda where it has GPUs (of --gpu-type), else cpu."""
+    if device != "auto":
+        return device
+    return "cuda" if gpu_type is not None or sum(cluster.gpus()) > 0 else "cpu"
+
+
+def check_model_files(model) -> None:
+    """A model given as a config file is on this machine only: refused up front."""
+    from stepbench.measure.models import PRESETS
+
+    for name in (model if isinstance(model, (tuple, list)) else [model]):
+        if name is not None and name not in PRESETS:
+            raise UserError(f"--model {name}: a config file stays on this machine, and --ray "
+                            "runs the setups on the cluster's nodes; pass a preset ("
+                            + ", ".join(PRESETS) + ")")
+
+
+def check_cluster(cluster: Cluster, device: str, gpu_type: str | None, gpus: str | None,
+                  plan: list[Setup]) -> int:
+    """How many GPUs this run may use at once (1 on the CPU: one setup at a time); a UserError
+    for a GPU type, a count or a job the cluster cannot place."""
+    if gpu_type is not None:
+        types = cluster.gpu_types()
+        if gpu_type not in types:
+            have = ", ".join(sorted(types)) or "none (its nodes declare no accelerator_type)"
+            raise UserError(f"--gpu-type {gpu_type}: the Ray cluster has no such GPU; its GPU "
+                            f"types: {have}; pass one of them (Ray's names, e.g. H100, A100-80G) "
+                            "or drop --gpu-type")
+    if device != "cuda":
+        if gpus is not None:
+            raise UserError("--gpus needs CUDA setups, and this run is on the CPU; drop --gpus "
+                            "(or pass --device cuda)")
+        nodes = sum(1 for n in cluster.nodes() if n["resources"].get("CPU", 0) >= 1)
+        for setup in plan:
+            if setup.nnodes > nodes:
+                raise UserError(f"--nnodes {setup.nnodes} needs a node each, and the Ray cluster "
+                                f"has {nodes} with a CPU; lower --nnodes")
+        return 1
+    per_node = cluster.gpus(gpu_type)
+    total = sum(per_node)
+    kind = f" {gpu_type}" if gpu_type else ""
+    if total == 0:
+        raise UserError(f"the Ray cluster has no{kind} GPU; pass --device cpu, or add GPU nodes")
+    if gpus is None:
+        limit = total
+    elif gpus.isdigit() and 1 <= int(gpus) <= total:
+        limit = int(gpus)
+    else:
+        raise UserError(f"--gpus with --ray takes how many of the cluster's {total}{kind} GPUs "
+                        f"this run uses at once: a number from 1 to {total}, got {gpus!r}")
+    for setup in plan:
+        fits = [g for g in per_node if g >= setup.nproc]
+        if len(fits) < setup.nnodes or setup.world_size > limit:
+            raise UserError(f"{setup.name} needs {setup.nnodes} node(s) with {setup.nproc}"
+                            f"{kind} GPU(s) each, and the run may use {limit} of the cluster's "
+                            f"nodes' {per_node}; lower --nproc/--nnodes or raise --gpus")
+    return limit
+
+
+class RayExecutor:
+    """Each job a Ray job on `cluster`; see the module's docstring."""
+
+    host = None                 # records are tagged through their placement (placement["ray"])
+
+    def __init__(self, cluster: Cluster, device: str, *, gpus: int = 1,
+                 gpu_type: str | None = None, compile_cache: Path | None = None,
+                 python: str | None = None, run_id: str = "", start: str = "fresh",
+                 preload: dict | None = None, note=lambda text: None, loop=None):
+        from stepbench.execute.ssh import EventLoop
+
+        self.cluster, self.device, self.gpu_type = cluster, device, gpu_type
+        self.run_id = run_id or None
+        self.slots = [str(i) for i in range(gpus)]
+        self.compile_cache = compile_cache
+        # The nodes' Python (on their PATH as `python`); a local Ray's is this very one.
+        self.python = python or (cluster.local.python if cluster.local else "python")
+        self.tag = f"stepbench-{run_id or os.getpid()}".replace(":", "-")   # names its jobs
+        self.start = start              # "server": the run's process servers fork the setups
+        self.preload = preload or {"models": [], "compile": True}
+        self.note = note
+        self._servers_job: str | None = None
+        self._server_path: str | None = None
+        self._servers_lock = threading.Lock()
+        self.loop = loop or EventLoop()
+        self._own_loop = loop is None
+        self._count = 0
+        self.lost: str | None = None    # why the cluster could not run a job: the run's one line
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._stop_event = None     # made in the loop's thread (asyncio.Event binds to it)
+        self.loop.call(self._make_event())
+
+    async def _make_event(self) -> None:
+        self._stop_event = asyncio.Event()
+
+    # -- what the runner asks ------------------------------------------------------------------
+
+    def slots_needed(self, setup: Setup) -> int:
+        return setup.world_size if setup.device == "cuda" else 1
+
+    def gpu_name(self, setup: Setup, slot: str) -> str | None:
+        return "cpu" if setup.device == "cpu" else self.gpu_type
+
+    def find_done(self, job: Job, stored: list) -> object | None:
+        """The stored record of `job` from a Ray run: the same setup and repeat, on the GPU type
+        asked for (any GPU when none was asked)."""
+        key = job.setup.key()
+        for record in reversed(stored):
+            ray = (record.placement or {}).get("ray")
+            if (ray is not None and record.setup.key() == key and record.repeat == job.repeat
+                    and (self.gpu_type is None or ray.get("gpu_type") == self.gpu_type)):
+                return record
+        return None
+
+    # -- one job -------------------------------------------------------------------------------
+
+    def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
+        outcome = Outcome(started_at=now_iso())
+        with self._lock:
+            self._count += 1
+            job_id = f"{self.tag}-{self._count}"
+            stopping = self._stopping
+        if stopping:
+            outcome.stopped, outcome.finished_at = True, outcome.started_at
+            return outcome
+        setup = job.setup
+        entrypoint, resources = self._entrypoint(job, job_id), self._resources(setup)
+        from stepbench.execute.bundle import PACKAGE
+
+        start = time.monotonic()
+        try:
+            self.cluster.client.submit_job(
+                entrypoint=entrypoint, submission_id=job_id,
+                runtime_env={"py_modules": [str(PACKAGE)]},
+                metadata={"stepbench": setup.name, "repeat": str(job.repeat)}, **resources)
+        except Exception as exc:  # noqa: BLE001 - the cluster is gone or refuses: said once
+            self._lose(f"Ray refused job {job_id} ({_reason(exc)})")
+            outcome.stopped, outcome.finished_at = True, now_iso()
+            return outcome
+        follow = _Follow(outcome, on_message)
+        outcome.timed_out, outcome.stopped = self.loop.call(self._follow(job_id, timeout_s, follow))
+        info = self._info(job_id)
+        if not (follow.placed.is_set() or outcome.timed_out or outcome.stopped):
+            # The job ended before the setup's process started (its runtime_env failed, the
+            # cluster lost its node): nothing was measured, so nothing is recorded.
+            status = getattr(info, "status", None)
+            self._lose(f"Ray job {job_id} ended {getattr(status, 'value', status)} before its "
+                       f"process started: {first_line(getattr(info, 'message', None) or '')}"
+                       + (f" ({first_line(follow.stderr[-1])})" if follow.stderr else ""))
+            outcome.stopped = True
+        outcome.returncode = follow.returncode
+        outcome.stderr_tail = "\n".join(follow.stderr)[-STDERR_TAIL_CHARS:].strip()
+        outcome.placement = {
+            "ray": {"job_id": job_id, "node_id": getattr(info, "driver_node_id", None),
+                    "gpu_type": self.gpu_type, **follow.placed_nodes},
+            "gpus": _indices(follow.cuda_visible_devices) if setup.device == "cuda" else None,
+            "cuda_visible_devices": follow.cuda_visible_devices if setup.device == "cuda" else None,
+            "compile_threads": None, "start": follow.start or "fresh", "concurrent": 1}
+        if follow.returncode is None and not (outcome.timed_out or outcome.stopped):
+            status = getattr(info, "status", None)
+            outcome.detail = (f"Ray job {job_id} ended {getattr(status, 'value', status)}: "
+                              f"{getattr(info, 'message', None) or 'no message'}")
+        if setup.distributed:
+            rank_verdict(outcome, follow.ranks)
+        if outcome.result_at is not None:
+            outcome.exit_s = (follow.exit_at or time.monotonic()) - outcome.result_at
+        self._delete(job_id, settle=outcome.stopped or outcome.timed_out or setup.nnodes > 1)
+        outcome.wall_s = time.monotonic() - start
+        outcome.finished_at = now_iso()
+        return outcome
+
+    def _entrypoint(self, job: Job, job_id: str) -> str:
+        from stepbench.execute.ssh import quote_command
+
+        setup = job.setup
+        env, dirs, cleanup = {"PYTHONUNBUFFERED": "1"}, [], []
+        if setup.mode == "compile":
+            if self.compile_cache is not None:
+                cache, kind = str(self.compile_cache), "shared"
+            else:   # this process's own folder on the node, cold, removed with the job
+                name = hashlib.sha1(setup.key().encode()).hexdigest()[:12]
+                cache, kind = f"{NODE_TMP}/{job_id}/inductor/{name}", "private"
+                cleanup.append(f"{NODE_TMP}/{job_id}")
+            env.update({"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": f"{cache}/triton",
+                        protocol.CACHE_KIND_ENV: kind})
+            dirs.append(cache)
+        spec = {"env": env, "dirs": dirs, "cleanup": cleanup, "watch_stdin": False}
+        if setup.nnodes > 1:
+            spec.update(job=json.loads(job.payload()), nnodes=setup.nnodes,
+                        bundle=self._bundle(setup), python=self.python,
+                        rank_dir=f"{NODE_TMP}/{job_id}-ranks")
+            return quote_command([self.python, "-m", "stepbench.execute.raynodes",
+                                  json.dumps(spec)])
+        if setup.distributed:
+            spec["argv"] = torchrun_command(self.python, job, Rendezvous())
+            spec["rank_dir"] = f"{NODE_TMP}/{job_id}-ranks"
+        else:
+            spec["argv"] = self.worker_argv(job)
+            path = self._servers()
+            if path is not None:
+                spec.update(server=path, payload=job.payload())
+        return quote_command([self.python, "-m", "stepbench.execute.hostside", "run",
+                              json.dumps(spec)])
+
+    def _servers(self) -> str | None:
+        """Where this run's process servers listen on every host (started by the first job
+        that asks, execute/rayservers.py), or None: fresh start asked for, or no server."""
+        if self.start != "server":
+            return None
+        with self._servers_lock:
+            if self._servers_job is not None:
+                return self._server_path
+            from stepbench.execute.bundle import PACKAGE
+            from stepbench.execute.ssh import quote_command
+
+            self._servers_job = f"{self.tag}-servers"
+            path = f"{NODE_TMP}/{self.tag}.sock"
+            try:
+                self.cluster.client.submit_job(
+                    entrypoint=quote_command([self.python, "-m", "stepbench.execute.rayservers",
+                                              json.dumps({"path": path,
+                                                          "preload": self.preload})]),
+                    submission_id=self._servers_job, entrypoint_num_cpus=0,
+                    runtime_env={"py_modules": [str(PACKAGE)]},
+                    metadata={"stepbench": "process servers"})
+            except Exception as exc:  # noqa: BLE001 - the setups start fresh; said once
+                self.note(f"no process servers ({_reason(exc)}); every setup's process starts "
+                          "fresh")
+                return None
+            hosts, ready = self.loop.call(self._await_servers(self._servers_job))
+            if ready:
+                imports = ready[0].get("imports_s") or {}
+                self.note(f"process servers ready on {len(ready)} of {hosts} host(s) (imports: "
+                          + ", ".join(f"{k} {v:.1f} s" for k, v in imports.items()) + ")"
+                          + ("; the other hosts' setups start fresh" if len(ready) < hosts
+                             else ""))
+                self._server_path = path
+            else:
+                self.note("no process server started on the cluster; every setup's process "
+                          "starts fresh")
+            return self._server_path
+
+    async def _await_servers(self, job_id: str) -> tuple[int, list[dict]]:
+        """The servers job's count of hosts and the ready lines, once every host answered (or
+        the job ended, or stop() came, or READY_TIMEOUT_S passed)."""
+        from stepbench.execute.server import READY_TIMEOUT_S
+
+        hosts, ready, answered, pending = 0, [], 0, ""
+
+        async def read() -> None:
+            nonlocal hosts, answered, pending
+            async for chunk in self.cluster.client.tail_job_logs(job_id):
+                *lines, pending = (pending + chunk).split("\n")
+                for line in lines:
+                    message = _json(line) or {}
+                    if message.get("event") == "servers":
+                        hosts = message.get("hosts", 0)
+                    elif message.get("event") in ("ready", "failed"):
+                        answered += 1
+                        if message["event"] == "ready":
+                            ready.append(message)
+                if hosts and answered >= hosts:
+                    return
+
+        reader = asyncio.ensure_future(read())
+        stopper = asyncio.ensure_future(self._stop_event.wait())
+        try:
+            await asyncio.wait({reader, stopper}, timeout=READY_TIMEOUT_S,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (reader, stopper):
+                task.cancel()
+        return hosts, ready
+
+    def worker_argv(self, job: Job) -> list[str]:
+        """A setup's process on its node (as LocalProcess.command runs it here)."""
+        return [self.python, "-m", "stepbench.measure.worker", job.payload()]
+
+    def _bundle(self, setup: Setup) -> dict:
+        """One node's share of a job over several nodes (a placement group's bundle)."""
+        bundle = {"CPU": 1}
+        if setup.device == "cuda":
+            bundle["GPU"] = setup.nproc
+            if self.gpu_type:
+                bundle[f"{ACCELERATOR}{self.gpu_type}"] = 0.001
+        return bundle
+
+    def _resources(self, setup: Setup) -> dict:
+        """The job's entrypoint resources: where its process may run."""
+        if setup.nnodes > 1:
+            return {}       # the driver only places the tasks; they take the bundles' resources
+        if setup.device != "cuda":
+            return {"entrypoint_num_cpus": 1}
+        resources = {"entrypoint_num_gpus": setup.nproc}
+        if self.gpu_type:
+            resources["entrypoint_resources"] = {f"{ACCELERATOR}{self.gpu_type}": 0.001}
+        return resources
+
+    async def _follow(self, job_id: str, timeout_s: float, follow: "_Follow") -> tuple[bool, bool]:
+        """Follow the job's log until it ends; stop it at the timeout (counted from the moment it
+        runs) or on stop(). (timed out, stopped)."""
+        tail = asyncio.ensure_future(self._tail(job_id, follow))
+        stopper = asyncio.ensure_future(self._stop_event.wait())
+        placed = asyncio.ensure_future(follow.placed.wait())
+        timed_out = stopped = False
+        try:
+            while not tail.done():
+                if follow.placed.is_set():
+                    left = follow.placed_at + timeout_s - time.monotonic()
+                    if left <= 0:
+                        timed_out = True
+                        break
+                    waits = {tail, stopper}
+                else:
+                    left, waits = None, {tail, stopper, placed}
+                done, _ = await asyncio.wait(waits, timeout=left,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if stopper in done:
+                    stopped = True
+                    break
+            if timed_out or stopped:
+                await asyncio.get_running_loop().run_in_executor(None, self._stop_job, job_id)
+                try:
+                    await asyncio.wait_for(asyncio.shield(tail), STOP_WAIT_S)
+                except asyncio.TimeoutError:
+                    tail.cancel()
+        finally:
+            stopper.cancel()
+            placed.cancel()
+        if tail.done() and not tail.cancelled() and tail.exception() is not None:
+            follow.stderr.append(f"stepbench: lost the job's log ({_reason(tail.exception())})")
+        return timed_out, stopped
+
+    async def _tail(self, job_id: str, follow: "_Follow") -> None:
+        async for chunk in self.cluster.client.tail_job_logs(job_id):
+            follow.feed(chunk)
+        follow.feed("\n")
+
+    def _stop_job(self, job_id: str) -> None:
+        try:
+            self.cluster.client.stop_job(job_id)
+        except Exception:  # noqa: BLE001 - it ended on its own meanwhile
+            pass
+
+    def _info(self, job_id: str):
+        try:
+            return self.cluster.client.get_job_info(job_id)
+        except Exception:  # noqa: BLE001 - the record says what arrived
+            return None
+
+    def _delete(self, job_id: str, settle: bool = False) -> None:
+        """Remove the ended job from the cluster's list (Ray deletes only ended jobs). `settle`:
+        a job that was stopped (or ran a Ray driver) is watched a little after its deletion:
+        Ray writes FAILED ("supervisor actor died") into a job deleted right after it stopped,
+        and that job is deleted again."""
+        from ray.job_submission import JobStatus
+
+        deadline, deleted_at = time.monotonic() + STOP_WAIT_S, None
+        while time.monotonic() < deadline:
+            try:
+                status = self.cluster.client.get_job_status(job_id)
+            except Exception:  # noqa: BLE001 - gone (or the cluster is): nothing to delete
+                if deleted_at is None or time.monotonic() - deleted_at >= SETTLE_S:
+                    return
+                status = None
+            if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+                try:
+                    self.cluster.client.delete_job(job_id)
+                except Exception:  # noqa: BLE001 - deleted meanwhile
+                    pass
+                if not settle:
+                    return
+                deleted_at = time.monotonic()
+            time.sleep(0.5)
+
+    def _lose(self, reason: str) -> None:
+        """The cluster cannot run this run's jobs: no job starts after this one."""
+        with self._lock:
+            self.lost = self.lost or reason
+            self._stopping = True
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+        self.loop.soon(self._stop_event.set)
+
+    def close(self) -> None:
+        if self._servers_job is not None:       # the servers end what they forked still running
+            self._stop_job(self._servers_job)
+            self._delete(self._servers_job, settle=True)
+            self._servers_job = None
+        if self._own_loop:
+            self.loop.close()
+
+
+class _Follow:
+    """What a job's log carried: protocol messages to the outcome, hostside's own lines kept,
+    the rest the stderr tail."""
+
+    def __init__(self, outcome: Outcome, on_message: OnMessage):
+        self.outcome, self.on_message = outcome, on_message
+        self.pending = ""
+        self.placed = asyncio.Event()
+        self.placed_at: float | None = None
+        self.cuda_visible_devices: str | None = None
+        self.placed_nodes: dict = {}
+        self.returncode: int | None = None
+        self.exit_at: float | None = None     # when the exit line came: the process had ended
+        self.start: str | None = None
+        self.ranks: list[dict] = []
+        self.stderr: collections.deque = collections.deque(maxlen=200)
+
+    def feed(self, chunk: str) -> None:
+        *lines, self.pending = (self.pending + chunk).split("\n")
+        for line in lines:
+            self.line(line)
+
+    def line(self, line: str) -> None:
+        message = _json(line)
+        event = message.get("event") if message else None
+        if event == PLACED_EVENT:
+            if not self.placed.is_set():
+                self.placed_at = time.monotonic()
+                self.placed.set()
+            self.cuda_visible_devices = message.get("cuda_visible_devices")
+            if message.get("nodes"):
+                self.placed_nodes = {"nodes": message["nodes"]}
+        elif event == RANKS_EVENT:
+            self.ranks = message.get("states") or []
+        elif event == EXIT_EVENT:
+            self.returncode, self.start = message.get("returncode"), message.get("start")
+            self.exit_at = time.monotonic()
+        elif protocol.decode(line) is not None:
+            _take(protocol.decode(line), self.outcome, self.on_message)
+        elif line.strip():
+            self.stderr.append(line)
+
+
+def _json(line: str) -> dict | None:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _indices(devices: str | None) -> list[int] | None:
+    try:
+        return [int(d) for d in devices.split(",")] if devices else None
+    except ValueError:
+        return None
+
+
+def _reason(exc: BaseException) -> str:
+    return first_line(str(exc)) or type(exc).__name__
