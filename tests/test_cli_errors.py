@@ -43,6 +43,10 @@ CASES = [
     (["--device", "cuda"], "--device cuda was asked for, but torch sees no CUDA GPU here; use --device cpu"),
     (["--model", "/nonexistent/config.json"], "no such file; pass a preset name or the path of an HF config.json"),
     (["--out", "/proc/stepbench/results.jsonl"], "cannot write results to /proc/stepbench/results.jsonl"),
+    # A Ray cluster (docs/ray.md), refused before any cluster is asked.
+    (["--gpu-type", "H100"], "--gpu-type chooses a GPU type of a Ray cluster; add --ray ADDRESS (or drop --gpu-type)"),
+    (["--ray", "http://head:8265", "--host", "gpu-a"], "--ray runs the setups on a Ray cluster; drop --host, --hosts-file and --rent (or --ray)"),
+    (["--ray", "http://head:8265", "--node-rank", "0"], "--ray places a job's nodes itself; drop --node-rank and --rdzv-endpoint"),
 ]
 
 
@@ -146,3 +150,17 @@ def test_unknown_model_type_from_the_command_line(config_file, tmp_path):
     assert len(proc.stderr.strip().splitlines()) <= 3, proc.stderr
     assert len(proc.stderr) < 600, proc.stderr
     assert not (tmp_path / "r.jsonl").exists() or (tmp_path / "r.jsonl").read_text() == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ray", "auto"], "--ray auto reads RAY_ADDRESS, which is not set; set it to the cluster's Jobs API address"),
+    (["--ray", "http://head:8265", "--model", "/data/config.json"],
+     "--model /data/config.json: a config file stays on this machine, and --ray runs the setups on the cluster's nodes; pass a preset"),
+])
+def test_ray_input_is_refused_before_the_cluster_is_asked(args, message, capsys, tmp_path, monkeypatch):
+    pytest.importorskip("ray.job_submission", reason="Ray's Jobs API is not installed")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code = main(["run", *args, "--out", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "r.jsonl").exists()

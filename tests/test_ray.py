@@ -1,0 +1,291 @@
+"""`run --ray` and `tune --ray` against a real Ray cluster (tests/raynet.py: a head with two fake
+GPUs and a second raylet, in a network namespace with loopback only, started once per session).
+
+The setups are tiny eager CPU setups, real processes in real Ray jobs; the test of GPU placement
+runs cuda setups whose processes are short scripts (tests/fakes.py's ProtocolChild) through the
+real Runner and Ray executor, since the fake GPUs cannot run a model. The client (stepbench run)
+enters the cluster's network namespace only, so it is this test's child and Ctrl-C reaches it.
+Skipped, with the reason, where Ray cannot be imported or the namespace cannot be made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import SMALL, SRC, read_jsonl, wait_for
+
+pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    from raynet import RayCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    cluster = RayCluster()
+    yield cluster
+    cluster.stop()
+
+
+def ray_cli(cluster, *args, timeout=600) -> subprocess.CompletedProcess:
+    """`stepbench ARGS` in the cluster's network namespace."""
+    return subprocess.run(cluster.client_argv([sys.executable, "-m", "stepbench", *map(str, args)]),
+                          capture_output=True, text=True, timeout=timeout, env=client_env())
+
+
+def client_env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+                RAY_AUTH_MODE="disabled")
+
+
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def nothing_left(cluster) -> None:
+    """No setup's process, torchrun, hostside (a job's, or a process server) or job driver is
+    left on the cluster, and no job of ours."""
+    for text in ("stepbench.measure", "torch.distributed.run", "stepbench.execute.hostside",
+                 "stepbench.execute.ray"):
+        assert cluster.processes(text) == [], text
+    assert [j for j in cluster.jobs() if j["id"].startswith("stepbench-")] == []
+
+
+# ---------------------------------------------------------------- GPUs
+
+SCRIPTED = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    from fakes import ProtocolChild
+    from stepbench.execute.raycluster import Cluster, RayExecutor, check_cluster
+    from stepbench.execute.runner import Runner
+    from stepbench.record import ResultsFile
+    from stepbench.setup import Setup
+
+    address, folder, gpu_type = sys.argv[1:4]
+    child = ProtocolChild(Path(folder), sleep_s=1.0, together=2, gpu="fake GPU")
+
+    class Scripted(RayExecutor):
+        def worker_argv(self, job):
+            return [self.python, "-c", *map(str, child(job))]
+
+    cluster = Cluster(address)
+    plan = [Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=b, seq=64, device="cuda")
+            for b in (1, 2, 3)]
+    gpus = check_cluster(cluster, "cuda", gpu_type, None, plan)
+    store = ResultsFile(Path(folder) / "r.jsonl")
+    for attempt in range(2):        # the second resumes: every record is there
+        executor = Scripted(cluster, "cuda", gpus=gpus, gpu_type=gpu_type, run_id=f"t{attempt}")
+        try:
+            records = Runner(executor, store, measure_peak=False).run(plan, timeout_s=120)
+        finally:
+            executor.close()
+        print(json.dumps({"gpus": gpus, "records": [r.to_dict() for r in records]}), flush=True)
+
+    class Unstartable(RayExecutor):     # the job fails before any setup's process starts
+        def _entrypoint(self, job, job_id):
+            return "echo 'no python here' >&2; exit 127"
+
+    executor = Unstartable(cluster, "cuda", gpus=gpus, run_id="t2")
+    try:
+        records = Runner(executor, store, measure_peak=False).run(
+            plan + [Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=4, seq=64,
+                          device="cuda")], timeout_s=120)
+    finally:
+        executor.close()
+    print(json.dumps({"lost": executor.lost, "records": len(records)}), flush=True)
+""")
+
+
+def overlapping(a, b):
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def test_ray_gives_gpus_0_and_1_a_third_waits_and_a_rerun_resumes(ray_cluster, tmp_path):
+    from raynet import GPU_TYPE
+
+    from fakes import ProtocolChild
+
+    env = dict(client_env(), PYTHONPATH=os.pathsep.join([TESTS, SRC]))
+    proc = subprocess.run(ray_cluster.client_argv(
+        [sys.executable, "-c", SCRIPTED, ray_cluster.address, str(tmp_path), GPU_TYPE]),
+        capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    first, second, broken = (json.loads(line) for line in proc.stdout.splitlines())
+    assert first["gpus"] == 2                   # the cluster's GPUs (of the type asked for)
+    log = sorted(ProtocolChild(tmp_path).entries(), key=lambda e: e["start"])
+    assert len(log) == 3                        # the rerun started no job
+    # Ray chose the GPUs: the first two met at their barrier, running at once on GPUs 0 and 1;
+    # the third waited for one of them to be free.
+    assert {e["seen"] for e in log[:2]} == {"0", "1"} and [e["met"] for e in log[:2]] == [True] * 2
+    assert log[2]["seen"] in ("0", "1") and log[2]["start"] >= min(e["end"] for e in log[:2])
+    for a in log:
+        for b in log:
+            if a is not b and overlapping(a, b):
+                assert a["seen"] != b["seen"]
+    records = first["records"]
+    assert [r["setup"]["batch"] for r in records] == [1, 2, 3]
+    assert [r["step_ms"] for r in records] == [10.0, 20.0, 30.0]       # results never mixed
+    node_ids = {r["placement"]["ray"]["node_id"] for r in records}
+    assert len(node_ids) == 1 and None not in node_ids                 # the head has the GPUs
+    assert len({r["placement"]["ray"]["job_id"] for r in records}) == 3
+    for record in records:
+        seen = next(e["seen"] for e in log if e["batch"] == record["setup"]["batch"])
+        assert record["placement"]["cuda_visible_devices"] == seen
+        assert record["placement"]["gpus"] == [int(seen)]
+        assert record["placement"]["ray"]["gpu_type"] == GPU_TYPE
+    assert second["records"] == records
+    # A job that ends before its process starts is no measurement: nothing is recorded, no job
+    # starts after it, and the run's one line says why.
+    assert broken["records"] == 3          # the three stored ones: the fourth was not recorded
+    assert broken["lost"].startswith("Ray job stepbench-t2-1 ended FAILED before its process "
+                                     "started: ")
+    assert "Job entrypoint command failed with exit code 127" in broken["lost"]
+    assert len(read_jsonl(tmp_path / "r.jsonl")) == 3
+    nothing_left(ray_cluster)
+
+
+def test_an_unknown_gpu_type_is_refused_before_anything_runs(ray_cluster, tmp_path):
+    proc = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, "--device", "cuda",
+                   "--gpu-type", "A100-80G", "--out", tmp_path / "r.jsonl", timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "stepbench run: error: --gpu-type A100-80G: the Ray cluster has no such GPU; its GPU types: "
+        "FAKE-GPU; pass one of them (Ray's names, e.g. H100, A100-80G) or drop --gpu-type"]
+    out = tmp_path / "r.jsonl"
+    assert not out.exists() or out.read_text() == ""        # nothing ran, nothing written
+
+
+# ---------------------------------------------------------------- real setups
+
+MATRIX = [*SMALL, "--modes", "eager", "--attn", "sdpa,eager"]
+
+
+def test_the_matrix_through_ray_ctrl_c_a_rerun_resumes_and_a_timeout(ray_cluster, tmp_path):
+    out = tmp_path / "r.jsonl"
+    command = ray_cluster.client_argv([sys.executable, "-m", "stepbench", "run", "--ray",
+                                       ray_cluster.address, *MATRIX, "--out", str(out)])
+    # SIGINT as a terminal's Ctrl-C sends it (a shell's background job would ignore it).
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=client_env(), preexec_fn=default_sigint)
+    # Stopped while the second setup's process runs in its job, as Ctrl-C would.
+    wait_for(first, "[2/2] eager+eager batch 4 seq 64: building the model")
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    assert "interrupted; the running setup was stopped" in err
+    nothing_left(ray_cluster)
+    [kept] = read_jsonl(out)
+    assert kept["setup"]["attn"] == "sdpa"
+    # What a local run records, and where Ray ran it.
+    assert kept["status"] == "ok" and kept["step_ms"] > 0 and kept["machine"]["gpu"] == "cpu"
+    assert len(kept["step_times_ms"]) == 5 and kept["software"]["torch"]
+    # Forked by the run's process server on the node (rayservers.py), as a local run's are.
+    assert kept["placement"]["start"] == "server"
+    ray = kept["placement"]["ray"]
+    assert ray["job_id"].startswith("stepbench-") and len(ray["node_id"]) == 56
+    # The same command again, with a timeout the second setup cannot keep: the finished setup
+    # is resumed (a timeout is not part of a setup), the stopped one runs and is stopped at 3 s.
+    again = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *MATRIX, "--timeout", "3",
+                    "--out", out, "--format", "json")
+    assert again.returncode == 0, again.stderr
+    records = json.loads(again.stdout)
+    assert records[0] == kept and records[1]["setup"]["attn"] == "eager"
+    assert records[1]["status"] == "timeout"
+    assert records[1]["error"].startswith("no result after 3 s (last phase: ")
+    assert records[1]["placement"]["ray"]["job_id"] != ray["job_id"]
+    assert read_jsonl(out) == records
+    nothing_left(ray_cluster)
+
+
+def test_max_batch_and_tune_go_through_ray(ray_cluster, tmp_path):
+    # --start fresh: two jobs each, where starting the run's process servers costs more than it
+    # saves (the matrix's test runs them).
+    out = tmp_path / "mb.jsonl"
+    proc = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *SMALL, "--start", "fresh",
+                   "--modes", "eager",
+                   "--attn", "sdpa", "--batch", "1", "--max-batch", "--max-batch-limit", "1",
+                   "--memory-limit-gb", "8", "--out", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    records = read_jsonl(out)
+    assert [(r["search"]["role"], r["setup"]["batch"]) for r in records] == \
+        [("probe", 1), ("final", 1)]
+    assert json.loads(proc.stdout) == records[-1:]
+    assert all(r["status"] == "ok" and r["placement"]["ray"]["node_id"] for r in records)
+    tuned = tmp_path / "tune.jsonl"
+    proc = ray_cli(ray_cluster, "tune", "--ray", ray_cluster.address, "--device", "cpu",
+                   "--start", "fresh",
+                   "--model", "llama-tiny", "--seq", "32", "--batch", "1", "--modes", "eager",
+                   "--attn", "sdpa", "--repeats", "1", "--warmup", "1", "--steps", "2",
+                   "--budget", "25s", "--format", "json", "--out", tuned)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["winner"]["setup"]["attn"] == "sdpa"
+    stored = read_jsonl(tuned)
+    assert stored and all(r["search"]["kind"] == "tune" and r["placement"]["ray"]["job_id"]
+                          for r in stored)
+    nothing_left(ray_cluster)
+
+
+def test_a_two_node_torchrun_job_runs_one_task_per_node(ray_cluster, tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *SMALL, "--modes", "eager",
+                   "--attn", "sdpa", "--parallel", "ddp", "--nnodes", "2", "--out", out,
+                   "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    [record] = json.loads(proc.stdout)
+    assert record["status"] == "ok", record["error"]
+    assert record["setup"]["nnodes"] == 2 and len(record["ranks"]) == 2
+    nodes = record["placement"]["ray"]["nodes"]
+    assert len({n["node_id"] for n in nodes}) == 2      # STRICT_SPREAD: one bundle per node
+    assert sorted(r["node"] for r in record["ranks"]) == [0, 1]
+    nothing_left(ray_cluster)
+
+
+def test_ray_local_starts_a_cluster_for_the_run_and_stops_it(tmp_path):
+    from raynet import unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "r.jsonl"
+    # Its own namespaces: PID 1 there is the shell, so what the run leaves behind is listed
+    # after it ends.
+    script = (f"ip link set lo up; {sys.executable} -m stepbench run --ray local {' '.join(SMALL)} "
+              f"--modes eager --attn sdpa --out {out}; echo exit=$?; ps -eo args")
+    # Ray's own files (its session logs, the token it makes for a local cluster) go to a folder
+    # of the test's (short: Ray's Unix socket paths), not to /tmp/ray and ~/.ray.
+    home = tempfile.mkdtemp(prefix="sbray-")
+    env = dict(client_env(), HOME=home, RAY_TMPDIR=home)
+    del env["RAY_AUTH_MODE"]        # as a user runs it: token authentication on
+    try:
+        proc = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc",
+                               "--kill-child", "sh", "-c", script], capture_output=True, text=True,
+                              timeout=400, env=env)
+        token = (Path(home) / ".ray" / "auth_token").is_file()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert "exit=0" in proc.stdout, proc.stderr
+    assert "Ray listens on this machine's network address" in proc.stderr
+    # Left in its namespace once the run ended: the shell and ps, nothing of Ray's (the shell
+    # reaps no orphan: an ended one shows as <defunct>).
+    left = proc.stdout.split("exit=0", 1)[1].strip().splitlines()[1:]
+    assert [line for line in left if not line.startswith(("sh -c", "ps -eo"))
+            and not line.endswith("<defunct>")] == [], left
+    [record] = read_jsonl(out)
+    assert record["status"] == "ok" and record["placement"]["ray"]["node_id"]
+    assert token            # the local Ray made a token for its clients (Ray's default)
