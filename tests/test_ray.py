@@ -210,6 +210,9 @@ def test_the_matrix_through_ray_ctrl_c_a_rerun_resumes_and_a_timeout(ray_cluster
     assert records[1]["placement"]["ray"]["job_id"] != ray["job_id"]
     assert read_jsonl(out) == records
     nothing_left(ray_cluster)
+    # The run's process server took its socket file with it (the nodes' /tmp is shared).
+    tag = ray["job_id"].rsplit("-", 1)[0]
+    assert not Path(f"/tmp/{tag}.sock").exists()
 
 
 def test_max_batch_and_tune_go_through_ray(ray_cluster, tmp_path):

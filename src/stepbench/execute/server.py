@@ -31,6 +31,7 @@ timeout, kill and classification are the same for either start method.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -474,8 +475,10 @@ def serve_at(path: str, spec: dict) -> None:
         folder = tempfile.mkdtemp(prefix="stepbench-server-")
         path = os.path.join(folder, "server.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    bound = False
     try:
         listener.bind(path)
+        bound = True
         listener.listen(8)
         try:
             message = ready(spec, parent_env)
@@ -489,6 +492,9 @@ def serve_at(path: str, spec: dict) -> None:
         listener.close()
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
+        elif bound:
+            with contextlib.suppress(OSError):
+                os.unlink(path)     # its socket file, not left in a shared /tmp (a Ray node's)
 
 
 class Server:
