@@ -45,6 +45,15 @@ PLACED_EVENT = "placed"
 RANKS_EVENT = "ranks"
 
 
+def event_of(line: str) -> dict | None:
+    """A line of hostside's output as the JSON object it holds (an event), or None."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def probe(device: str) -> dict:
     try:
         import torch

@@ -40,7 +40,7 @@ from stepbench import protocol
 from stepbench.errors import UserError, first_line
 from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
                                         Rendezvous, _take, now_iso, rank_verdict, torchrun_command)
-from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT
+from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
 from stepbench.setup import Setup
 
 INSTALL_HINT = "pip install 'stepbench[ray]'"
@@ -441,7 +441,7 @@ class RayExecutor:
             async for chunk in self.cluster.client.tail_job_logs(job_id):
                 *lines, pending = (pending + chunk).split("\n")
                 for line in lines:
-                    message = _json(line) or {}
+                    message = event_of(line) or {}
                     if message.get("event") == "servers":
                         hosts = message.get("hosts", 0)
                     elif message.get("event") in ("ready", "failed"):
@@ -605,7 +605,7 @@ class _Follow:
             self.line(line)
 
     def line(self, line: str) -> None:
-        message = _json(line)
+        message = event_of(line)
         event = message.get("event") if message else None
         if event == PLACED_EVENT:
             if not self.placed.is_set():
@@ -623,14 +623,6 @@ class _Follow:
             _take(protocol.decode(line), self.outcome, self.on_message)
         elif line.strip():
             self.stderr.append(line)
-
-
-def _json(line: str) -> dict | None:
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return None
-    return message if isinstance(message, dict) else None
 
 
 def _indices(devices: str | None) -> list[int] | None:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 
-from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT
+from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
 
 
 def _free_port() -> dict:
@@ -109,7 +109,7 @@ def main(argv: list[str]) -> int:
                         if all(nodes):      # every node runs: the job's clock starts
                             print(json.dumps({"event": PLACED_EVENT, "nodes": nodes}), flush=True)
                     continue
-                message = _json(line)
+                message = event_of(line)
                 event = message.get("event") if message else None
                 if event == PLACED_EVENT:
                     pass
@@ -143,14 +143,6 @@ def main(argv: list[str]) -> int:
 def _say(message: dict, lock) -> None:
     with lock:
         print(json.dumps(message), flush=True)
-
-
-def _json(line: str) -> dict | None:
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return None
-    return message if isinstance(message, dict) else None
 
 
 if __name__ == "__main__":
