@@ -99,15 +99,16 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -SLOW_FILES.get(item.path.name, 0))
 
 
-def run_cli(*args, timeout=900, check_json=False, env=None) -> subprocess.CompletedProcess:
+def run_cli(*args, timeout=900, check_json=False, env=None, code=0) -> subprocess.CompletedProcess:
     """`python -m stepbench ARGS` in a real subprocess, as a user would run it (in `env`, else
-    this process's environment)."""
+    this process's environment); with `check_json`, it must exit with `code` (docs/cli.md) and
+    its stdout is read as JSON into `.records`."""
     env = env if env is not None else os.environ
     env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [SRC, env.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "stepbench", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, env=env)
     if check_json:
-        assert proc.returncode == 0, proc.stderr
+        assert proc.returncode == code, proc.stderr
         proc.records = json.loads(proc.stdout)
     return proc
 

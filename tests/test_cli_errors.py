@@ -1,5 +1,8 @@
 """Bad input to `stepbench run`: one line on stderr that names the fix, exit code 2, no traceback."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from stepbench.cli import main
@@ -164,3 +167,49 @@ def test_ray_input_is_refused_before_the_cluster_is_asked(args, message, capsys,
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r.jsonl").exists()
+
+
+DATA = Path(__file__).parent / "data"
+# Every flag that names a path, given one it cannot use: (command and flags, text of the line).
+# "{tmp}" is the test's folder, holding a file "file" and a results file "r.jsonl".
+PATH_CASES = [
+    (["run", "--plan", "{tmp}/missing.toml"], "cannot read plan {tmp}/missing.toml (No such file"),
+    (["run", "--plan", "{tmp}"], "cannot read plan {tmp} (Is a directory)"),
+    (["run", "--out", "{tmp}"], "cannot write results to {tmp} (Is a directory)"),
+    (["run", "--out", "{tmp}/file/r.jsonl"], "cannot write results to {tmp}/file/r.jsonl"),
+    (["run", "--compile-cache", "{tmp}/file"],
+     "--compile-cache {tmp}/file is a file; pass --compile-cache a folder you can write to"),
+    (["run", "--compile-cache", "{tmp}/file/cache"],
+     "--compile-cache {tmp}/file/cache cannot be made: {tmp}/file is a file"),
+    (["run", "--compile-cache", "/proc/nope"], "--compile-cache /proc/nope "),
+    (["run", "--compile-cache", "{tmp}/file", "--dry-run"], "--compile-cache {tmp}/file is a file"),
+    (["run", "--model", "{tmp}/missing.json"], "unknown model '{tmp}/missing.json'"),
+    (["run", "--hosts-file", "{tmp}/missing"], "cannot read hosts file {tmp}/missing"),
+    (["run", "--host", "a", "--ssh-config", "{tmp}/missing"], "SSH config {tmp}/missing not found"),
+    (["tune", "--budget", "1m", "--compile-cache", "{tmp}/file"], "--compile-cache {tmp}/file is a file"),
+    (["tune", "--budget", "1m", "--compile-cache", "/proc/nope"], "--compile-cache /proc/nope "),
+    (["tune", "--budget", "1m", "--out", "{tmp}"], "cannot read results file {tmp} (Is a directory)"),
+    (["report", "{tmp}/missing.jsonl"], "results file '{tmp}/missing.jsonl' not found"),
+    (["report", "{tmp}/r.jsonl", "--prices", "{tmp}/missing.toml"], "price file '{tmp}/missing.toml' not found"),
+    (["report", "{tmp}/r.jsonl", "--out", "{tmp}"], "cannot write {tmp} (Is a directory)"),
+    (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/file"], "--plots {tmp}/file is a file; pass a folder"),
+    (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/file/plots"], "cannot write the plots into {tmp}/file/plots"),
+]
+
+
+@pytest.mark.parametrize("args, message", PATH_CASES, ids=[" ".join(a) for a, _ in PATH_CASES])
+def test_every_bad_path_flag_is_one_line_and_exit_2(args, message, capsys, tmp_path):
+    (tmp_path / "file").write_text("not a folder\n")
+    shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r.jsonl")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if args[0] != "report":
+        args += ["--device", "cpu"] + (["--out", str(tmp_path / "new.jsonl")]
+                                       if "--out" not in args else [])
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message.replace("{tmp}", str(tmp_path)) in err
+    # (The report warns about what it read before it fails to write: "no price for 'cpu'".)
+    lines = [line for line in err.strip().splitlines() if "warning:" not in line]
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert not (tmp_path / "new.jsonl").exists()

@@ -87,20 +87,26 @@ def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
 def test_a_memory_limit_too_small_for_the_model_is_out_of_memory(tmp_path):
     # The cap counts from the process's imports, so even a tiny one leaves torch running: the
     # model's build does not fit.
+    # No setup ran ok: exit 1, with one line (docs/cli.md); the record is kept all the same.
+    out = tmp_path / "r.jsonl"
     proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb",
-                   "0.001", "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+                   "0.001", "--out", out, "--format", "json", check_json=True, code=1)
     [record] = proc.records
     assert record["status"] == "oom" and record["phase"] == "building", record["error"]
-    table = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb",
-                    "0.001", "--out", tmp_path / "r.jsonl", "--format", "markdown").stdout
-    assert "OOM means the step did not fit in its --memory-limit-gb cap on address space." in table
+    assert f"stepbench run: no setup ran ok (1 oom); their errors are in {out}" in proc.stderr
+    # Everything resumed from the file: nothing failed now, exit 0.
+    again = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb",
+                    "0.001", "--out", out, "--format", "markdown")
+    assert again.returncode == 0, again.stderr
+    assert "OOM means the step did not fit in its --memory-limit-gb cap on address space." \
+        in again.stdout
 
 
 def test_flex_attention_backward_on_cpu_is_unsupported(tmp_path):
     # (That the setups after an unsupported, failed or crashed one still run: the oom test above,
     # tests/test_runner.py and tests/test_axes.py.)
     proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "flex_attention",
-                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True, code=1)
     [flex] = proc.records
     # The registry knows (stepbench.axes): refused before the model is built, with the reason.
     assert flex["status"] == "unsupported" and flex["phase"] == "building"

@@ -332,7 +332,12 @@ class ResultsFile:
             return []
         records = []
         # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
-        with _FILE_LOCK, open(self.path, encoding="utf-8", errors="replace") as f:
+        try:
+            f = open(self.path, encoding="utf-8", errors="replace")
+        except OSError as exc:      # a folder, no permission
+            raise UserError(f"cannot read results file {self.path} ({exc.strerror}); pass a "
+                            "results file to --out") from None
+        with _FILE_LOCK, f:
             _shared_lock(f.fileno())
             for number, line in enumerate(f, 1):
                 if line.strip():

@@ -11,6 +11,7 @@ the device is known: on this machine, or on each SSH host.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -338,6 +339,10 @@ class RunSettings:
             raise UserError("--rent-prices goes with --rent and --dry-run: it asks the providers "
                             "for today's prices without renting (a run looks them up itself "
                             "before it creates anything)")
+        if self.compile_cache is not None and not self.remote_run and self.ray is None:
+            # Here, not a host's or a cluster's folder (made there): checked, not yet made.
+            with self.origin.checking("compile_cache"):
+                writable_folder(self.compile_cache, self.origin.name("compile_cache"))
         if self.max_batch is not None and self.remote_run:
             raise UserError("--max-batch runs its probes on this machine; drop --host, "
                             "--hosts-file and --rent, or run `stepbench run --max-batch` on the "
@@ -393,6 +398,27 @@ def _options(given: dict, command: str, origin: Origin = Origin()) -> dict:
 
 def _path(value) -> Path | None:
     return None if value is None else Path(value)
+
+
+def writable_folder(path: Path, flag: str, make: bool = False) -> Path:
+    """`path` as a folder stepbench can write into: there, or makeable under a folder there;
+    else a UserError naming `flag`. With `make`, the folder is made (a dry run only checks)."""
+    path = Path(path).expanduser()
+    fix = f"pass {flag} a folder you can write to"
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} is a file; {fix}")
+    there = next(p for p in (path, *path.parents) if p.exists())
+    if not there.is_dir():
+        raise UserError(f"{flag} {path} cannot be made: {there} is a file; {fix}")
+    if make:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{flag} {path} cannot be made ({exc.strerror}); {fix}") from None
+        there = path
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path} is not writable ({there}: permission denied); {fix}")
+    return path
 
 
 def _max_batch(opts: dict, given: dict, origin: Origin = Origin()) -> MaxBatchOptions | None:
@@ -494,6 +520,8 @@ class TuneSettings:
         values["device"] = None
         opts = _options(given, TUNE)
         check_ray(opts["ray"], opts["gpu_type"])
+        if opts["compile_cache"] is not None and opts["ray"] is None:
+            writable_folder(_path(opts["compile_cache"]), option("compile_cache", TUNE).flag)
         objective = given.get("objective") or "tokens"
         if objective == "fit" and values.get("memory_limit_gb") is None:
             raise UserError("--objective fit needs --memory-limit-gb N, the memory the step must "

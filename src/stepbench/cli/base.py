@@ -1,13 +1,15 @@
-"""What every command shares: the argument parser's one-line errors, exit codes, and the line a
-command ends with when a signal stops it."""
+"""What every command shares: the argument parser's one-line errors, exit codes (docs/cli.md), and
+the line a command ends with when a signal stops it or none of its setups ran ok."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+EXIT_OK = 0
+EXIT_FAILED = 1         # no setup ok, a host failed, no tune winner, results file not written
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C; SIGTERM and SIGHUP exit with 128 + their number
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,3 +50,17 @@ def stopped(command: str, exc: KeyboardInterrupt, what: str) -> int:
     how = f"stopped by {exc}" if isinstance(exc, Stopped) else "interrupted"
     say(command, f"{how}; {what}; run the same command again to resume")
     return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
+
+
+def outcome(command: str, records, run_id: str, out) -> int:
+    """The exit code of a command that ran setups: 0 when one of `records` (this plan's, old and
+    new) is ok, or when none was run now (`run_id`'s: everything was in the results file `out`);
+    else 1, with one line that counts the statuses."""
+    from collections import Counter
+
+    if any(r.ok for r in records) or not any(r.run_id == run_id for r in records):
+        return EXIT_OK
+    counts = Counter(r.status for r in records)
+    say(command, "no setup ran ok (" + ", ".join(f"{n} {status}" for status, n in
+                                                counts.most_common()) + f"); their errors are in {out}")
+    return EXIT_FAILED

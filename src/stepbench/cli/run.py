@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import report_hint, say, stopped
+from stepbench.cli.base import EXIT_OK, outcome, report_hint, say, stopped
 from stepbench.cli.flags import (add_axis_flags, add_option, add_options, add_ray_options,
                                  option_keys)
-from stepbench.settings import DEFAULT_OUT, MAX_BATCH_KEYS, RAY_KEYS, RUN, RunSettings
+from stepbench.settings import (DEFAULT_OUT, MAX_BATCH_KEYS, RAY_KEYS, RUN, RunSettings,
+                                writable_folder)
 
 def add(sub) -> None:
     p = sub.add_parser(
@@ -120,11 +121,13 @@ def cmd_run(args) -> int:
         model = "" if settings.values["model"] else " with the llama-tiny preset"
         say("run", f"no CUDA GPU found; running on the CPU{model} (pass --device cuda on a GPU "
                    "machine)")
+    cache = None if local.compile_cache is None else \
+        writable_folder(local.compile_cache, "--compile-cache", make=True)
     gpus = pool.gpu_pool(local, plan)
     rendezvous = pool.rendezvous(local, gpus, plan)
     store = ResultsFile(local.out).check_writable()
     display = Display()
-    executor = LocalProcess(compile_cache=local.compile_cache, gpus=gpus, rendezvous=rendezvous,
+    executor = LocalProcess(compile_cache=cache, gpus=gpus, rendezvous=rendezvous,
                             start=local.start, preload=imports_for(plan), note=display.note)
     return run_plan(local, plan, executor, store, display)
 
@@ -156,7 +159,7 @@ def run_plan(local: RunSettings, plan, executor, store, display) -> int:
         display.close()
         executor.close()
     print_records(local, records, searched)
-    return 0
+    return outcome("run", records, runner.run_id, local.out)
 
 
 def print_stopped(settings: RunSettings, kept: list) -> None:
@@ -280,7 +283,9 @@ def run_hosts(settings: RunSettings) -> int:
     records = [record for run in runs for record in run.records]
     if records or settings.format == "json":
         print_records(settings, records)
-    return report_failures(runs)
+    failed = report_failures(runs)
+    ran = outcome("run", records, runs[0].run_id, settings.out) if runs else EXIT_OK
+    return failed or ran
 
 
 def dry_run_hosts(settings: RunSettings, specs: list) -> int:

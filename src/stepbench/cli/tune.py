@@ -8,7 +8,7 @@ import sys
 
 from stepbench.cli.base import given, report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_options, add_ray_options
-from stepbench.settings import TUNE, TuneSettings
+from stepbench.settings import TUNE, TuneSettings, writable_folder
 
 FORMATS = ("table", "markdown", "csv", "json", "html")
 
@@ -84,10 +84,13 @@ def _tune(settings: TuneSettings, cluster) -> int:
         # One GPU at a time: tune's probes are compared with each other.
         check_cluster(cluster, settings.device, settings.gpu_type, "1" if
                       settings.device == "cuda" else None, [base])
+    # On a cluster the folder is the nodes' (made there); here it must be one this can write.
+    cache = None if cluster is not None else writable_folder(
+        settings.compile_cache or cache_dir() / "inductor", "--compile-cache", make=True)
     display = Display()
     if cluster is None:
-        executor = LocalProcess(compile_cache=settings.compile_cache or cache_dir() / "inductor",
-                                start=settings.start, note=display.note, preload=preload)
+        executor = LocalProcess(compile_cache=cache, start=settings.start, note=display.note,
+                                preload=preload)
     else:
         from stepbench.execute.raycluster import RayExecutor
 
@@ -95,19 +98,23 @@ def _tune(settings: TuneSettings, cluster) -> int:
                                compile_cache=settings.compile_cache, run_id=new_run_id(),
                                start=settings.start, preload=preload, note=display.note)
     runner = Runner(executor, store, run_id=getattr(executor, "run_id", None))
-    tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
-                       objective=settings.objective, timeout_s=settings.timeout_s,
-                       repeats=settings.repeats, skipped=skipped, start=settings.start,
-                       display=display, say=lambda text: display.line(f"stepbench tune: {text}"))
-    first = tuner.first_price()
-    if first is not None and settings.budget_s < first.total:
+    try:
+        tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
+                           objective=settings.objective, timeout_s=settings.timeout_s,
+                           repeats=settings.repeats, skipped=skipped, start=settings.start,
+                           display=display,
+                           say=lambda text: display.line(f"stepbench tune: {text}"))
+        first = tuner.first_price()
+        if first is not None and settings.budget_s < first.total:
+            raise UserError(f"--budget {settings.budget_s:g}s is less than the tune's first "
+                            f"measurement here: {tune.label(tuner.reference_setup(base.batch))} "
+                            f"takes at least {first.total:.0f} s ({first.describe()}); give "
+                            f"--budget {math.ceil(first.total)}s or more")
+        store.check_writable()
+    except BaseException:       # bad input found here (a results file that is a folder, ...)
         executor.close()
         display.close()
-        raise UserError(f"--budget {settings.budget_s:g}s is less than the tune's first "
-                        f"measurement here: {tune.label(tuner.reference_setup(base.batch))} "
-                        f"takes at least {first.total:.0f} s ({first.describe()}); give "
-                        f"--budget {math.ceil(first.total)}s or more")
-    store.check_writable()
+        raise
     try:
         result = tuner.run()
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM / SIGHUP as Stopped

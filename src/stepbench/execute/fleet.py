@@ -35,6 +35,7 @@ class HostRun:
     records: list[Record] = field(default_factory=list)
     failure: str | None = None          # the host's one line, when it could not finish
     runner: object = field(default=None, repr=False)    # its Runner, once the plan runs there
+    run_id: str | None = None           # the run's id: its records made now carry it
 
     def kept(self) -> list[Record]:
         """What the host finished so far (its records once it is done, or stopped)."""
@@ -88,7 +89,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     # A rented machine's address is known once it runs: its executor is pointed there then.
     hosts += [SSHExecutor(HostSpec(lease.name, lease.name), loop, options) for lease in leases]
     runs = runs if runs is not None else []
-    runs.extend(HostRun(host.host) for host in hosts)
+    runs.extend(HostRun(host.host, run_id=run_id) for host in hosts)
     lease_of = {lease.name: lease for lease in leases}
 
     def one(host: SSHExecutor, result: HostRun) -> None:
