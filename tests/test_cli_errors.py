@@ -213,3 +213,33 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, message, capsys, tmp_p
     lines = [line for line in err.strip().splitlines() if "warning:" not in line]
     assert "Traceback" not in err and len(lines) == 1, err
     assert not (tmp_path / "new.jsonl").exists()
+
+
+def test_a_warning_is_one_line_alike_in_every_command(capsys, tmp_path):
+    # A results file with a line that is no record: run (which reads it to resume; everything
+    # is in it, so nothing runs) and report say so in the same words, without Python's source line.
+    out = tmp_path / "r.jsonl"
+    shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", out)
+    with out.open("a") as f:
+        f.write('{"garbage": 1}\n')
+    where = f"{out}:{len(out.read_text().splitlines())}"
+    assert main(["run", "--device", "cpu", "--modes", "eager", "--attn", "sdpa", "--seq", "64",
+                 "--warmup", "1", "--steps", "3", "--repeats", "1", "--out", str(out)]) == 0
+    ran = capsys.readouterr().err
+    assert main(["report", str(out)]) == 0
+    reported = capsys.readouterr().err
+    said = f"warning: {where}: skipped a line that is not a stepbench record"
+    assert f"stepbench run: {said}\n" in ran and f"stepbench report: {said}\n" in reported
+    assert "UserWarning" not in ran and "warn(" not in ran
+    assert "already in the results file (ok), skipped" in ran
+
+
+def test_a_libraries_warning_names_its_source_on_the_same_line(capsys):
+    import warnings
+
+    from stepbench.errors import show_warnings
+
+    show_warnings("tune")
+    warnings.warn_explicit("TypedStorage is deprecated", UserWarning, "/x/torch/storage.py", 7)
+    assert capsys.readouterr().err == ("stepbench tune: warning: TypedStorage is deprecated "
+                                       "(UserWarning, torch/storage.py:7)\n")

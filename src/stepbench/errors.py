@@ -1,11 +1,17 @@
-"""The one exception type that means "the user asked for something we cannot do", and how an
-error's text is shortened to one line wherever stepbench shows it.
+"""The one exception type that means "the user asked for something we cannot do", how an
+error's text is shortened to one line wherever stepbench shows it, and how a warning looks.
 
 The CLI turns a UserError into one line on stderr and exit code 2 (or the error's own
 `exit_code`), with no traceback; every other exception is a bug and keeps its traceback.
+Warnings, stepbench's own (a skipped line of a results file) and its libraries', are one line
+each in every command: `stepbench COMMAND: warning: ...` (`warning_line`, `show_warnings`).
 """
 
 from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
 
 
 class UserError(Exception):
@@ -27,3 +33,26 @@ def first_line(text: str | None, limit: int = 200, last: bool = False) -> str:
     if space >= limit * 3 // 4:      # a word boundary near the end: cut there, not mid-word
         cut = cut[:space]
     return cut.rstrip(" ,;:(") + "..."
+
+
+def warning_line(command: str, message: str) -> str:
+    """A warning as every command prints it: `stepbench COMMAND: warning: MESSAGE`, one line."""
+    return f"stepbench {command}: warning: {first_line(message, 500)}"
+
+
+_OURS = str(Path(__file__).resolve().parent)
+
+
+def show_warnings(command: str) -> None:
+    """Print Python's warnings as `warning_line`s on stderr, without the source line Python
+    adds; a library's warning names its category and file ("(UserWarning, torch/...)")."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if not str(filename).startswith(_OURS):
+            parts = Path(filename).parts
+            where = "/".join(parts[-2:]) if len(parts) > 1 else filename
+            text += f" ({category.__name__}, {where}:{lineno})"
+        print(warning_line(command, text), file=file or sys.stderr)
+
+    warnings.showwarning = show

@@ -1,6 +1,7 @@
 """Command line: every command's flags; each handler parses its settings, calls and prints.
 
-A UserError becomes one line on stderr and exit code 2 (or the error's own `exit_code`); Ctrl-C
+A UserError becomes one line on stderr and exit code 2 (or the error's own `exit_code`), a
+warning one line too (errors.show_warnings); Ctrl-C
 exits 130, SIGTERM and SIGHUP 128 + their number, after the running setups were stopped. Every
 other exception is a bug and keeps its traceback. Heavy modules (torch, the report) are imported
 inside the handlers, so `--help` and `report` start fast. The axis flags come from the registry
@@ -12,7 +13,7 @@ from __future__ import annotations
 from stepbench import __version__
 from stepbench.cli import compare, report, run, tune
 from stepbench.cli.base import EXIT_INTERRUPTED, EXIT_USER_ERROR, Parser, say
-from stepbench.errors import UserError
+from stepbench.errors import UserError, show_warnings
 
 
 def build_parser() -> Parser:
@@ -33,6 +34,7 @@ def build_parser() -> Parser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    show_warnings(args.command)
     from stepbench.execute.runner import Stopped
 
     try:
