@@ -26,3 +26,9 @@ def duration(seconds: float, exact: bool = False) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def gigabytes(value: float) -> str:
+    """GB (1e9 bytes) to two significant digits, whole ones from 10 on: "0.27 GB", "1.4 GB",
+    "137 GB"."""
+    return f"{value:.0f} GB" if value >= 10 else f"{value:.2g} GB"

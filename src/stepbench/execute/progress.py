@@ -19,6 +19,7 @@ per runner call and cannot know its total: its `SearchView` numbers its processe
 from __future__ import annotations
 
 import collections
+import re
 import statistics
 import sys
 import threading
@@ -29,7 +30,7 @@ from stepbench.errors import first_line
 from stepbench.execute.executor import Job
 from stepbench.record import Record
 from stepbench.setup import Setup
-from stepbench.units import duration
+from stepbench.units import duration, gigabytes
 
 PHASE_TEXT = {
     "starting": "starting its process",
@@ -136,6 +137,30 @@ def time_left(seconds: float) -> str:
     return f"about {duration(max(seconds, 1.0))} left"
 
 
+# What an allocator's out-of-memory error asked for: the CPU's "you tried to allocate N bytes",
+# CUDA's "Tried to allocate 2.00 GiB".
+_ASKED = re.compile(r"tried to allocate (?:(\d+) bytes|([\d.]+ [KMGT]?i?B))", re.IGNORECASE)
+
+
+def summary(record: Record) -> str:
+    """How a finished setup's line ends: 'ok, 31.2 ms/step', 'OOM in the first step: could not
+    allocate 0.27 GB (0.41 GB in use)', or the status and its error's first line, cut at a word."""
+    if record.status == "ok":
+        return f"ok, {record.step_ms:.1f} ms/step"
+    if record.status != "oom":
+        return f"{record.status.upper()}: {first_line(record.error, 160)}"
+    error = record.error or ""
+    asked = _ASKED.search(error)
+    if asked:
+        why = "could not allocate " + (gigabytes(int(asked[1]) / 1e9) if asked[1] else asked[2])
+    elif "out-of-memory killer" in error:
+        why = "killed by the kernel's out-of-memory killer"
+    else:
+        why = first_line(error, 120)
+    used = f" ({gigabytes(record.oom_memory_gb)} in use)" if record.oom_memory_gb else ""
+    return f"OOM in {PHASE_TEXT.get(record.phase, record.phase)}: {why}{used}"
+
+
 class Display:
     """The runner's display: a live block on a terminal, plain lines elsewhere."""
 
@@ -235,11 +260,7 @@ class Display:
                 estimate.finished(job, record.wall_s)
                 left = estimate.left_s(self.clock())
                 after = time_left(left) if left is not None else ""
-        if record.status == "ok":
-            summary = f"ok, {record.step_ms:.1f} ms/step"
-        else:
-            summary = f"{record.status.upper()}: {first_line(record.error, 160)}"
-        self._print(f"stepbench: {label}: {summary} ({record.wall_s or 0:.0f} s)"
+        self._print(f"stepbench: {label}: {summary(record)} ({record.wall_s or 0:.0f} s)"
                     + (f"; {after}" if after else ""))
 
     def forget(self, prefix: str) -> None:
