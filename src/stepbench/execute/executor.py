@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from stepbench import protocol
+from stepbench.execute import oom
 from stepbench.execute.server import ProcessServer, ServerError
 from stepbench.measure.distributed import RANK_DIR_ENV
 from stepbench.setup import Setup
@@ -71,6 +72,8 @@ class Outcome:
     result_at: float | None = None     # time.monotonic() when the result message arrived
     placement: dict = field(default_factory=dict)   # the record's `placement`: GPUs, threads
     detail: str | None = None          # what the executor adds to a timeout's or crash's error
+    # Why a process that died of SIGKILL is taken for the kernel's OOM killer's victim (oom.py).
+    oom_killed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,26 +222,33 @@ class LocalProcess:
         # Before the clock starts: the server's one-time start is the run's, not this setup's
         # (recorded in the placement of the job that waited for it).
         server = self._server_for(job, outcome.placement)
+        watch = oom.Watch()     # the kernel log and OOM-kill counts as the process starts
         start = time.monotonic()
-        with open(stderr_path, "wb") as stderr:
-            proc = self._spawn(job, env, stderr, server, outcome.placement)
-            with self._lock:
-                self._running.add(proc)
-                stopping = self._stopping
-            try:
-                if stopping:   # stop() came between this job's start and its registration
-                    kill_group(proc)
-                outcome.timed_out = read_messages(proc, start + timeout_s, outcome, on_message)
-            finally:
-                kill_group(proc)
-                if outcome.result_at is not None:
-                    outcome.exit_s = time.monotonic() - outcome.result_at
+        try:
+            with open(stderr_path, "wb") as stderr:
+                proc = self._spawn(job, env, stderr, server, outcome.placement)
                 with self._lock:
-                    self._running.discard(proc)
-                    outcome.stopped = self._stopping
-        outcome.returncode = proc.returncode
-        if getattr(proc, "exit_unknown", False):
-            outcome.detail = "its exit status is unknown: the process server died while it ran"
+                    self._running.add(proc)
+                    stopping = self._stopping
+                try:
+                    if stopping:   # stop() came between this job's start and its registration
+                        kill_group(proc)
+                    outcome.timed_out = read_messages(proc, start + timeout_s, outcome,
+                                                      on_message)
+                finally:
+                    kill_group(proc)
+                    if outcome.result_at is not None:
+                        outcome.exit_s = time.monotonic() - outcome.result_at
+                    with self._lock:
+                        self._running.discard(proc)
+                        outcome.stopped = self._stopping
+            outcome.returncode = proc.returncode
+            if getattr(proc, "exit_unknown", False):
+                outcome.detail = "its exit status is unknown: the process server died while it ran"
+            elif was_killed(outcome):
+                outcome.oom_killed = watch.verdict(proc.pid)
+        finally:
+            watch.close()
         outcome.stderr_tail = tail(stderr_path)
         stderr_path.unlink(missing_ok=True)
         if rank_dir is not None:
@@ -329,6 +339,13 @@ def torchrun_command(python: str, job: Job, rdzv: Rendezvous) -> list[str]:
     else:
         command += [f"--node-rank={rdzv.node_rank}", f"--rdzv-endpoint={rdzv.endpoint}"]
     return command + ["-m", "stepbench.measure.rank", job.payload()]
+
+
+def was_killed(outcome: Outcome) -> bool:
+    """Whether a process died of a SIGKILL that stepbench did not send (a timeout or a stop
+    ends the group with SIGTERM, then SIGKILL) before it sent its result."""
+    return (outcome.returncode == -signal.SIGKILL and outcome.result is None
+            and not outcome.timed_out and not outcome.stopped)
 
 
 def read_messages(proc: subprocess.Popen, deadline: float, outcome: Outcome,

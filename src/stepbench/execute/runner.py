@@ -363,6 +363,9 @@ def classify(outcome: Outcome, phase: str, timeout_s: float) -> tuple[str, str |
             error = f"{error}\n{outcome.stderr_tail}"
         return status, error
     rc = outcome.returncode
+    if outcome.oom_killed:
+        return "oom", (f"killed by the kernel's out-of-memory killer (last phase: {phase}; "
+                       f"{outcome.oom_killed})")
     if rc is not None and rc < 0:
         how = f"killed by signal {signal.Signals(-rc).name}"
     else:
