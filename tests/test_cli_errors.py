@@ -50,6 +50,11 @@ CASES = [
     (["--gpu-type", "H100"], "--gpu-type chooses a GPU type of a Ray cluster; add --ray ADDRESS (or drop --gpu-type)"),
     (["--ray", "http://head:8265", "--host", "gpu-a"], "--ray runs the setups on a Ray cluster; drop --host, --hosts-file and --rent (or --ray)"),
     (["--ray", "http://head:8265", "--node-rank", "0"], "--ray places a job's nodes itself; drop --node-rank and --rdzv-endpoint"),
+    # On a CPU, a step that cannot fit the machine's memory is refused before its process grows
+    # until the kernel kills it: the floor of its memory, by part (measure/footprint.py).
+    (["--modes", "eager", "--attn", "eager", "--seq", "100000"],
+     "eager+eager at batch 4 x seq 100000 needs at least 1301 GB of memory (logits 16 GB, "
+     "attention scores 1280 GB), and this machine has "),
 ]
 
 

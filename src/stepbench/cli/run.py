@@ -10,6 +10,7 @@ from pathlib import Path
 from stepbench.cli.base import EXIT_OK, outcome, report_hint, say, stopped
 from stepbench.cli.flags import (add_axis_flags, add_option, add_options, add_ray_options,
                                  option_keys)
+from stepbench.errors import UserError
 from stepbench.settings import (DEFAULT_OUT, MAX_BATCH_KEYS, RAY_KEYS, RUN, RunSettings,
                                 writable_folder)
 
@@ -117,6 +118,8 @@ def cmd_run(args) -> int:
         print_plan(plan, local.format) if local.max_batch is None else \
             print_searches(plan, local)
         return 0
+    if local.device == "cpu" and local.max_batch is None:
+        check_memory(plan)
     if settings.device == "auto" and local.device == "cpu":
         model = "" if settings.values["model"] else " with the llama-tiny preset"
         say("run", f"no CUDA GPU found; running on the CPU{model} (pass --device cuda on a GPU "
@@ -160,6 +163,36 @@ def run_plan(local: RunSettings, plan, executor, store, display) -> int:
         executor.close()
     print_records(local, records, searched)
     return outcome("run", records, runner.run_id, local.out)
+
+
+def check_memory(plan) -> None:
+    """On a CPU, refuse a plan with a setup whose step needs more memory than this machine has
+    available (measure/footprint.py's floor), before its process grows until the kernel kills
+    it. A setup capped by --memory-limit-gb below that fails with `oom` instead; --max-batch
+    and tune probe sizes that may not fit on purpose, and are not checked."""
+    from stepbench.execute.oom import available_bytes
+    from stepbench.measure.footprint import estimate
+    from stepbench.units import gigabytes
+
+    available = available_bytes()
+    over = []
+    for setup in plan:
+        if setup.memory_limit_gb is not None and setup.memory_limit_gb * 1e9 < available:
+            continue
+        floor = estimate(setup)
+        if floor is not None and floor.total > available:
+            over.append((floor.total, setup, floor))
+    if not over:
+        return
+    total, setup, floor = max(over, key=lambda item: item[0])
+    parts = ", ".join(f"{name} {gigabytes(value / 1e9)}" for name, value in floor.parts.items()
+                      if value >= 0.01 * total)
+    more = f" (and {len(over) - 1} more setup{'s' if len(over) > 2 else ''})" if len(over) > 1 \
+        else ""
+    raise UserError(f"{setup.name} at batch {setup.batch} x seq {setup.seq}{more} needs at least "
+                    f"{gigabytes(total / 1e9)} of memory ({parts}), and this machine has "
+                    f"{gigabytes(available / 1e9)} available; lower --seq or --batch (--max-batch "
+                    "with --memory-limit-gb finds the largest batch that fits)")
 
 
 def print_stopped(settings: RunSettings, kept: list) -> None:

@@ -1,4 +1,5 @@
-"""Whether the kernel's out-of-memory killer ended a setup's process.
+"""Whether the kernel's out-of-memory killer ended a setup's process, and how much memory a
+setup's process can have here.
 
 A process the kernel kills for memory gets SIGKILL and says nothing: the parent sees only the
 signal. Where the kernel lets it, two things tell that signal apart from any other SIGKILL:
@@ -19,14 +20,14 @@ from pathlib import Path
 KILLED = re.compile(r"Killed process (\d+) \(([^)]*)\)")
 
 
-def _cgroup_counters() -> dict[str, Path]:
-    """{name: file} of the OOM-kill counters of this process's memory cgroup, v2 and v1."""
+def _cgroup_folders() -> list[tuple[str, Path]]:
+    """("v2" or "v1", folder) of this process's memory cgroups."""
     try:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
         memberships = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return {}
-    found = {}
+        return []
+    found = []
     for line in memberships:
         _, controllers, path = line.split(":", 2)
         v2 = controllers == ""
@@ -41,11 +42,37 @@ def _cgroup_counters() -> dict[str, Path]:
             root, point = fields[3], fields[4]
             if not (path + "/").startswith(root.rstrip("/") + "/"):
                 continue
-            folder = Path(point) / path[len(root.rstrip("/")):].lstrip("/")
-            counter = folder / ("memory.events" if v2 else "memory.oom_control")
-            if counter.is_file():
-                found[f"its memory cgroup's oom_kill ({counter})"] = counter
+            found.append(("v2" if v2 else "v1",
+                          Path(point) / path[len(root.rstrip("/")):].lstrip("/")))
     return found
+
+
+def _cgroup_counters() -> dict[str, Path]:
+    """{name: file} of the OOM-kill counters of this process's memory cgroups."""
+    found = {}
+    for version, folder in _cgroup_folders():
+        counter = folder / ("memory.events" if version == "v2" else "memory.oom_control")
+        if counter.is_file():
+            found[f"its memory cgroup's oom_kill ({counter})"] = counter
+    return found
+
+
+def available_bytes() -> int:
+    """The memory a process started here can have: what the machine has available (psutil's
+    estimate: free memory and the cache it can reclaim), and no more than the memory limit of
+    this process's cgroup (v2 memory.max, v1 memory.limit_in_bytes) where one is set."""
+    import psutil
+
+    available = psutil.virtual_memory().available
+    for version, folder in _cgroup_folders():
+        try:
+            text = (folder / ("memory.max" if version == "v2" else
+                              "memory.limit_in_bytes")).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            available = min(available, int(text))
+    return available
 
 
 def _count(path: Path) -> int | None:
