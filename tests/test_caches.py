@@ -143,7 +143,7 @@ def test_flops_are_counted_once_per_model_shape(folder):
     from stepbench.setup import Setup
 
     setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=2, seq=32, device="cpu")
-    model, _, tokens = step.build(setup, torch.device("cpu"))
+    model, _, tokens, _ = step.build(setup, torch.device("cpu"))
     counted = step.flop_counter_per_sequence(setup, model, tokens)
     assert counted > 1e6
     path = folder / "flops.json"

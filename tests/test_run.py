@@ -40,6 +40,10 @@ def test_records_are_consistent(matrix_run):
         assert r["tokens_per_s"] == pytest.approx(s["batch"] * s["seq"] / (r["step_ms"] / 1000))
         assert r["step_ms_min"] <= r["step_ms_median"] <= r["step_ms_max"]
         assert r["first_step_s"] > 0 and r["peak_memory_gb"] > 0 and r["peak_reserved_gb"] > 0
+        # On a CPU: the step's tensors, and the CPU time other processes took from the steps.
+        assert r["peak_memory_source"] == "tensors"
+        assert r["telemetry"]["cpus"] >= 1 and r["telemetry"]["other_cpu_s"] >= 0
+        assert ("busy_cpu" in r["noise_flags"]) == (r["telemetry"]["other_cpu_share"] > 0.1)
         assert r["timed_wall_s"] == pytest.approx(sum(r["step_times_ms"]) / 1000, rel=0.2)
         assert len(r["losses"]) == 1 + 2 + 5
         assert all(math.isfinite(v) for v in r["losses"])

@@ -102,6 +102,41 @@ def test_a_memory_limit_too_small_for_the_model_is_out_of_memory(tmp_path):
         in again.stdout
 
 
+def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):
+    # Three processes of one setup, with two torch threads each, while a busy loop spins on
+    # every CPU: resident memory read 0.15-0.54 GB for one setup under load (glibc's heaps),
+    # the tensors the step allocates do not change with load. (Nor with the start method:
+    # test_server.py, a forked process against a fresh one.)
+    from stepbench.measure.footprint import estimate
+    from stepbench.record import Record
+
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    args = ["run", "--device", "cpu", "--seq", "64", "--warmup", "1", "--steps", "3",
+            "--modes", "eager", "--attn", "sdpa", "--out", tmp_path / "r.jsonl"]
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in os.sched_getaffinity(0)]
+    try:
+        proc = run_cli(*args, "--repeats", "3", env=env)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert proc.returncode == 0, proc.stderr
+    records = [Record.from_dict(r) for r in read_jsonl(tmp_path / "r.jsonl")]
+    assert [r.repeat for r in records] == [0, 1, 2]
+    # The busy loop was seen: other processes took CPU time in every process's timed steps.
+    assert all("busy_cpu" in r.noise_flags and r.telemetry["other_cpu_share"] > 0.1
+               for r in records), [r.telemetry for r in records]
+    peaks = [r.peak_memory_gb for r in records]
+    assert all(r.peak_memory_source == "tensors" for r in records)
+    assert max(peaks) <= 1.01 * min(peaks), peaks
+    # The floor `run` refuses a setup by lies below what the step needed.
+    assert estimate(records[0].setup).total / 1e9 <= min(peaks)
+    report = run_cli("report", tmp_path / "r.jsonl", "--format", "json")
+    [row] = json.loads(report.stdout)["rows"]
+    assert "memory_spread" not in row["noise_flags"] and "busy_cpu" in row["noise_flags"]
+
+
 def test_flex_attention_backward_on_cpu_is_unsupported(tmp_path):
     # (That the setups after an unsupported, failed or crashed one still run: the oom test above,
     # tests/test_runner.py and tests/test_axes.py.)

@@ -42,6 +42,9 @@ def test_a_forked_child_measures_what_a_fresh_one_does(tmp_path):
     fresh, forked = runs(tmp_path, "fresh", env), runs(tmp_path, "server", env)
     assert fresh["placement"]["start"] == "fresh" and forked["placement"]["start"] == "server"
     assert forked["losses"] == fresh["losses"] and len(fresh["losses"]) == 1 + 2 + 5
+    # The step's tensors, which peak memory counts on a CPU, are the same however it started.
+    assert forked["peak_memory_gb"] == fresh["peak_memory_gb"] > 0
+    assert forked["peak_memory_source"] == fresh["peak_memory_source"] == "tensors"
     assert forked["threads"] == fresh["threads"]
     assert forked["threads"]["intra_op"] >= 1
     # The server's one-time start is recorded; the setup's own imports are gone from its phases.

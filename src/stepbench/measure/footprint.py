@@ -5,8 +5,10 @@ before anything runs (cli/run.py), instead of letting its process grow until the
 it. The estimate is a floor, not a prediction: it counts only what a step must hold, so that a
 setup that fits is never refused.
 
-- weights, gradients and AdamW's two moments: 4 x parameters x the weights' bytes (fp32 master
-  weights under autocast);
+- weights and AdamW's two moments: 3 x parameters x the weights' bytes (fp32 master weights
+  under autocast), held from step to step;
+- then the larger of what the forward pass leaves for the backward pass (below) and the
+  gradients (parameters x the weights' bytes), which the backward pass makes as it frees it:
 - per token and layer, the inputs the layer's matrix products keep for the backward pass
   (2 x hidden + 2 x attention width + intermediate), and in eager mode also the attention's
   queries, keys and values, the MLP's gate and up projections and the norms' fp32 copies;
@@ -90,11 +92,11 @@ def estimate(setup) -> Footprint | None:
             kept += width + 2 * kv_heads * head_dim + 2 * inter
         per_token = layers * (kept * compute + (2 * hidden * 4 if eager else 0))
     logits = compute + ((4 if compute < 4 else 0) + 4 if eager else 0)
-    parts = {"weights, gradients and AdamW state": 4 * count * weight,
-             "activations": tokens * per_token,
-             "logits": tokens * c["vocab_size"] * logits}
+    forward = {"activations": tokens * per_token, "logits": tokens * c["vocab_size"] * logits}
     if setup.attn == "eager":
         scores = setup.batch * heads * setup.seq ** 2
         kept_layers = 1 if setup.checkpointing else layers
-        parts["attention scores"] = scores * (kept_layers * compute + (4 if eager else 0))
-    return Footprint(parts)
+        forward["attention scores"] = scores * (kept_layers * compute + (4 if eager else 0))
+    gradients = {"gradients": count * weight}
+    held = {"weights and AdamW state": 3 * count * weight}
+    return Footprint({**held, **max(forward, gradients, key=lambda p: sum(p.values()))})

@@ -50,7 +50,7 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     # The CPU baseline is read before the build.
     memory = CudaMemory(setup.uses_cudagraphs) if cuda else CpuMemory()
     progress("building")
-    model, step, tokens = build(setup, device)
+    model, step, tokens, optimizer = build(setup, device)
     result["params"] = sum(p.numel() for p in model.parameters())
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
@@ -75,10 +75,14 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     frames_before_timed = compile_info.frames_compiled()
     other_procs = telemetry.other_processes(gpu_index) if cuda else None
     memory.reset()
+    # A torchrun job's ranks share the CPUs on purpose: they are not other processes' load.
+    cpu_watched = not cuda and not setup.distributed
     gpu_start = telemetry.gpu_snapshot(gpu_index) if cuda else None
+    cpu_start = telemetry.cpu_snapshot() if cpu_watched else None
     window_start = time.perf_counter()
     step_times_ms = timed_steps(step, setup.steps, cuda, losses)
     result["timed_wall_s"] = time.perf_counter() - window_start
+    cpu_end = telemetry.cpu_snapshot() if cpu_watched else None
     gpu_end = telemetry.gpu_snapshot(gpu_index) if cuda else None
     result.update(memory.peaks())
     frames_after_timed = compile_info.frames_compiled()
@@ -96,6 +100,9 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
         result["energy"] = telemetry.energy_over_window(gpu_start, gpu_end, setup.steps,
                                                         setup.rank_tokens_per_step, result["timed_wall_s"])
         flags += telemetry.noise_flags(gpu_start, gpu_end, other_procs)
+    elif cpu_watched:
+        result["telemetry"] = telemetry.cpu_telemetry(cpu_start, cpu_end)
+        flags += telemetry.cpu_noise_flags(result["telemetry"])
     if setup.mode == "compile":
         result["compile"] = compile_info.diagnostics(frames_after_first, frames_before_timed,
                                                      frames_after_timed, cache_label)
@@ -103,6 +110,9 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
             flags.append("recompiled")
     result["noise_flags"] = flags
     phases.lap("after")
+    if not cuda and not setup.distributed:
+        result.update(memory.tensors_peak(step, held_tensors(model, optimizer, tokens)))
+        phases.lap("memory")
     result.update(flop_fields(setup, model, tokens, result["tokens_per_s"], peak_tflops_measured))
     phases.lap("flops")
 
@@ -140,7 +150,14 @@ def build(setup: Setup, device: torch.device):
         optimizer.zero_grad(set_to_none=True)
         return loss.detach().clone() if cudagraphs else loss.detach()
 
-    return model, step, tokens
+    return model, step, tokens, optimizer
+
+
+def held_tensors(model, optimizer, tokens) -> list[torch.Tensor]:
+    """What a step keeps between steps: weights, buffers, the optimizer's state, the tokens
+    (gradients are freed by zero_grad(set_to_none=True))."""
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    return [*model.parameters(), *model.buffers(), *state, tokens]
 
 
 def timed_steps(step, steps: int, cuda: bool, losses: list) -> list[float]:
@@ -252,13 +269,24 @@ class CudaMemory:
 
 
 class CpuMemory:
-    """The child's peak resident memory over the timed window, above what it held before the
-    model was built (the imports, about 0.4 GB): weights, gradients, optimizer state and the
-    window's activations, as max_memory_allocated counts them on a GPU.
+    """A CPU step's memory: the peak of its tensors (`peak_memory_gb`, as max_memory_allocated
+    counts them on a GPU) and the process's peak resident set over the timed window
+    (`peak_reserved_gb`).
 
-    Writing 5 to /proc/self/clear_refs resets the kernel's peak RSS (ru_maxrss) to the current RSS,
-    so the peak read after the window is the window's own. Without clear_refs (not Linux) it
-    covers the whole process life; peak_reserved_gb is the absolute peak either way.
+    The tensors are counted by the allocator, not by resident memory: what the step holds
+    between steps (weights, buffers, optimizer state, tokens: `held_tensors`) plus the peak of
+    what it allocates in one more step after the window (gradients, activations, temporaries),
+    from torch.profiler's memory events, whose running sum is the net allocation. Resident
+    memory cannot give this number: with two or more threads, glibc's heaps keep freed memory
+    in a layout that depends on how the threads were scheduled, so on a busy machine the same
+    setup's resident growth varied several-fold between processes, and a forked process counts
+    the server's file pages it touches (docs/architecture.md, "Measured reasons").
+
+    Writing 5 to /proc/self/clear_refs resets the kernel's peak RSS (ru_maxrss) to the current
+    RSS, so the resident peak read after the window is the window's own. Where the profiler
+    cannot count (a torchrun rank, whose extra step the other ranks would have to join), the
+    peak is the resident growth over the window above what the process held before the model
+    was built, as stepbench measured it before (`peak_memory_source` null).
     """
 
     def __init__(self):
@@ -275,6 +303,29 @@ class CpuMemory:
         peak_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
         return {"peak_memory_gb": max(peak_bytes - self.baseline_bytes, 0) / GB,
                 "peak_reserved_gb": peak_bytes / GB}
+
+    @staticmethod
+    def tensors_peak(step, held: list[torch.Tensor]) -> dict:
+        """One more step under torch.profiler's memory events: the held tensors' bytes plus the
+        step's peak net allocation (`peak_memory_source` "tensors"); {} when the profiler cannot
+        count (the resident peak stands)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held}
+        try:
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                step()
+            events = prof.profiler.kineto_results.events()
+            deltas = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+        except Exception as exc:  # noqa: BLE001 - the resident peak is kept instead
+            print(f"stepbench: counting the step's tensors failed: {exc}", file=sys.stderr)
+            return {}
+        running = peak = 0
+        for _, nbytes in deltas:
+            running += nbytes
+            peak = max(peak, running)
+        return {"peak_memory_gb": (sum(storages.values()) + peak) / GB,
+                "peak_memory_source": "tensors"}
 
     @staticmethod
     def in_use_gb() -> float:

@@ -1,9 +1,14 @@
-"""GPU telemetry from NVML: clocks, temperature, power, throttling, energy, other processes.
+"""GPU telemetry from NVML: clocks, temperature, power, throttling, energy, other processes;
+and on a CPU, the machine's load and the CPU time other processes took.
 
 A step time is only worth comparing when the GPU ran the same way for both setups. Two snapshots,
 right before and right after the timed window, show whether it did: a clock that dropped, a
 thermal or power throttle, or another process on the GPU are reasons not to trust a row as is
 (`noise_flags`), and the energy counter turns the window into joules per step and tokens per kWh.
+
+On a CPU the same two moments bracket the window with the machine's load average and CPU times
+(`cpu_snapshot`): the CPU seconds that the CPUs this process may run on spent busy, minus its
+own, are what other processes took from the steps ("busy_cpu" in `cpu_noise_flags`).
 
 NVML (`pynvml`, from the nvidia-ml-py package) is read without creating a CUDA context, so the
 runner's parent process can name the GPU (`gpu_name`, for resuming) while the children own it.
@@ -358,3 +363,48 @@ def gpu_facts(cuda_index: int = 0) -> dict:
         "gpu_memory_gb": round(total_bytes / 1e9, 1) if total_bytes is not None else None,
         "driver": _text(_call("nvmlSystemGetDriverVersion")),
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# The CPU, for a setup's process on a CPU
+# ----------------------------------------------------------------------------------------------
+
+# "busy_cpu": other processes took more than this share of the CPU time of the CPUs this process
+# may run on while it ran its timed steps.
+BUSY_CPU_SHARE = 0.10
+
+
+def cpu_snapshot() -> dict:
+    """The CPUs now: `load_1m` (the load average over a minute, this process's threads
+    included), `busy_s` (CPU seconds the CPUs this process may run on have spent busy since boot:
+    user, nice, system, interrupts and time stolen by a hypervisor), `own_s` (this process's CPU
+    seconds, all its threads) and `at` (time.monotonic())."""
+    import time
+
+    import psutil
+
+    cpus = sorted(os.sched_getaffinity(0))
+    per_cpu = psutil.cpu_times(percpu=True)
+    busy = sum(t.user + t.nice + t.system + getattr(t, "irq", 0) + getattr(t, "softirq", 0)
+               + getattr(t, "steal", 0) for i, t in enumerate(per_cpu) if i in cpus)
+    own = psutil.Process().cpu_times()
+    return {"load_1m": os.getloadavg()[0], "busy_s": busy, "own_s": own.user + own.system,
+            "at": time.monotonic(), "cpus": len(cpus)}
+
+
+def cpu_telemetry(start: dict, end: dict) -> dict:
+    """The record's `telemetry` on a CPU: the load average at the `start` and `end` of the timed
+    window, the CPUs this process could run on, and the CPU seconds other processes took on them
+    during the window (`other_cpu_s`), also as a share of those CPUs' time (`other_cpu_share`)."""
+    wall = end["at"] - start["at"]
+    other = max(0.0, (end["busy_s"] - start["busy_s"]) - (end["own_s"] - start["own_s"]))
+    return {"start": {"load_1m": start["load_1m"]}, "end": {"load_1m": end["load_1m"]},
+            "cpus": start["cpus"], "other_cpu_s": round(other, 3),
+            "other_cpu_share": round(other / (wall * start["cpus"]), 4) if wall > 0 else None}
+
+
+def cpu_noise_flags(telemetry: dict | None) -> list[str]:
+    """["busy_cpu"] when other processes took more than BUSY_CPU_SHARE of the CPUs' time
+    during the timed steps; nothing when it is unknown."""
+    share = (telemetry or {}).get("other_cpu_share")
+    return ["busy_cpu"] if share is not None and share > BUSY_CPU_SHARE else []
