@@ -1,7 +1,8 @@
 """The noise flags that step times alone justify: high_cv, the spread of one process's steps (the
 same rule in a setup's process and in the report), and process_spread, processes of one setup
 that disagree (`processes_disagree`: the report's flag, and the rule by which `run` measures a
-setup in a third process).
+setup in a third process); and memory_spread, processes of one setup whose peak memory
+disagrees (`peaks_disagree`, the report's).
 
 The thresholds follow the spread seen between identical processes (docs/report.md;
 docs/architecture.md, "Measured reasons"). Other flags come from NVML (measure/telemetry.py) and torch.compile
@@ -20,6 +21,8 @@ CV_THRESHOLD = 0.05
 # steps' own jitter cannot explain, and one large enough to change a reading of the table.
 SPREAD_FLOOR = 0.03
 SPREAD_CVS = 2.0
+# Processes of one setup whose peak memory differs by more than this share (of the smaller).
+MEMORY_SPREAD = 0.20
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float | None:
@@ -61,3 +64,10 @@ def _apart(a: tuple[float, Sequence[float]], b: tuple[float, Sequence[float]]) -
     gap = slow / fast - 1
     return gap > SPREAD_FLOOR and gap > SPREAD_CVS * max(
         coefficient_of_variation(a[1]) or 0.0, coefficient_of_variation(b[1]) or 0.0)
+
+
+def peaks_disagree(records: Sequence) -> bool:
+    """Whether the peak memory of some two processes of one setup (records that ran) differs by
+    more than MEMORY_SPREAD of the smaller."""
+    peaks = [r.peak_memory_gb for r in records if r.peak_memory_gb]
+    return len(peaks) > 1 and max(peaks) > (1 + MEMORY_SPREAD) * min(peaks)

@@ -19,8 +19,8 @@ from stepbench.report import meta as about
 from stepbench.report import searches, table, tune
 from stepbench.report.findings import findings_for, key_findings
 from stepbench.report.layout import Document, Table
-from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, NOISE_MARKS, mark_notes,
-                                    noise_marks)
+from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, MEMORY_FLAG, MEMORY_MARK,
+                                    NOISE_MARKS, mark_notes, noise_marks)
 from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
                                      unused_keys)
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
@@ -197,7 +197,8 @@ CELLS = {
     "Seq": ("r", lambda row, label: str(row.seq)),
     "Step (ms)": ("r", lambda row, label: table.sig(row.step_ms) + marks(row)),
     "Tokens/s": ("r", lambda row, label: table.num(row.tokens_per_s, 0, thousands=True)),
-    "Peak memory": ("r", lambda row, label: table.gb(row.peak_memory_gb)),
+    "Peak memory": ("r", lambda row, label: table.gb(row.peak_memory_gb)
+                    + (MEMORY_MARK[0] if MEMORY_FLAG in row.noise_flags else "")),
     "First step (s)": ("r", lambda row, label: table.num(row.first_step_s, 1)),
     "M tokens per $": ("r", lambda row, label: table.sig(row.m_tokens_per_dollar, 2)),
 }
@@ -255,6 +256,10 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         notes.append("Under CUDA graphs (compile modes reduce-overhead, max-autotune) Peak memory "
                      "is the peak reserved memory, graph pools included: max_memory_allocated "
                      "does not see a graph replay's memory.")
+    if any(r.peak_memory_source == "tensors" for row in rows for r in row.records if r.ok):
+        notes.append("On the CPU, Peak memory is the peak of the step's tensors (weights, "
+                     "gradients, optimizer state, activations), as torch's profiler counts "
+                     "their allocations over one more step after the timed ones.")
     used = sorted({r.status for r in rows if not r.ok} & set(STATUS_NOTES),
                   key=list(STATUS_NOTES).index)
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
@@ -264,7 +269,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                         compiled=any(r.graph_breaks or r.recompiles for r in rows))
     if not explain:
         return notes
-    unknown = sorted({f for r in rows for f in r.noise_flags if f not in NOISE_MARKS})
+    unknown = sorted({f for r in rows for f in r.noise_flags
+                      if f not in NOISE_MARKS and f != MEMORY_FLAG})
     if unknown:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
     for row in rows:

@@ -5,6 +5,10 @@ zero or more findings; a finding with no data behind it is left out, never inven
 "faster" or "slower" between two setups is checked against the spread of their step times
 (stats.compare): when the difference cannot be told apart from noise the sentence says so, and
 when no spread was recorded it states the direction and the last finding says it was untested.
+A comparison of two setups whose timed steps were both disturbed (marks.DISTURBED: other
+processes on a busy CPU or on the GPU, throttling, recompilation) is not stated at all: a test on
+their steps measures their spread, not what disturbed both, so `untested` lists it instead; the
+same for peak memory when both sides' processes disagreed on it.
 
 A rule tags what its finding says (e.g. "noise": a comparison could not be told from noise), so
 that `key_findings` can choose the few a reader should see first without parsing sentences.
@@ -18,6 +22,7 @@ from itertools import combinations, permutations
 
 from stepbench import stats
 from stepbench.guard import OK
+from stepbench.report.marks import DISTURBED, MEMORY_FLAG, NOISE_MARKS, disturbed
 from stepbench.report.rows import LABEL_PARTS, Row, eager_twins
 from stepbench.report.table import sig
 from stepbench.setup import Setup
@@ -65,7 +70,8 @@ def findings_for(rows: list[Row]) -> list[tuple[str | None, list[Finding]]]:
 LEAD = [("loss_guard", WRONG_LOSS), ("fastest_setup", None),
         ("scaling", None), ("fastest_gpu", None), ("software", None),
         ("tokens_per_dollar", ACROSS_GPUS), ("fit", FITS_ONLY_COMPILED), ("max_batch", None),
-        ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE)]
+        ("compile_speed", NOISE), ("attention_vs_compile", NOISE), ("attention_speed", NOISE),
+        ("untested", None)]
 LEAD_MAX = 5     # a lead longer than this is a second list of findings, not a summary
 
 
@@ -104,6 +110,17 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
 def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
     """Test a's step times against b's (Row.compare); None when nothing can be tested."""
     return a.compare(b)
+
+
+def told(a: Row, b: Row) -> bool:
+    """Whether a comparison of a's and b's step times is stated: not when both rows' steps
+    were disturbed (`untested` lists those)."""
+    return not (disturbed(a.noise_flags) and disturbed(b.noise_flags))
+
+
+def memory_told(a: Row, b: Row) -> bool:
+    """The same for peak memory: not when both rows' processes disagreed on it."""
+    return not (MEMORY_FLAG in a.noise_flags and MEMORY_FLAG in b.noise_flags)
 
 
 def change(new_ms: float, old_ms: float) -> tuple[str, str]:
@@ -196,6 +213,9 @@ def compile_speed(rows: list[Row]) -> list[Finding]:
     """Per attention: compiled against eager step time on every GPU, with direction."""
     out = []
     for (attn, mode), pairs in variants(rows).items():
+        pairs = [(eager, comp) for eager, comp in pairs if told(comp, eager)]
+        if not pairs:
+            continue
         items, moved, tags = [], [], set()
         for eager, comp in pairs:
             phrase, direction = verdict(comp, eager)
@@ -230,8 +250,8 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
     """Per attention: how much peak memory compile saved (or cost)."""
     out = []
     for (attn, mode), pairs in variants(rows).items():
-        pairs = [(e, c) for e, c in pairs
-                 if e.peak_memory_gb is not None and c.peak_memory_gb is not None]
+        pairs = [(e, c) for e, c in pairs if e.peak_memory_gb is not None
+                 and c.peak_memory_gb is not None and memory_told(e, c)]
         if not pairs:
             continue
         moved = {id(c): _memory_change(e.peak_memory_gb, c.peak_memory_gb) for e, c in pairs}
@@ -339,7 +359,7 @@ def compile_payback(rows: list[Row]) -> list[Finding]:
     for (attn, mode), pairs in variants(rows).items():
         paid, never, noise = [], [], []
         for eager, comp in pairs:
-            if comp.first_step_s is None:
+            if comp.first_step_s is None or not told(comp, eager):
                 continue
             _, direction = verdict(comp, eager)
             if direction == "faster":
@@ -424,6 +444,9 @@ def attention_speed(rows: list[Row]) -> list[Finding]:
     """Attention kernels against each other in the same mode, per GPU."""
     out = []
     for (mode, compile_mode, a, b), pairs in attention_pairs(rows).items():
+        pairs = [(ra, rb) for ra, rb in pairs if told(ra, rb)]
+        if not pairs:
+            continue
         label = "In eager mode" if mode == "eager" else \
             f"With {compiler(compile_mode)}" if mode == "compile" else f"In {mode} mode"
         verdicts = [verdict(ra, rb) for ra, rb in pairs]
@@ -447,7 +470,7 @@ def attention_vs_compile(rows: list[Row]) -> list[Finding]:
                           and r.attn == a and r.ok), None)
             comp = min((r for r in rows if r.gpu == gpu and r.mode == "compile"
                         and r.attn == b and r.ok), key=lambda r: r.step_ms, default=None)
-            if eager is None or comp is None:
+            if eager is None or comp is None or not told(eager, comp):
                 continue
             _, direction = verdict(eager, comp)
             item = f"{gpu} {sig(eager.step_ms)} vs {sig(comp.step_ms)} ms"
@@ -492,6 +515,8 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
         if len(ranked) < 2:
             continue
         top, second = ranked[:2]
+        if not told(top, second):
+            continue
         _, direction = verdict(second, top)
         untested.append(compare_rows(second, top) is None)
         if direction == "noise":
@@ -532,7 +557,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
         top = by_dollar[0]
         out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.name} trained the most "
                            f"tokens per dollar: {sig(top.m_tokens_per_dollar, 2)}M per $."))
-    if len(by_speed) >= 2:
+    if len(by_speed) >= 2 and told(*by_speed[:2]):
         top, second = by_speed[:2]
         _, direction = verdict(second, top)
         tags = frozenset({NOISE} if direction == "noise" else ())
@@ -681,6 +706,46 @@ def scaling(rows: list[Row]) -> list[Finding]:
     return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
 
 
+def untested(rows: list[Row]) -> list[Finding]:
+    """The comparisons the rules above leave out because both setups' steps were disturbed: their
+    step times (compiled against eager, attention kernels, eager against compiled, the fastest
+    setup of a GPU and the fastest GPUs), and peak memory where both sides' processes disagreed
+    on it (compiled against eager)."""
+    pairs: dict[frozenset, tuple[Row, Row]] = {}
+    for group in variants(rows).values():
+        pairs.update({frozenset((id(c), id(e))): (c, e) for e, c in group if not told(c, e)})
+    for group in attention_pairs(rows).values():
+        pairs.update({frozenset((id(a), id(b))): (a, b) for a, b in group if not told(a, b)})
+    for eager in (r for r in rows if r.mode == "eager" and r.ok):
+        for comp in (r for r in rows if r.mode == "compile" and r.ok and r.gpu == eager.gpu):
+            if not told(eager, comp):
+                pairs[frozenset((id(eager), id(comp)))] = (eager, comp)
+    ranked = [sorted((r for r in rows if r.gpu == gpu and r.ok and not r.departs),
+                     key=lambda r: r.step_ms) for gpu in dict.fromkeys(r.gpu for r in rows)]
+    ranked.append(_best_per_gpu(rows, lambda r: r.tokens_per_s))
+    for group in ranked:
+        if len(group) >= 2 and not told(*group[:2]):
+            pairs[frozenset(map(id, group[:2]))] = tuple(group[:2])
+    out = []
+    if pairs:
+        flags = [f for a, b in pairs.values() for f in (*a.noise_flags, *b.noise_flags)]
+        marks = "".join(dict.fromkeys(NOISE_MARKS[f][0] for f in flags if f in DISTURBED))
+        items = [f"{a.name} against {b.name}" + (f" on {a.gpu}" if a.gpu == b.gpu else
+                                                   f" ({a.gpu} against {b.gpu})")
+                 + f" ({sig(a.step_ms)} vs {sig(b.step_ms)} ms)" for a, b in pairs.values()]
+        out.append(Finding("untested", "Not compared, because something outside the step "
+                           f"disturbed both setups' timed steps ({marks}, see the notes): "
+                           + join(items) + "."))
+    memory = [(c, e) for group in variants(rows).values() for e, c in group
+              if c.peak_memory_gb and e.peak_memory_gb and not memory_told(c, e)]
+    if memory:
+        out.append(Finding("untested", "Peak memory not compared, because both setups' "
+                           "processes disagreed on it by more than 20%: " + join(
+                               [f"{c.name} against {e.name} on {c.gpu}" for c, e in memory])
+                           + "."))
+    return out
+
+
 RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory,
          compile_cost, compile_payback, fit, attention_speed, attention_vs_compile, gpus,
-         loss_guard_agreed, mfu, energy, testing]
+         untested, loss_guard_agreed, mfu, energy, testing]

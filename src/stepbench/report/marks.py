@@ -19,8 +19,28 @@ NOISE_MARKS = {
     "throttled": _SLOWED,
     "clock_drop": _SLOWED,
     "other_processes": ("‡", "other processes were using the GPU"),
+    "busy_cpu": ("‡", "other processes took more than 10% of the CPUs' time during the timed "
+                      "steps"),
     "recompiled": ("§", "torch.compile recompiled during the timed steps"),
 }
+# After a row's peak memory: its processes' peaks disagreed (noise.peaks_disagree).
+MEMORY_MARK = ("~", "after Peak memory: its processes' peaks differed by more than 20%; the "
+                    "largest is shown")
+MEMORY_FLAG = "memory_spread"
+
+
+# The flags that say something outside the step disturbed the timed steps (another process
+# took CPU or GPU time, the GPU slowed, torch.compile recompiled): a test on two rows' step times
+# measures their spread (high_cv, process_spread), not what disturbed both.
+DISTURBED = ("busy_cpu", "other_processes", "throttled", "clock_drop", "recompiled")
+
+
+def disturbed(flags: Iterable[str]) -> bool:
+    """Whether a row's step time carries a mark of DISTURBED (a comparison of two such rows
+    is not stated: the report lists it as untested)."""
+    return any(f in DISTURBED for f in flags)
+
+
 # What torch.compile did beyond one graph compiled once (not noise: a property of the setup
 # that the details and the record explain).
 COMPILE_MARK = ("¶", "torch.compile split the model at graph breaks or recompiled it after the "
@@ -36,9 +56,12 @@ def noise_marks(flags: Iterable[str]) -> list[str]:
 
 def mark_notes(flag_lists: Iterable[Iterable[str]], compiled: bool = False) -> list[str]:
     """The footnotes of the noise marks used in `flag_lists` (one list per row), then the
-    compile mark's when `compiled` (some row split or recompiled)."""
+    compile mark's when `compiled` (some row split or recompiled), then the peak memory's."""
+    flag_lists = [list(flags) for flags in flag_lists]
     used = dict.fromkeys(NOISE_MARKS[f] for flags in flag_lists for f in flags
                          if f in NOISE_MARKS)
     if compiled:
         used[COMPILE_MARK] = None
+    if any(MEMORY_FLAG in flags for flags in flag_lists):
+        used[MEMORY_MARK] = None
     return [f"{mark} {meaning}." for mark, meaning in used]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from stepbench.axes import AXES
 from stepbench.guard import Verdict, loss_verdicts
-from stepbench.noise import processes_disagree
+from stepbench.noise import peaks_disagree, processes_disagree
 from stepbench.record import Record
 from stepbench import stats
 from stepbench.report.meta import row_fields
@@ -349,8 +349,9 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
 
     Step time: the median of the per-process means; with one process, its mean. Its 95% CI is
     a bootstrap over the per-process means, or over the step times when one process ran.
-    Noise flags: every process's own, and process_spread where its processes disagree
-    (noise.processes_disagree, the rule by which `run` measured a third).
+    Noise flags: every process's own, process_spread where its processes disagree
+    (noise.processes_disagree, the rule by which `run` measured a third), and memory_spread
+    where their peaks do (noise.peaks_disagree).
     Peak memory: the largest peak of any process. First step: median over processes, with a
     warm compile cache counted apart (first_step_warm_s). Details (TFLOP/s, MFU, FLOP counter,
     energy): the median over processes.
@@ -389,6 +390,8 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     flags = [f for r in ok for f in r.noise_flags]       # each process's own (high_cv: its steps)
     if processes_disagree(ok):
         flags.append("process_spread")
+    if peaks_disagree(ok):
+        flags.append("memory_spread")
     row.noise_flags = list(dict.fromkeys(flags))
     _combine_details(row, ok)
     _combine_energy(row, ok, energy_price)

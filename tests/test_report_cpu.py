@@ -1,0 +1,92 @@
+"""What the report says of CPU rows measured on a busy machine, or whose processes disagreed on
+peak memory: marks, notes, and comparisons that are listed as untested instead of stated.
+
+The records are the CPU records of stepbench 0.1 (tests/data/v0.1), changed field by field:
+their steps, the CPU telemetry a setup's process records and its noise flags."""
+
+import copy
+import json
+from pathlib import Path
+
+from stepbench.cli import main
+
+DATA = Path(__file__).parent / "data"
+BASE = {json.loads(line)["setup"]["mode"]: json.loads(line)
+        for line in (DATA / "v0.1" / "cpu-results.jsonl").read_text().splitlines()}
+BUSY = {"start": {"load_1m": 3.9}, "end": {"load_1m": 4.5}, "cpus": 2, "other_cpu_s": 25.3,
+        "other_cpu_share": 0.75}
+
+
+def rec(mode: str, repeat: int, steps: list[float], busy: bool = False, peak: float = 0.08) -> dict:
+    r = copy.deepcopy(BASE[mode])
+    r.update(repeat=repeat, step_times_ms=steps, step_ms=sum(steps) / len(steps),
+             peak_memory_gb=peak, peak_memory_source="tensors",
+             noise_flags=["busy_cpu"] if busy else [],
+             telemetry=BUSY if busy else {**BUSY, "other_cpu_s": 0.1, "other_cpu_share": 0.003})
+    return r
+
+
+def report(capsys, tmp_path, records, fmt="json"):
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["report", str(path), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    return json.loads(out) if fmt == "json" else out
+
+
+def texts(doc, kind) -> str:
+    return " ".join(f["text"] for f in doc["findings"] if f["kind"] == kind)
+
+
+EAGER = [[50.0, 51.0, 49.5, 50.5, 50.2], [50.8, 50.1, 49.9, 50.3, 51.0]]
+COMPILED = [[30.0, 30.5, 29.8, 30.2, 30.1], [30.4, 29.9, 30.0, 30.3, 30.6]]
+
+
+def test_two_setups_measured_on_a_busy_cpu_are_not_compared(capsys, tmp_path):
+    records = [rec("eager", i, s, busy=True) for i, s in enumerate(EAGER)] + \
+              [rec("compile", i, s, busy=True) for i, s in enumerate(COMPILED)]
+    doc = report(capsys, tmp_path, records)
+    assert texts(doc, "compile_speed") == "" and texts(doc, "fastest_setup") == ""
+    assert texts(doc, "compile_payback") == ""
+    assert texts(doc, "untested") == (
+        "Not compared, because something outside the step disturbed both setups' timed steps "
+        "(‡, see the notes): compile+sdpa against eager+sdpa on cpu (30.2 vs 50.3 ms).")
+    assert [r["noise_flags"] for r in doc["rows"]] == [["busy_cpu"], ["busy_cpu"]]
+    table = report(capsys, tmp_path, records, "markdown")
+    assert "| 50.3‡ |" in table and "| 30.2‡ |" in table
+    assert ("‡ other processes took more than 10% of the CPUs' time during the timed steps."
+            in table)
+    assert "On the CPU, Peak memory is the peak of the step's tensors" in table
+
+
+def test_a_busy_cpu_on_one_side_only_is_still_compared(capsys, tmp_path):
+    records = [rec("eager", i, s, busy=True) for i, s in enumerate(EAGER)] + \
+              [rec("compile", i, s) for i, s in enumerate(COMPILED)]
+    doc = report(capsys, tmp_path, records)
+    assert "compiled against eager step time: cpu 30.2 vs 50.3 ms" in texts(doc, "compile_speed")
+    assert texts(doc, "untested") == ""
+
+
+def test_processes_that_disagree_on_peak_memory_are_marked_and_not_compared(capsys, tmp_path):
+    # The same setup's peak read 0.15 and 0.54 GB in two processes (resident memory on a busy
+    # CPU, as stepbench measured it before it counted tensors).
+    records = [rec("eager", 0, EAGER[0], peak=0.15), rec("eager", 1, EAGER[1], peak=0.54),
+               rec("compile", 0, COMPILED[0], peak=0.30), rec("compile", 1, COMPILED[1], peak=0.40)]
+    doc = report(capsys, tmp_path, records)
+    assert [r["noise_flags"] for r in doc["rows"]] == [["memory_spread"], ["memory_spread"]]
+    assert texts(doc, "compile_memory") == ""
+    assert texts(doc, "untested") == ("Peak memory not compared, because both setups' processes "
+                                      "disagreed on it by more than 20%: compile+sdpa against "
+                                      "eager+sdpa on cpu.")
+    # Step times are compared as ever: the memory's spread says nothing of them.
+    assert "cpu 30.2 vs 50.3 ms" in texts(doc, "compile_speed")
+    table = report(capsys, tmp_path, records, "markdown")
+    assert "| 0.54 GB~ |" in table and "| 0.40 GB~ |" in table
+    assert ("~ after Peak memory: its processes' peaks differed by more than 20%; the largest is "
+            "shown.") in table
+    # Within 20%: no mark, and compiled against eager is stated.
+    records[1]["peak_memory_gb"] = 0.17
+    doc = report(capsys, tmp_path, records)
+    assert [r["noise_flags"] for r in doc["rows"]] == [[], ["memory_spread"]]
+    assert "cut peak memory" in texts(doc, "compile_memory") or \
+        "raised peak memory" in texts(doc, "compile_memory")
