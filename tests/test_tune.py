@@ -29,7 +29,7 @@ from stepbench.search.tune import STAGES, Tuner, TuneResult
 from stepbench.settings import parse_budget
 from stepbench.setup import Setup
 
-from conftest import on_a_terminal, wait_for, with_hooks
+from conftest import on_a_terminal, run_cli, wait_for, with_hooks
 import replay
 
 # ---------------------------------------------------------------- a model of a GPU
@@ -738,3 +738,16 @@ def test_a_tune_on_a_terminal_keeps_its_live_progress_from_process_to_process(tm
     live = re.findall(rb"\] eager\+sdpa batch \d+ seq 32: [^\r\n]*? \[\d+ s\]",
                       seen[first_ended.end():])
     assert live, seen.decode(errors="replace")[-2000:]
+
+
+@pytest.mark.slow
+def test_a_tune_without_a_winner_exits_1(tmp_path):
+    # A cap no setup's build fits under: every probe runs out of memory, so nothing wins.
+    proc = run_cli("tune", "--device", "cpu", "--model", "llama-tiny", "--seq", "32", "--batch",
+                   "1", "--modes", "eager", "--attn", "sdpa", "--budget", "60s",
+                   "--memory-limit-gb", "0.001", "--format", "json",
+                   "--out", tmp_path / "tune.jsonl", timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["winner"] is None and result["tried"]
+    assert {t["status"] for t in result["tried"]} == {"oom"}
