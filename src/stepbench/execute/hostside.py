@@ -11,9 +11,10 @@ stdin reaches its end. The parent never writes to stdin: it reaches its end when
 closes it (a timeout, Ctrl-C) or when the SSH connection is gone, so no setup outlives the run
 that started it. The command's stdout (the protocol's JSON lines) is passed through as it comes,
 its stderr goes to this process's stderr, and a last line {"event": "exit", "returncode": N,
-"start": "server"|"fresh"} gives its exit code (negative: the signal that killed it) and how it
-started: forked by the host's process server when SPEC names one ("server": its socket), else
-fresh. A first line {"event": "placed", ...} says where it runs (host, CUDA_VISIBLE_DEVICES), for
+"start": "server"|"fresh", "oom_killed": ...} gives its exit code (negative: the signal that
+killed it), how it started (forked by the host's process server when SPEC names one ("server":
+its socket), else fresh) and, for a SIGKILL, why the host's kernel took it for its
+out-of-memory killer's victim, or null (execute/oom.py). A first line {"event": "placed", ...} says where it runs (host, CUDA_VISIBLE_DEVICES), for
 a cluster that chose the place (execute/raycluster.py). Lines pass through whole, so that they
 stay whole where stdout and stderr share one log (a Ray job's). When SPEC names a `rank_dir` (a
 torchrun job), the ranks' state files are written there and sent back on one line
@@ -36,6 +37,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stepbench.execute import oom
 from stepbench.execute.executor import WAKE_S, kill_group, read_rank_states
 from stepbench.measure.distributed import RANK_DIR_ENV
 from stepbench.process import die_with_parent
@@ -92,6 +94,7 @@ def run(spec: dict) -> int:
     out = sys.stdout.buffer
     _send(out, {"event": PLACED_EVENT, "hostname": socket.gethostname(),
                 "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES")})
+    watch = oom.Watch()
     proc, start = _forked(spec, env), "server"
     if proc is None:
         proc, start = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
@@ -110,7 +113,10 @@ def run(spec: dict) -> int:
         shutil.rmtree(rank_dir, ignore_errors=True)
     for folder in spec.get("cleanup", []):      # this process's own folders (a Ray job's cache)
         shutil.rmtree(folder, ignore_errors=True)
-    _send(out, {"event": EXIT_EVENT, "returncode": proc.returncode, "start": start})
+    killed = watch.verdict(proc.pid) if proc.returncode == -signal.SIGKILL else None
+    watch.close()
+    _send(out, {"event": EXIT_EVENT, "returncode": proc.returncode, "start": start,
+                "oom_killed": killed})
     return 0
 
 

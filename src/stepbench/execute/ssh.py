@@ -137,6 +137,7 @@ class _Exit:
     lost: str | None = None             # the connection is gone: why
     stderr_tail: str = ""
     start: str | None = None            # how hostside started the setup: server or fresh
+    oom_killed: str | None = None       # why hostside takes it for the OOM killer's victim
 
 
 # ---------------------------------------------------------------- the executor
@@ -321,6 +322,7 @@ class SSHExecutor:
         end = self.loop.call(self._exec([self.info["python"], "-m", "stepbench.measure.worker",
                                          payload], env, dirs, timeout_s, on_line, payload))
         outcome.returncode, outcome.timed_out = end.returncode, end.timed_out
+        outcome.oom_killed = end.oom_killed
         outcome.placement = {"start": end.start} if end.start else {}
         outcome.stderr_tail = end.stderr_tail
         outcome.wall_s, outcome.finished_at = time.monotonic() - start, now_iso()
@@ -441,6 +443,7 @@ class SSHExecutor:
             if isinstance(message, dict) and message.get("event") == EXIT_EVENT:
                 end.returncode = message.get("returncode")
                 end.start = message.get("start")
+                end.oom_killed = message.get("oom_killed")
             else:
                 on_line(line)
 
