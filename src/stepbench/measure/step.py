@@ -279,8 +279,8 @@ class CpuMemory:
     from torch.profiler's memory events, whose running sum is the net allocation. Resident
     memory cannot give this number: with two or more threads, glibc's heaps keep freed memory
     in a layout that depends on how the threads were scheduled, so on a busy machine the same
-    setup's resident growth varied several-fold between processes, and a forked process counts
-    the server's file pages it touches (docs/architecture.md, "Measured reasons").
+    setup's resident growth varies between processes, and a forked process counts the server's
+    file pages it touches (docs/architecture.md, "Measured reasons").
 
     Writing 5 to /proc/self/clear_refs resets the kernel's peak RSS (ru_maxrss) to the current
     RSS, so the resident peak read after the window is the window's own. Where the profiler
