@@ -14,8 +14,9 @@ its stderr goes to this process's stderr, and a last line {"event": "exit", "ret
 "start": "server"|"fresh", "oom_killed": ...} gives its exit code (negative: the signal that
 killed it), how it started (forked by the host's process server when SPEC names one ("server":
 its socket), else fresh) and, for a SIGKILL, why the host's kernel took it for its
-out-of-memory killer's victim, or null (execute/oom.py). A first line {"event": "placed", ...} says where it runs (host, CUDA_VISIBLE_DEVICES), for
-a cluster that chose the place (execute/raycluster.py). Lines pass through whole, so that they
+out-of-memory killer's victim, or null (execute/oom.py). A first line {"event": "placed", ...}
+says where it runs (host, CUDA_VISIBLE_DEVICES), for a cluster that chose the place
+(execute/raycluster.py). Lines pass through whole, so that they
 stay whole where stdout and stderr share one log (a Ray job's). When SPEC names a `rank_dir` (a
 torchrun job), the ranks' state files are written there and sent back on one line
 {"event": "ranks", "states": [...]} before the exit line.

@@ -338,6 +338,7 @@ class RayExecutor:
                        + (f" ({first_line(follow.stderr[-1])})" if follow.stderr else ""))
             outcome.stopped = True
         outcome.returncode = follow.returncode
+        outcome.oom_killed = follow.oom_killed      # told by hostside on the node
         outcome.stderr_tail = "\n".join(follow.stderr)[-STDERR_TAIL_CHARS:].strip()
         outcome.placement = {
             "ray": {"job_id": job_id, "node_id": getattr(info, "driver_node_id", None),
@@ -594,6 +595,7 @@ class _Follow:
         self.cuda_visible_devices: str | None = None
         self.placed_nodes: dict = {}
         self.returncode: int | None = None
+        self.oom_killed: str | None = None
         self.exit_at: float | None = None     # when the exit line came: the process had ended
         self.start: str | None = None
         self.ranks: list[dict] = []
@@ -618,6 +620,7 @@ class _Follow:
             self.ranks = message.get("states") or []
         elif event == EXIT_EVENT:
             self.returncode, self.start = message.get("returncode"), message.get("start")
+            self.oom_killed = message.get("oom_killed")
             self.exit_at = time.monotonic()
         elif protocol.decode(line) is not None:
             _take(protocol.decode(line), self.outcome, self.on_message)
