@@ -222,7 +222,8 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, message, capsys, tmp_p
 
 def test_a_warning_is_one_line_alike_in_every_command(capsys, tmp_path):
     # A results file with a line that is no record: run (which reads it to resume; everything
-    # is in it, so nothing runs) and report say so in the same words, without Python's source line.
+    # is in it, so nothing runs), report and compare say so in the same words, without Python's
+    # source line.
     out = tmp_path / "r.jsonl"
     shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", out)
     with out.open("a") as f:
@@ -233,8 +234,13 @@ def test_a_warning_is_one_line_alike_in_every_command(capsys, tmp_path):
     ran = capsys.readouterr().err
     assert main(["report", str(out)]) == 0
     reported = capsys.readouterr().err
+    after = tmp_path / "after.jsonl"
+    shutil.copy(out, after)
+    assert main(["compare", str(out), str(after)]) == 0
+    compared = capsys.readouterr().err
     said = f"warning: {where}: skipped a line that is not a stepbench record"
     assert f"stepbench run: {said}\n" in ran and f"stepbench report: {said}\n" in reported
+    assert f"stepbench compare: {said}\n" in compared
     assert "UserWarning" not in ran and "warn(" not in ran
     assert "already in the results file (ok), skipped" in ran
 

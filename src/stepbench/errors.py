@@ -41,11 +41,20 @@ def warning_line(command: str, message: str) -> str:
 
 
 _OURS = str(Path(__file__).resolve().parent)
+# The command running in this process, which every warning names (set by show_warnings).
+_COMMAND = {"name": "report"}
+
+
+def command_name() -> str:
+    """The command this process runs ("run", "report", "compare", ...), as warnings name it."""
+    return _COMMAND["name"]
 
 
 def show_warnings(command: str) -> None:
     """Print Python's warnings as `warning_line`s on stderr, without the source line Python
-    adds; a library's warning names its category and file ("(UserWarning, torch/...)")."""
+    adds; a library's warning names its category and file ("(UserWarning, torch/...)"). The
+    report's own warnings (report/document.warn) name `command` too."""
+    _COMMAND["name"] = command
 
     def show(message, category, filename, lineno, file=None, line=None):
         text = str(message)

@@ -12,7 +12,7 @@ import statistics
 import sys
 
 from stepbench import record as store
-from stepbench.errors import first_line, warning_line
+from stepbench.errors import command_name, first_line, warning_line
 from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import Record
 from stepbench.report import meta as about
@@ -55,8 +55,9 @@ def status_note(status: str, rows: list[Row]) -> str:
 def warn(message: str, prefix: str = "warning: ") -> None:
     """A problem with the input that does not stop the report: one line on stderr, as every
     command prints a warning (errors.warning_line); `prefix` "" for a plain note."""
-    print(warning_line("report", message) if prefix == "warning: " else
-          f"stepbench report: {prefix}{message}", file=sys.stderr)
+    command = command_name()        # report, or compare, whose inputs this reads too
+    print(warning_line(command, message) if prefix == "warning: " else
+          f"stepbench {command}: {prefix}{message}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- builders
