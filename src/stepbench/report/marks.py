@@ -1,4 +1,5 @@
-"""The marks placed after a step time, and the footnotes that explain them.
+"""The marks placed after a step time (and after a peak memory), and the footnotes that explain
+them; which marks keep two rows from being compared (`disturbed`).
 
 Every table with a step time (the results, `run`'s table, a tune's) marks it the same way, so
 that "*" means one thing wherever it appears.
