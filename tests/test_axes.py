@@ -164,7 +164,10 @@ def test_the_report_marks_the_departing_setup_and_never_calls_it_fastest(axes_ru
     assert len(guard) == 1 and "eager+eager" in guard[0].text
     assert doc.lead[0][1] is guard[0]
     fastest = [f.text for _, found in doc.findings for f in found if f.kind == "fastest_setup"]
-    assert fastest and all("eager+eager" not in t for t in fastest)
+    untested = [f.text for _, found in doc.findings for f in found if f.kind == "untested"]
+    # (Where other processes took the CPUs from both of the two fastest, `busy_cpu`, they are
+    # listed as untested instead: report/findings.py.)
+    assert (fastest or untested) and all("eager+eager" not in t for t in fastest)
     rows = json.loads(render(doc, "json"))["rows"]
     assert {r["setup"]: r["loss_guard"] for r in rows if r["dtype"] == "bf16"
             and r["status"] == "ok"}["eager+eager"] == "departs"

@@ -69,7 +69,8 @@ def test_killed_setup_lost_host_and_sigterm(sshd, tmp_path):
     side, worker, server = remote_processes(remote_dir)
     worker.kill()
     rest = proc.stderr.read()
-    assert proc.wait(60) == 0, rest
+    assert proc.wait(60) == 1, rest         # no setup ran ok (docs/cli.md, "Exit codes")
+    assert "stepbench run: no setup ran ok (1 crashed)" in rest
     [crashed] = read_jsonl(out)
     assert (crashed["setup"]["batch"], crashed["status"], crashed["host"]) == (64, "crashed", "alpha")
     assert crashed["error"].startswith("killed by signal SIGKILL (last phase: warmup)")

@@ -13,8 +13,8 @@ from stepbench.cli import main
 DATA = Path(__file__).parent / "data"
 BASE = {json.loads(line)["setup"]["mode"]: json.loads(line)
         for line in (DATA / "v0.1" / "cpu-results.jsonl").read_text().splitlines()}
-BUSY = {"start": {"load_1m": 3.9}, "end": {"load_1m": 4.5}, "cpus": 2, "other_cpu_s": 25.3,
-        "other_cpu_share": 0.75}
+BUSY = {"start": {"load_1m": 3.9}, "end": {"load_1m": 4.5}, "cpus": 2, "threads": 2,
+        "other_cpu_s": 25.3, "other_cpu_share": 0.75, "contention": 0.75}
 
 
 def rec(mode: str, repeat: int, steps: list[float], busy: bool = False, peak: float = 0.08) -> dict:
@@ -22,7 +22,8 @@ def rec(mode: str, repeat: int, steps: list[float], busy: bool = False, peak: fl
     r.update(repeat=repeat, step_times_ms=steps, step_ms=sum(steps) / len(steps),
              peak_memory_gb=peak, peak_memory_source="tensors",
              noise_flags=["busy_cpu"] if busy else [],
-             telemetry=BUSY if busy else {**BUSY, "other_cpu_s": 0.1, "other_cpu_share": 0.003})
+             telemetry=BUSY if busy else {**BUSY, "other_cpu_s": 0.1, "other_cpu_share": 0.003,
+                                          "contention": 0.003})
     return r
 
 
@@ -54,8 +55,8 @@ def test_two_setups_measured_on_a_busy_cpu_are_not_compared(capsys, tmp_path):
     assert [r["noise_flags"] for r in doc["rows"]] == [["busy_cpu"], ["busy_cpu"]]
     table = report(capsys, tmp_path, records, "markdown")
     assert "| 50.3‡ |" in table and "| 30.2‡ |" in table
-    assert ("‡ other processes took more than 10% of the CPUs' time during the timed steps."
-            in table)
+    assert ("‡ other processes took more than a tenth of the CPU time its threads needed during "
+            "the timed steps.") in table
     assert "On the CPU, Peak memory is the peak of the step's tensors" in table
 
 

@@ -43,7 +43,8 @@ def test_records_are_consistent(matrix_run):
         # On a CPU: the step's tensors, and the CPU time other processes took from the steps.
         assert r["peak_memory_source"] == "tensors"
         assert r["telemetry"]["cpus"] >= 1 and r["telemetry"]["other_cpu_s"] >= 0
-        assert ("busy_cpu" in r["noise_flags"]) == (r["telemetry"]["other_cpu_share"] > 0.1)
+        assert ("busy_cpu" in r["noise_flags"]) == (r["telemetry"]["contention"] > 0.1)
+        assert r["telemetry"]["threads"] == 1      # OMP_NUM_THREADS=1 (conftest)
         assert r["timed_wall_s"] == pytest.approx(sum(r["step_times_ms"]) / 1000, rel=0.2)
         assert len(r["losses"]) == 1 + 2 + 5
         assert all(math.isfinite(v) for v in r["losses"])

@@ -101,7 +101,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
                                                         setup.rank_tokens_per_step, result["timed_wall_s"])
         flags += telemetry.noise_flags(gpu_start, gpu_end, other_procs)
     elif cpu_watched:
-        result["telemetry"] = telemetry.cpu_telemetry(cpu_start, cpu_end)
+        result["telemetry"] = telemetry.cpu_telemetry(cpu_start, cpu_end,
+                                                      torch.get_num_threads())
         flags += telemetry.cpu_noise_flags(result["telemetry"])
     if setup.mode == "compile":
         result["compile"] = compile_info.diagnostics(frames_after_first, frames_before_timed,

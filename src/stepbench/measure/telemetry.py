@@ -8,7 +8,8 @@ thermal or power throttle, or another process on the GPU are reasons not to trus
 
 On a CPU the same two moments bracket the window with the machine's load average and CPU times
 (`cpu_snapshot`): the CPU seconds that the CPUs this process may run on spent busy, minus its
-own, are what other processes took from the steps ("busy_cpu" in `cpu_noise_flags`).
+own, are what other processes took; what they took beyond the CPUs the setup's threads left free
+came out of the steps' time ("busy_cpu" in `cpu_noise_flags`).
 
 NVML (`pynvml`, from the nvidia-ml-py package) is read without creating a CUDA context, so the
 runner's parent process can name the GPU (`gpu_name`, for resuming) while the children own it.
@@ -369,8 +370,8 @@ def gpu_facts(cuda_index: int = 0) -> dict:
 # The CPU, for a setup's process on a CPU
 # ----------------------------------------------------------------------------------------------
 
-# "busy_cpu": other processes took more than this share of the CPU time of the CPUs this process
-# may run on while it ran its timed steps.
+# "busy_cpu": other processes took more than this share of the time of the setup's threads
+# (beyond the CPUs those threads left free) while it ran its timed steps.
 BUSY_CPU_SHARE = 0.10
 
 
@@ -392,19 +393,26 @@ def cpu_snapshot() -> dict:
             "at": time.monotonic(), "cpus": len(cpus)}
 
 
-def cpu_telemetry(start: dict, end: dict) -> dict:
+def cpu_telemetry(start: dict, end: dict, threads: int) -> dict:
     """The record's `telemetry` on a CPU: the load average at the `start` and `end` of the timed
-    window, the CPUs this process could run on, and the CPU seconds other processes took on them
-    during the window (`other_cpu_s`), also as a share of those CPUs' time (`other_cpu_share`)."""
+    window, the CPUs this process could run on and the `threads` its steps ran on (torch's
+    intra-op threads), the CPU seconds other processes took on those CPUs during the window
+    (`other_cpu_s`), also as a share of the CPUs' time (`other_cpu_share`), and what they took
+    beyond the CPUs the threads left free, as a share of the threads' time (`contention`: with
+    one thread on two CPUs, another process may use the other CPU whole without taking any)."""
     wall = end["at"] - start["at"]
+    cpus = start["cpus"]
+    used = max(1, min(threads, cpus))
     other = max(0.0, (end["busy_s"] - start["busy_s"]) - (end["own_s"] - start["own_s"]))
     return {"start": {"load_1m": start["load_1m"]}, "end": {"load_1m": end["load_1m"]},
-            "cpus": start["cpus"], "other_cpu_s": round(other, 3),
-            "other_cpu_share": round(other / (wall * start["cpus"]), 4) if wall > 0 else None}
+            "cpus": cpus, "threads": threads, "other_cpu_s": round(other, 3),
+            "other_cpu_share": round(other / (wall * cpus), 4) if wall > 0 else None,
+            "contention": round(max(0.0, other - (cpus - used) * wall) / (used * wall), 4)
+            if wall > 0 else None}
 
 
 def cpu_noise_flags(telemetry: dict | None) -> list[str]:
-    """["busy_cpu"] when other processes took more than BUSY_CPU_SHARE of the CPUs' time
-    during the timed steps; nothing when it is unknown."""
-    share = (telemetry or {}).get("other_cpu_share")
+    """["busy_cpu"] when other processes took more than BUSY_CPU_SHARE of the setup's threads'
+    time during the timed steps (`contention`); nothing when it is unknown."""
+    share = (telemetry or {}).get("contention")
     return ["busy_cpu"] if share is not None and share > BUSY_CPU_SHARE else []

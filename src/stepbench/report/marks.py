@@ -20,8 +20,8 @@ NOISE_MARKS = {
     "throttled": _SLOWED,
     "clock_drop": _SLOWED,
     "other_processes": ("‡", "other processes were using the GPU"),
-    "busy_cpu": ("‡", "other processes took more than 10% of the CPUs' time during the timed "
-                      "steps"),
+    "busy_cpu": ("‡", "other processes took more than a tenth of the CPU time its threads "
+                      "needed during the timed steps"),
     "recompiled": ("§", "torch.compile recompiled during the timed steps"),
 }
 # After a row's peak memory: its processes' peaks disagreed (noise.peaks_disagree).
