@@ -103,8 +103,8 @@ def test_a_memory_limit_too_small_for_the_model_is_out_of_memory(tmp_path):
 
 
 def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):
-    # Three processes of one setup, with two torch threads each, while a busy loop spins on
-    # every CPU: resident memory read 0.15-0.54 GB for one setup under load (glibc's heaps),
+    # Two processes of one setup, with two torch threads each, while a busy loop spins beside
+    # them (one: on CI's two cores the other test worker runs too): resident memory read 0.15-0.54 GB for one setup under load (glibc's heaps),
     # the tensors the step allocates do not change with load. (Nor with the start method:
     # test_server.py, a forked process against a fresh one.)
     from stepbench.measure.footprint import estimate
@@ -113,17 +113,16 @@ def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     args = ["run", "--device", "cpu", "--seq", "64", "--warmup", "1", "--steps", "3",
             "--modes", "eager", "--attn", "sdpa", "--out", tmp_path / "r.jsonl"]
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-             for _ in os.sched_getaffinity(0)]
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:
-        proc = run_cli(*args, "--repeats", "3", env=env)
+        proc = run_cli(*args, "--repeats", "2", env=env)
     finally:
         for loop in loops:
             loop.kill()
             loop.wait()
     assert proc.returncode == 0, proc.stderr
     records = [Record.from_dict(r) for r in read_jsonl(tmp_path / "r.jsonl")]
-    assert [r.repeat for r in records] == [0, 1, 2]
+    assert [r.repeat for r in records] == [0, 1]
     # The busy loop was seen: other processes took CPU time in every process's timed steps.
     assert all("busy_cpu" in r.noise_flags and r.telemetry["contention"] > 0.1
                and r.telemetry["threads"] == 2 for r in records), [r.telemetry for r in records]
