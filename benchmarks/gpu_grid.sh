@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tune replay's grid (issue 22): llama-135m (SmolLM2-135M's shape), seq 2048, on one GPU,
-# through the process server with the default repeats, in one call (the device machine keeps no
-# cache between calls). Cells missing from results/h200-2026-12-01-tune-135m.jsonl first;
+# through the process server with the default repeats, in one call (an ignored cache folder written
+# in one call was gone in the next, here). Cells missing from results/h200-2026-12-01-tune-135m.jsonl first;
 # the whole command stops after DEADLINE_S (default 470) and keeps what finished.
 #
 #   OUT=dir bash benchmarks/gpu_grid.sh        # records: OUT/grid.jsonl, log: OUT/grid.log
