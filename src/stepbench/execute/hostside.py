@@ -48,7 +48,7 @@ PLACED_EVENT = "placed"
 RANKS_EVENT = "ranks"
 
 
-def event_of(line: str) -> dict | None:
+def event_of(line: str | bytes) -> dict | None:
     """A line of hostside's output as the JSON object it holds (an event), or None."""
     try:
         message = json.loads(line)

@@ -37,7 +37,7 @@ from stepbench.errors import UserError
 from stepbench.execute import hostprep
 from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
                                         _take, now_iso)
-from stepbench.execute.hostside import EXIT_EVENT
+from stepbench.execute.hostside import EXIT_EVENT, event_of
 from stepbench.settings import Remote
 from stepbench.setup import Setup
 
@@ -436,11 +436,8 @@ class SSHExecutor:
             line = await proc.stdout.readline()
             if not line:
                 return
-            try:
-                message = json.loads(line)
-            except ValueError:
-                message = None
-            if isinstance(message, dict) and message.get("event") == EXIT_EVENT:
+            message = event_of(line)
+            if message is not None and message.get("event") == EXIT_EVENT:
                 end.returncode = message.get("returncode")
                 end.start = message.get("start")
                 end.oom_killed = message.get("oom_killed")
