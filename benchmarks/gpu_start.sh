@@ -8,9 +8,12 @@
 #        stepbench's peak and FLOP caches);
 #     2. fresh:  the default matrix, --start fresh --repeats 1, warm from C;
 #     3. server: the same with --start server;
-#     4. seed:   the post's script (not in this repository) for the same four setups, warm from C;
+#     4. seed:   the post's script (not in this repository) for the same four setups, warm from C
+#        (skipped without SEED);
 #     5. default: the default matrix with the default repeats and --start server, warm from C
 #        (skipped when the call has too little time left).
+#     Before them, nvml_thread_probe.py --answered (what the server's inductor import starts) goes
+#     to env.txt.
 #   MODE=cold OUT=dir bash benchmarks/gpu_start.sh
 #     1. fresh, 2. server: the default matrix with --repeats 1, each with its own empty caches (no
 #        shared inductor cache: every compiled setup compiles cold, stepbench's caches empty);
@@ -22,6 +25,7 @@ export PYTHONPATH=${SRC:-$PWD/src} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$out/env.txt"
 python3 -c "import sys, torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])" >>"$out/env.txt"
 nproc >>"$out/env.txt"
+[ "$mode" = warm ] && python3 benchmarks/nvml_thread_probe.py --answered 1 >>"$out/env.txt" 2>&1
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
 work=$(mktemp -d)
 timed() {   # name, then the command: appends "name_wall_s N.N" to walltimes.txt
@@ -33,7 +37,7 @@ timed() {   # name, then the command: appends "name_wall_s N.N" to walltimes.txt
 left() { echo $(( ${DEADLINE_S:-570} - SECONDS )); }
 
 if [ "$mode" = warm ]; then
-  seed=${SEED:?set SEED to the post script}
+  seed=${SEED:-}
   export STEPBENCH_CACHE_DIR=$work/stepbench-cache
   sb() { python3 -m stepbench run --timeout 300 --compile-cache "$work/inductor" "$@"; }
   timed warmup sb --start server --repeats 1 --out "$out/warmup.jsonl"
@@ -47,7 +51,7 @@ if [ "$mode" = warm ]; then
       done
     done
   }
-  timed seed seed_all
+  [ -n "$seed" ] && timed seed seed_all
   if [ "$(left)" -gt 100 ]; then
     timed default sb --start server --out "$out/warm-default.jsonl"
   fi

@@ -65,13 +65,16 @@ def test_a_hang_a_crash_and_the_servers_death_are_reported_as_before(tmp_path, m
     monkeypatch.setenv(SETUP_FAULT_ENV, "eager+sdpa:hang:warmup,eager+eager:segv:first_step,"
                                         "eager+sdpa+foreach:kill-parent:timed")
     notes = []
-    executor = LocalProcess(start="server", preload={"models": [["llama-tiny", 64]]},
-                            note=notes.append)
+    # A server for compiled setups too: it imports inductor's compiler and still holds one thread.
+    executor = LocalProcess(start="server", preload={"models": [["llama-tiny", 64]],
+                                                     "compile": True}, note=notes.append)
     try:
         hung, crashed, orphan, after = Runner(executor, ResultsFile(tmp_path / "r.jsonl")).run(
             plan(), timeout_s=20)
+        ready = executor._server.info
     finally:
         executor.close()
+    assert ready["imports_s"]["inductor"] > 0 and len(ready["threads"]) == 1, ready
     assert (hung.status, hung.phase) == ("timeout", "warmup")
     assert "no result after 20 s (last phase: warmup)" in hung.error
     assert crashed.status == "crashed"

@@ -96,8 +96,8 @@ def thread_after_preload(preload):
     """The server's preload, then a thread when SERVER_THREAD_ENV is set."""
 
     @functools.wraps(preload)
-    def preload_then_thread(spec):
-        seconds = preload(spec)
+    def preload_then_thread(spec, *args, **kwargs):
+        seconds = preload(spec, *args, **kwargs)
         if os.environ.get(SERVER_THREAD_ENV):
             import threading
 

@@ -12,11 +12,12 @@ forkserver would add its own bootstrap, resource tracker and pickling around the
 
 The server (`serve`, started as `python -c SERVER_MAIN`):
 - imports what a setup's process imports (torch, transformers, the models' modeling modules,
-  torch._dynamo for compiled setups, stepbench.measure) with one OpenMP thread and no jemalloc
-  background thread, and never starts CUDA (PYTORCH_NVML_BASED_CUDA_CHECK; torch._inductor is
-  left to the child, since importing it asks torch.cuda.is_available(), which starts NVML's
-  thread on a GPU machine) nor runs a torch operation: a
-  thread pool or a CUDA context in the server would be copied broken into every child;
+  torch._dynamo and torch._inductor's compiler for compiled setups, stepbench.measure) with one
+  OpenMP thread and no jemalloc background thread, and never starts CUDA
+  (PYTORCH_NVML_BASED_CUDA_CHECK) nor NVML (importing inductor asks torch.cuda.is_available(),
+  which NVML would answer by starting a thread: the server answers it with the GPU count a fresh
+  process sees, see `nvml_answered`) nor runs a torch operation: a thread pool or a CUDA context
+  in the server would be copied broken into every child;
 - forks only while it has exactly one thread (/proc/self/task), and refuses otherwise;
 - in the child: a new session, the job's pipes on fds 1 and 2, the job's own environment, the
   threads a fresh process would have (torch intra-/inter-op threads, inductor's compile threads
@@ -60,9 +61,10 @@ SOCKET_PATH_MAX = 100
 # that what wraps its functions as it is imported (the tests' hooks) wraps the ones that run.
 SERVER_MAIN = ("import sys; from stepbench.execute import server; "
                "sys.exit(server.main(sys.argv[1:]))")
-# What a fresh process's torch would set: measured once per machine and cached (see fresh_threads).
+# What a fresh process's torch would set and see: its intra- and inter-op threads and its GPU
+# count, measured once per machine and cached (see FreshThreads).
 THREADS_PROBE = ("import json, torch; print(json.dumps([torch.get_num_threads(), "
-                 "torch.get_num_interop_threads()]))")
+                 "torch.get_num_interop_threads(), torch.cuda.device_count()]))")
 
 
 class ServerError(Exception):
@@ -358,17 +360,24 @@ def imports_for(plan) -> dict:
 
 # ---------------------------------------------------------------- the server's side
 
-def preload(spec: dict) -> dict:
-    """Import what a setup's process imports; seconds per part."""
-    seconds = {}
-    mark = time.perf_counter()
+class _Laps:
+    """Seconds per named part, each from the end of the one before."""
 
-    def lap(name: str) -> None:
-        nonlocal mark
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.mark = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
         now = time.perf_counter()
-        seconds[name] = round(now - mark, 3)
-        mark = now
+        self.seconds[name] = round(now - self.mark, 3)
+        self.mark = now
 
+
+def preload(spec: dict, probe: "FreshThreads | None" = None) -> dict:
+    """Import what a setup's process imports; seconds per part. Inductor's compiler (compiled
+    setups) is imported once `probe` tells the GPU count a fresh process sees (see
+    nvml_answered); without a probe it is left to the child."""
+    lap = _Laps()
     import torch  # noqa: F401
 
     lap("torch")
@@ -381,20 +390,40 @@ def preload(spec: dict) -> dict:
             pass
     lap("transformers")
     if spec.get("compile"):
-        # Dynamo, not inductor: importing torch._inductor asks torch.cuda.is_available() at module
-        # level (torch 2.11's runtime/benchmarking.py), and NVML, which answers it here, starts a
-        # thread that a forked child must not inherit; a compiled setup's process imports the rest
-        # itself.
         import torch._dynamo  # noqa: F401
         import torch._inductor.config  # noqa: F401
         lap("dynamo")
-    return seconds
+        if probe is not None:
+            with nvml_answered(probe.result()[2]):
+                import torch._inductor.compile_fx  # noqa: F401
+            lap("inductor")
+    return lap.seconds
+
+
+@contextlib.contextmanager
+def nvml_answered(gpus: int):
+    """torch.cuda's NVML count answered with `gpus` while the block imports. Importing
+    torch._inductor asks torch.cuda.is_available() at module level (torch 2.11's
+    runtime/benchmarking.py), which under PYTORCH_NVML_BASED_CUDA_CHECK initialises NVML, and
+    NVML starts a thread that a forked child must not inherit. The answer is what a fresh process
+    of this machine sees (FreshThreads measures it), so a module that keeps it keeps the same."""
+    import torch.cuda
+
+    names = [n for n in ("_device_count_nvml", "_device_count_amdsmi") if hasattr(torch.cuda, n)]
+    saved = {n: getattr(torch.cuda, n) for n in names}
+    for name in names:
+        setattr(torch.cuda, name, lambda: gpus)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(torch.cuda, name, function)
 
 
 class FreshThreads:
-    """[intra-op, inter-op] threads torch sets in a fresh process started with `parent_env`:
-    cached per machine, torch and thread settings (measure/cache.py), else measured by a process
-    started here, which imports torch while the server imports too."""
+    """[intra-op threads, inter-op threads, GPUs] that torch sets and sees in a fresh process
+    started with `parent_env`: cached per machine, torch and thread settings (measure/cache.py),
+    else measured by a process started here, which imports torch while the server imports too."""
 
     def __init__(self, parent_env: dict[str, str]):
         from importlib.metadata import version
@@ -404,7 +433,8 @@ class FreshThreads:
         self.cache = JsonCache("threads")
         self.key = {"torch": version("torch"), "cpus": len(os.sched_getaffinity(0)),
                     "host": socket.gethostname(),
-                    "env": {k: parent_env.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+                    "env": {k: parent_env.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                         "CUDA_VISIBLE_DEVICES")}}
         hit = self.cache.get(self.key)
         self.value = hit[0] if hit is not None and self._valid(hit[0]) else None
         self.proc = None
@@ -416,8 +446,9 @@ class FreshThreads:
 
     @staticmethod
     def _valid(value) -> bool:
-        return isinstance(value, list) and len(value) == 2 and \
-            all(isinstance(v, int) and v > 0 for v in value)
+        return isinstance(value, list) and len(value) == 3 and \
+            all(isinstance(v, int) and v > 0 for v in value[:2]) and \
+            isinstance(value[2], int) and value[2] >= 0
 
     def result(self) -> list[int]:
         if self.value is None:
@@ -434,8 +465,8 @@ def ready(spec: dict, parent_env: dict[str, str]) -> dict:
     """Import what the setups need, learn a fresh process's threads; the "ready" message (or a
     ServerError)."""
     probe = FreshThreads(parent_env)
-    seconds = preload(spec)
-    threads = probe.result()
+    seconds = preload(spec, probe)
+    threads = probe.result()[:2]
     import torch
 
     if torch.cuda.is_initialized():
