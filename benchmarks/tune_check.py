@@ -66,11 +66,16 @@ def table(winner, references, plan, out: str) -> list[str]:
         got = speeds.get(setup.key(), [])
         lines.append(f"| {label[setup.key()]} | {len(got)} | {', '.join(f'{v:,.0f}' for v in got)} | "
                      + (f"{statistics.mean(got):,.0f} |" if got else "- |"))
-    best = max((statistics.mean(speeds[s.key()]), s) for s in references if speeds.get(s.key()))
-    if winner is not None and speeds.get(winner.key()):
-        ratio = statistics.mean(speeds[winner.key()]) / best[0]
-        lines.append(f"\nWinner / best reference ({label[best[1].key()]}): **{ratio:.3f}** "
-                     f"(goal: 0.95 or more)")
+    if winner is None or not speeds.get(winner.key()):
+        return lines
+    mine = statistics.mean(speeds[winner.key()])
+    lines.append("")
+    for what, among in (("best reference", references),
+                        ("best reference other than itself", [s for s in references if s != winner])):
+        means = [(statistics.mean(speeds[s.key()]), label[s.key()]) for s in among if speeds.get(s.key())]
+        if means:
+            best, name = max(means)
+            lines.append(f"Winner / {what} ({name}): **{mine / best:.3f}** (goal: 0.95 or more)")
     return lines
 
 
