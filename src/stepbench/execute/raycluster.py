@@ -27,7 +27,6 @@ record's placement with the Ray job and node. CPU setups run one at a time, as l
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import json
 import os
@@ -39,8 +38,8 @@ from pathlib import Path
 from stepbench import protocol
 from stepbench.errors import UserError, first_line
 from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
-                                        Rendezvous, _take, now_iso, rank_verdict, torchrun_command)
-from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
+                                        Rendezvous, now_iso, rank_verdict, torchrun_command)
+from stepbench.execute.hostside import PLACED_EVENT, Exit, Lines, event_of
 from stepbench.setup import Setup
 
 INSTALL_HINT = "pip install 'stepbench[ray]'"
@@ -329,31 +328,32 @@ class RayExecutor:
         follow = _Follow(outcome, on_message)
         outcome.timed_out, outcome.stopped = self.loop.call(self._follow(job_id, timeout_s, follow))
         info = self._info(job_id)
-        if not (follow.placed.is_set() or outcome.timed_out or outcome.stopped):
+        if not (follow.running.is_set() or outcome.timed_out or outcome.stopped):
             # The job ended before the setup's process started (its runtime_env failed, the
             # cluster lost its node): nothing was measured, so nothing is recorded.
             status = getattr(info, "status", None)
             self._lose(f"Ray job {job_id} ended {getattr(status, 'value', status)} before its "
                        f"process started: {first_line(getattr(info, 'message', None) or '')}"
-                       + (f" ({first_line(follow.stderr[-1])})" if follow.stderr else ""))
+                       + (f" ({first_line(follow.other[-1])})" if follow.other else ""))
             outcome.stopped = True
-        outcome.returncode = follow.returncode
-        outcome.oom_killed = follow.oom_killed      # told by hostside on the node
-        outcome.stderr_tail = "\n".join(follow.stderr)[-STDERR_TAIL_CHARS:].strip()
+        placed, end = follow.placed or {}, follow.exit or Exit()
+        devices = placed.get("cuda_visible_devices") if setup.device == "cuda" else None
         outcome.placement = {
             "ray": {"job_id": job_id, "node_id": getattr(info, "driver_node_id", None),
-                    "gpu_type": self.gpu_type, **follow.placed_nodes},
-            "gpus": _indices(follow.cuda_visible_devices) if setup.device == "cuda" else None,
-            "cuda_visible_devices": follow.cuda_visible_devices if setup.device == "cuda" else None,
-            "compile_threads": None, "start": follow.start or "fresh", "concurrent": 1}
-        if follow.returncode is None and not (outcome.timed_out or outcome.stopped):
+                    "gpu_type": self.gpu_type,
+                    **({"nodes": placed["nodes"]} if placed.get("nodes") else {})},
+            "gpus": _indices(devices), "cuda_visible_devices": devices,
+            "compile_threads": None, "start": "fresh", "concurrent": 1}
+        end.tell(outcome)           # the exit code, how it started, told by hostside on the node
+        outcome.stderr_tail = "\n".join(follow.other)[-STDERR_TAIL_CHARS:].strip()
+        if end.returncode is None and not (outcome.timed_out or outcome.stopped):
             status = getattr(info, "status", None)
             outcome.detail = (f"Ray job {job_id} ended {getattr(status, 'value', status)}: "
                               f"{getattr(info, 'message', None) or 'no message'}")
         if setup.distributed:
             rank_verdict(outcome, follow.ranks)
         if outcome.result_at is not None:
-            outcome.exit_s = (follow.exit_at or time.monotonic()) - outcome.result_at
+            outcome.exit_s = (end.at or time.monotonic()) - outcome.result_at
         self._delete(job_id, settle=outcome.stopped or outcome.timed_out or setup.nnodes > 1)
         outcome.wall_s = time.monotonic() - start
         outcome.finished_at = now_iso()
@@ -491,11 +491,11 @@ class RayExecutor:
         runs) or on stop(). (timed out, stopped)."""
         tail = asyncio.ensure_future(self._tail(job_id, follow))
         stopper = asyncio.ensure_future(self._stop_event.wait())
-        placed = asyncio.ensure_future(follow.placed.wait())
+        placed = asyncio.ensure_future(follow.running.wait())
         timed_out = stopped = False
         try:
             while not tail.done():
-                if follow.placed.is_set():
+                if follow.running.is_set():
                     left = follow.placed_at + timeout_s - time.monotonic()
                     if left <= 0:
                         timed_out = True
@@ -518,7 +518,7 @@ class RayExecutor:
             stopper.cancel()
             placed.cancel()
         if tail.done() and not tail.cancelled() and tail.exception() is not None:
-            follow.stderr.append(f"stepbench: lost the job's log ({_reason(tail.exception())})")
+            follow.other.append(f"stepbench: lost the job's log ({_reason(tail.exception())})")
         return timed_out, stopped
 
     async def _tail(self, job_id: str, follow: "_Follow") -> None:
@@ -583,49 +583,19 @@ class RayExecutor:
             self.loop.close()
 
 
-class _Follow:
-    """What a job's log carried: protocol messages to the outcome, hostside's own lines kept,
-    the rest the stderr tail."""
+class _Follow(Lines):
+    """A job's log as hostside's lines (stdout and stderr share it: the other lines are the
+    stderr tail), and an event set once the setup's process runs (its placed line)."""
 
     def __init__(self, outcome: Outcome, on_message: OnMessage):
-        self.outcome, self.on_message = outcome, on_message
-        self.pending = ""
-        self.placed = asyncio.Event()
-        self.placed_at: float | None = None
-        self.cuda_visible_devices: str | None = None
-        self.placed_nodes: dict = {}
-        self.returncode: int | None = None
-        self.oom_killed: str | None = None
-        self.exit_at: float | None = None     # when the exit line came: the process had ended
-        self.start: str | None = None
-        self.ranks: list[dict] = []
-        self.stderr: collections.deque = collections.deque(maxlen=200)
+        super().__init__(outcome, on_message)
+        self.running = asyncio.Event()
 
-    def feed(self, chunk: str) -> None:
-        *lines, self.pending = (self.pending + chunk).split("\n")
-        for line in lines:
-            self.line(line)
-
-    def line(self, line: str) -> None:
-        message = event_of(line)
-        event = message.get("event") if message else None
+    def line(self, line: str) -> str | None:
+        event = super().line(line)
         if event == PLACED_EVENT:
-            if not self.placed.is_set():
-                self.placed_at = time.monotonic()
-                self.placed.set()
-            self.cuda_visible_devices = message.get("cuda_visible_devices")
-            if message.get("nodes"):
-                self.placed_nodes = {"nodes": message["nodes"]}
-        elif event == RANKS_EVENT:
-            self.ranks = message.get("states") or []
-        elif event == EXIT_EVENT:
-            self.returncode, self.start = message.get("returncode"), message.get("start")
-            self.oom_killed = message.get("oom_killed")
-            self.exit_at = time.monotonic()
-        elif protocol.decode(line) is not None:
-            _take(protocol.decode(line), self.outcome, self.on_message)
-        elif line.strip():
-            self.stderr.append(line)
+            self.running.set()
+        return event
 
 
 def _indices(devices: str | None) -> list[int] | None:
