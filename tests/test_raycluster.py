@@ -8,7 +8,8 @@ import pytest
 
 from stepbench.errors import UserError
 from stepbench.execute.executor import Job, Outcome
-from stepbench.execute.raycluster import Cluster, RayExecutor, _Follow, check_cluster
+from stepbench.execute.clusters import check_cluster
+from stepbench.execute.raycluster import Cluster, RayExecutor, _Follow
 from stepbench.record import Machine, Record
 from stepbench.setup import Setup
 

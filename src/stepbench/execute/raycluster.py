@@ -39,6 +39,7 @@ from stepbench import protocol
 from stepbench.errors import UserError, first_line
 from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
                                         Rendezvous, now_iso, rank_verdict, torchrun_command)
+from stepbench.execute.clusters import device_indices, find_done
 from stepbench.execute.hostside import PLACED_EVENT, Exit, Lines, event_of
 from stepbench.setup import Setup
 
@@ -85,7 +86,11 @@ def jobs_address(address: str) -> str:
 
 
 class Cluster:
-    """A Ray cluster as its Jobs API shows it: its nodes and their resources."""
+    """A Ray cluster as its Jobs API shows it: its nodes and their resources (a clusters.View)."""
+
+    what, flag = "the Ray cluster", "--ray"
+    type_names = "Ray's names, e.g. H100, A100-80G"
+    no_types = "none (its nodes declare no accelerator_type)"
 
     def __init__(self, address: str, local=None):
         require_ray()
@@ -117,6 +122,9 @@ class Cluster:
         """Each live node's GPUs (of `gpu_type` when given)."""
         return [int(n["resources"].get("GPU", 0)) for n in self.nodes()
                 if gpu_type is None or f"{ACCELERATOR}{gpu_type}" in n["resources"]]
+
+    def cpu_nodes(self) -> int:
+        return sum(1 for n in self.nodes() if n["resources"].get("CPU", 0) >= 1)
 
     def close(self) -> None:
         if self.local is not None:
@@ -185,11 +193,31 @@ def connect(address: str, note) -> Cluster:
         raise
 
 
-def cluster_device(cluster: Cluster, device: str, gpu_type: str | None) -> str:
-    """--device auto on a cluster: cuda where it has GPUs (of --gpu-type), else cpu."""
-    if device != "auto":
-        return device
-    return "cuda" if gpu_type is not None or sum(cluster.gpus()) > 0 else "cpu"
+# -- what `run --ray` and `tune --ray` ask (cli/run.py run_cluster) ---------------------------
+
+def require() -> None:
+    require_ray()
+
+
+def precheck(settings) -> None:
+    """Before anything is made: a model config file (the nodes have none), `auto` without
+    RAY_ADDRESS."""
+    check_model_files(settings.values["model"])
+    if settings.ray != "local":
+        jobs_address(settings.ray)
+
+
+def open_cluster(settings, note) -> Cluster:
+    return connect(settings.ray, note)
+
+
+def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_id: str,
+                 note) -> "RayExecutor":
+    from stepbench.execute.server import imports_for
+
+    return RayExecutor(cluster, settings.device, gpus=gpus, gpu_type=settings.gpu_type,
+                       compile_cache=settings.compile_cache, run_id=run_id,
+                       start=settings.start, preload=imports_for(plan), note=note)
 
 
 def check_model_files(model) -> None:
@@ -201,48 +229,6 @@ def check_model_files(model) -> None:
             raise UserError(f"--model {name}: a config file stays on this machine, and --ray "
                             "runs the setups on the cluster's nodes; pass a preset ("
                             + ", ".join(PRESETS) + ")")
-
-
-def check_cluster(cluster: Cluster, device: str, gpu_type: str | None, gpus: str | None,
-                  plan: list[Setup]) -> int:
-    """How many GPUs this run may use at once (1 on the CPU: one setup at a time); a UserError
-    for a GPU type, a count or a job the cluster cannot place."""
-    if gpu_type is not None:
-        types = cluster.gpu_types()
-        if gpu_type not in types:
-            have = ", ".join(sorted(types)) or "none (its nodes declare no accelerator_type)"
-            raise UserError(f"--gpu-type {gpu_type}: the Ray cluster has no such GPU; its GPU "
-                            f"types: {have}; pass one of them (Ray's names, e.g. H100, A100-80G) "
-                            "or drop --gpu-type")
-    if device != "cuda":
-        if gpus is not None:
-            raise UserError("--gpus needs CUDA setups, and this run is on the CPU; drop --gpus "
-                            "(or pass --device cuda)")
-        nodes = sum(1 for n in cluster.nodes() if n["resources"].get("CPU", 0) >= 1)
-        for setup in plan:
-            if setup.nnodes > nodes:
-                raise UserError(f"--nnodes {setup.nnodes} needs a node each, and the Ray cluster "
-                                f"has {nodes} with a CPU; lower --nnodes")
-        return 1
-    per_node = cluster.gpus(gpu_type)
-    total = sum(per_node)
-    kind = f" {gpu_type}" if gpu_type else ""
-    if total == 0:
-        raise UserError(f"the Ray cluster has no{kind} GPU; pass --device cpu, or add GPU nodes")
-    if gpus is None:
-        limit = total
-    elif gpus.isdigit() and 1 <= int(gpus) <= total:
-        limit = int(gpus)
-    else:
-        raise UserError(f"--gpus with --ray takes how many of the cluster's {total}{kind} GPUs "
-                        f"this run uses at once: a number from 1 to {total}, got {gpus!r}")
-    for setup in plan:
-        fits = [g for g in per_node if g >= setup.nproc]
-        if len(fits) < setup.nnodes or setup.world_size > limit:
-            raise UserError(f"{setup.name} needs {setup.nnodes} node(s) with {setup.nproc}"
-                            f"{kind} GPU(s) each, and the run may use {limit} of the cluster's "
-                            f"nodes' {per_node}; lower --nproc/--nnodes or raise --gpus")
-    return limit
 
 
 class RayExecutor:
@@ -290,15 +276,8 @@ class RayExecutor:
         return "cpu" if setup.device == "cpu" else self.gpu_type
 
     def find_done(self, job: Job, stored: list) -> object | None:
-        """The stored record of `job` from a Ray run: the same setup and repeat, on the GPU type
-        asked for (any GPU when none was asked)."""
-        key = job.setup.key()
-        for record in reversed(stored):
-            ray = (record.placement or {}).get("ray")
-            if (ray is not None and record.setup.key() == key and record.repeat == job.repeat
-                    and (self.gpu_type is None or ray.get("gpu_type") == self.gpu_type)):
-                return record
-        return None
+        """The stored record of `job` from a Ray run (clusters.find_done)."""
+        return find_done(job, stored, "ray", self.gpu_type)
 
     # -- one job -------------------------------------------------------------------------------
 
@@ -342,7 +321,7 @@ class RayExecutor:
             "ray": {"job_id": job_id, "node_id": getattr(info, "driver_node_id", None),
                     "gpu_type": self.gpu_type,
                     **({"nodes": placed["nodes"]} if placed.get("nodes") else {})},
-            "gpus": _indices(devices), "cuda_visible_devices": devices,
+            "gpus": device_indices(devices), "cuda_visible_devices": devices,
             "compile_threads": None, "start": "fresh", "concurrent": 1}
         end.tell(outcome)           # the exit code, how it started, told by hostside on the node
         outcome.stderr_tail = "\n".join(follow.other)[-STDERR_TAIL_CHARS:].strip()
@@ -596,13 +575,6 @@ class _Follow(Lines):
         if event == PLACED_EVENT:
             self.running.set()
         return event
-
-
-def _indices(devices: str | None) -> list[int] | None:
-    try:
-        return [int(d) for d in devices.split(",")] if devices else None
-    except ValueError:
-        return None
 
 
 def _reason(exc: BaseException) -> str:
