@@ -73,12 +73,17 @@ class Exit:
     start: str | None = None            # server (forked by a process server) or fresh
     oom_killed: str | None = None       # why the host's kernel took it for the OOM killer's victim
     server_start_s: float | None = None  # its own process server's start, where it had one
+    # As the host's clock measured them (LocalProcess's wall_s and exit_s): from the process's
+    # start to its end (its group killed), and from its result line to its end.
+    wall_s: float | None = None
+    exit_s: float | None = None
     at: float | None = None             # time.monotonic() when the line was read
 
     @classmethod
     def of(cls, message: dict) -> "Exit":
         return cls(message.get("returncode"), message.get("start"), message.get("oom_killed"),
-                   message.get("server_start_s"), time.monotonic())
+                   message.get("server_start_s"), message.get("wall_s"), message.get("exit_s"),
+                   time.monotonic())
 
     def tell(self, outcome: Outcome) -> None:
         """Put what it says into `outcome`: the exit code, the OOM killer's verdict, and how
@@ -122,14 +127,15 @@ class Lines:
             self.ranks = message.get("states") or []
         elif event == EXIT_EVENT:
             self.exit = Exit.of(message)
-        elif protocol.decode(line) is not None:
-            _take(protocol.decode(line), self.outcome, self.on_message)
-            return None
         else:
-            if isinstance(line, bytes):
-                line = line.decode("utf-8", "replace")
-            if line.strip():
-                self.other.append(line.rstrip("\n"))
+            said = protocol.decode(line)
+            if said is not None:
+                _take(said, self.outcome, self.on_message)
+            else:
+                if isinstance(line, bytes):
+                    line = line.decode("utf-8", "replace")
+                if line.strip():
+                    self.other.append(line.rstrip("\n"))
             return None
         return event
 
@@ -170,8 +176,8 @@ def run(spec: dict) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _raise_stop)
     out = sys.stdout.buffer
-    proc = own = watch = None
-    start = "fresh"
+    proc = own = watch = result_at = None
+    start, began = "fresh", time.monotonic()
     try:
         # Its own server starts before the placed line: its imports are the run's, not the
         # setup's (a local run's server starts before the setup's clock too).
@@ -180,13 +186,14 @@ def run(spec: dict) -> int:
                     "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
                     **spec.get("placed", {})})
         watch = oom.Watch()
+        began = time.monotonic()
         proc, start = _forked(spec, env, own), "server"
         if proc is None:
             proc, start = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE, env=env, cwd=spec.get("cwd"),
                                            start_new_session=True,
                                            preexec_fn=die_with_parent), "fresh"
-        _pass_through(proc, out, watch_stdin=spec.get("watch_stdin", True))
+        result_at = _pass_through(proc, out, watch_stdin=spec.get("watch_stdin", True))
     except (_Stop, BrokenPipeError):
         pass
     finally:
@@ -194,21 +201,26 @@ def run(spec: dict) -> int:
             signal.signal(sig, signal.SIG_IGN)      # already stopping: finish the clean-up
         if proc is not None:
             kill_group(proc)
-        if own is not None:
+    ended = time.monotonic()
+    try:
+        if rank_dir:
+            _send(out, {"event": RANKS_EVENT, "states": read_rank_states(Path(rank_dir))})
+            shutil.rmtree(rank_dir, ignore_errors=True)
+        for folder in spec.get("cleanup", []):      # this process's own folders (a Ray job's)
+            shutil.rmtree(folder, ignore_errors=True)
+        killed = None
+        if watch is not None:
+            if proc is not None and proc.returncode == -signal.SIGKILL:
+                killed = watch.verdict(proc.pid)
+            watch.close()
+        _send(out, {"event": EXIT_EVENT, "returncode": proc.returncode if proc else None,
+                    "start": start if proc else None, "oom_killed": killed,
+                    "server_start_s": round(own.ready_s, 3) if own and own.ready_s else None,
+                    "wall_s": round(ended - began, 3) if proc else None,
+                    "exit_s": round(ended - result_at, 3) if result_at else None})
+    finally:
+        if own is not None:     # after the exit line: the setup's process has ended already
             own.close()
-    if rank_dir:
-        _send(out, {"event": RANKS_EVENT, "states": read_rank_states(Path(rank_dir))})
-        shutil.rmtree(rank_dir, ignore_errors=True)
-    for folder in spec.get("cleanup", []):      # this process's own folders (a Ray job's cache)
-        shutil.rmtree(folder, ignore_errors=True)
-    killed = None
-    if watch is not None:
-        killed = watch.verdict(proc.pid) if proc is not None and \
-            proc.returncode == -signal.SIGKILL else None
-        watch.close()
-    _send(out, {"event": EXIT_EVENT, "returncode": proc.returncode if proc else None,
-                "start": start if proc else None, "oom_killed": killed,
-                "server_start_s": round(own.ready_s, 3) if own and own.ready_s else None})
     return 0
 
 
@@ -261,31 +273,36 @@ def serve(path: str, preload: str) -> int:
     return 0
 
 
-def _pass_through(proc: subprocess.Popen, out, watch_stdin: bool = True) -> None:
+def _pass_through(proc: subprocess.Popen, out, watch_stdin: bool = True) -> float | None:
     """Copy the command's stdout to ours, whole lines at a time, until it ends; return early
-    when stdin ends, where it is watched (not in a Ray job, which has no parent on stdin: Ray
-    stops it with SIGTERM)."""
+    when stdin ends, where it is watched (not in a Ray or Slurm job, which has no parent on
+    stdin: the cluster stops it with SIGTERM). When its result line passed (time.monotonic()),
+    or None."""
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ, "child")
     if watch_stdin:
         selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "parent")
-    pending = b""
+    pending, result_at = b"", None
     try:
         while True:
             for key, _ in selector.select(timeout=WAKE_S):
                 data = os.read(key.fd, 65536)
                 if key.data == "parent":
                     if not data:
-                        return          # the parent closed stdin, or its connection is gone
+                        return result_at    # the parent closed stdin, or its connection is gone
                     continue
                 if not data:
-                    return
+                    return result_at
                 whole, _, pending = (pending + data).rpartition(b"\n")
                 if whole:
                     out.write(whole + b"\n")
                     out.flush()
+                    if result_at is None and any(
+                            (protocol.decode(line) or {}).get("event") == "result"
+                            for line in whole.split(b"\n")):
+                        result_at = time.monotonic()
             if proc.poll() is not None and not selector.select(timeout=0):
-                return                  # exited; a grandchild may hold its stdout open
+                return result_at        # exited; a grandchild may hold its stdout open
     finally:
         if pending:
             out.write(pending + b"\n")

@@ -362,12 +362,15 @@ class SlurmExecutor:
         if (outcome.returncode is None and state is not None
                 and not (outcome.timed_out or outcome.stopped)):
             outcome.detail = f"Slurm job {submitted.job_id} ended {state} without a word from it"
+        # As the node's clock measured them (the log files are read every POLL_S), else this one's.
+        end = lead.lines.exit or Exit()
+        if end.exit_s is not None:
+            outcome.exit_s = end.exit_s
+        elif outcome.result_at is not None:
+            outcome.exit_s = (end.at or time.monotonic()) - outcome.result_at
         placed_at = lead.lines.placed_at
-        ended = max((t.lines.exit.at for t in tasks if t.lines.exit and t.lines.exit.at),
-                    default=time.monotonic())
-        if outcome.result_at is not None:
-            outcome.exit_s = ended - outcome.result_at
-        outcome.wall_s = ended - (placed_at if placed_at is not None else start)
+        outcome.wall_s = end.wall_s if end.wall_s is not None else \
+            time.monotonic() - (placed_at if placed_at is not None else start)
         outcome.finished_at = now_iso()
         return outcome
 
@@ -515,17 +518,15 @@ class SlurmExecutor:
         self._stop.set()
 
     def close(self) -> None:
-        """Cancel whatever of the run's jobs is still queued (a job whose submission a stop
-        interrupted too), wait until they are gone, and remove the run's folder."""
+        """Wait until the run's jobs have left the queue (a job whose setup ended still ends its
+        process server, and Slurm its job), cancel what is left after STOP_WAIT_S (a job whose
+        submission a stop interrupted, say), and remove the run's folder."""
         try:
-            left = slurm("squeue", "-h", "--me", "--name", self.name, "-o", "%i").split()
-            if left:
+            if self._left(STOP_WAIT_S):
                 slurm("scancel", "--me", "--name", self.name)
-                deadline = time.monotonic() + STOP_WAIT_S
-                while left and time.monotonic() < deadline:
-                    time.sleep(POLL_S)
-                    left = slurm("squeue", "-h", "--me", "--name", self.name, "-o",
-                                 "%i").split()
+                if self._left(STOP_WAIT_S):
+                    self.note(f"the run's Slurm jobs are still in the queue after scancel; see "
+                              f"`squeue --me --name {self.name}`")
         except SlurmError as exc:
             self.note(f"could not make sure the run's Slurm jobs ended ({exc}); see "
                       f"`squeue --me --name {self.name}`")
@@ -534,6 +535,15 @@ class SlurmExecutor:
             self.folder.parent.rmdir()         # the last run's: the folder goes too
         except OSError:
             pass
+
+    def _left(self, wait_s: float) -> list[str]:
+        """The run's jobs still in the queue after waiting up to `wait_s` for them to leave."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = slurm("squeue", "-h", "--me", "--name", self.name, "-o", "%i").split()
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(POLL_S)
 
 
 class _Task:
