@@ -351,12 +351,15 @@ class SlurmExecutor:
         if not (all(t.lines.placed for t in tasks) or outcome.timed_out or outcome.stopped):
             # The job ended before the setup's process started (its Python could not start, its
             # folder was not there): nothing was measured, so nothing is recorded.
-            said = lead.stderr_tail() or "\n".join(lead.lines.other)
+            said = [line for line in (lead.stderr_tail() + "\n" + "\n".join(lead.lines.other))
+                    .splitlines() if line.strip()]
+            # srun's own summary (a task exited with code N) says less than the line before it.
+            why = [line for line in said if not line.startswith("srun: ")] or said
             hint = ("" if lead.out.exists() else f"; it wrote nothing to {self.folder}: is that "
                     "folder on a filesystem the nodes share?")
             ended = f"ended {state}" if state else "ended"
             self._lose(f"Slurm job {submitted.job_id} {ended} before its process started"
-                       + (f": {first_line(said, last=True)}" if said else "") + hint)
+                       + (f": {first_line(why[-1])}" if why else "") + hint)
             outcome.stopped = True
         self._tell(outcome, setup, submitted.job_id, tasks)
         if (outcome.returncode is None and state is not None
