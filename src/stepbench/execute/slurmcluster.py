@@ -245,8 +245,10 @@ def check_shared(cluster: Cluster, out: Path, compile_cache: Path | None = None,
               "run stepbench from an environment on a filesystem they share (a venv or conda "
               "environment in your home, usually)"),
              (package, "stepbench", "install it on a filesystem they share")]
+    from stepbench.measure.models import PRESETS
+
     for model in models:
-        if model and Path(model).suffix == ".json":
+        if model and model not in PRESETS:     # a config file (or its folder) here
             paths.append((Path(model).expanduser().absolute(), "the model config",
                           "put it on a filesystem they share"))
     if compile_cache is not None:
