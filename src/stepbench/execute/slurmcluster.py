@@ -58,7 +58,7 @@ INSTALL_HINT = "pip install 'stepbench[slurm]'"
 COMMANDS = ("sbatch", "squeue", "scancel", "sinfo", "srun")
 START_S = 180           # a job's time limit beyond --timeout (see the module's docstring)
 POLL_S = 0.5            # how often a job's log files are read
-LOOK_S = 3.0            # how often squeue is asked for a job's state
+LOOK_S = 3.0            # how often squeue is asked for the run's jobs' states
 COMMAND_TIMEOUT_S = 60  # one Slurm command
 STOP_WAIT_S = 2 * KILL_GRACE_S + 20     # after scancel: until the job ends
 SETTLE_S = 1.0          # after a job left the queue, for its last lines to reach the log file
@@ -314,6 +314,8 @@ class SlurmExecutor:
         self._lock = threading.Lock()
         self._count = 0
         self._stop = threading.Event()
+        self._states: dict[str, str] | None = None     # the run's jobs, as squeue last saw them
+        self._looked_at = float("-inf")
 
     # -- what the runner asks ------------------------------------------------------------------
 
@@ -348,7 +350,7 @@ class SlurmExecutor:
             return outcome
         tasks = [_Task(submitted.paths.folder, submitted.job_id, t, outcome, on_message)
                  for t in range(setup.nnodes)]
-        state = self._follow(submitted.job_id, tasks, timeout_s, outcome)
+        state = self._follow(submitted.job_id, tasks, timeout_s, outcome, time.monotonic())
         lead = tasks[0]
         if not (all(t.lines.placed for t in tasks) or outcome.timed_out or outcome.stopped):
             # The job ended before the setup's process started (its Python could not start, its
@@ -447,7 +449,7 @@ class SlurmExecutor:
         return executor.submit(run, spec)
 
     def _follow(self, job_id: str, tasks: list["_Task"], timeout_s: float,
-                outcome: Outcome) -> str | None:
+                outcome: Outcome, submitted_at: float) -> str | None:
         """Read the job's log files until every task said how its command ended, or the job
         ended without that; cancel it at the timeout (counted from the moment every task runs)
         or on stop(). The state squeue gave a job that ended without its tasks' exit lines
@@ -470,7 +472,7 @@ class SlurmExecutor:
                 break
             if now >= look_at:
                 look_at = now + LOOK_S
-                state = job_state(job_id)
+                state = self._state(job_id, submitted_at)
                 if state is not None and state not in ALIVE:
                     time.sleep(SETTLE_S)       # its last lines, through a shared filesystem
                     for task in tasks:
@@ -483,13 +485,31 @@ class SlurmExecutor:
                 task.read()
             if all(t.lines.exit for t in tasks):
                 break
-            state = job_state(job_id)
+            state = self._state(job_id, submitted_at)
             if state is not None and state not in ALIVE:
                 break
             time.sleep(POLL_S)
         for task in tasks:
             task.read()
         return None
+
+    def _state(self, job_id: str, submitted_at: float) -> str | None:
+        """The job's state as squeue gives it (the controller keeps an ended job a while:
+        MinJobAge); "" once the controller no longer knows it; None where squeue cannot tell
+        (then it is asked again later). One squeue every LOOK_S for all of the run's jobs, however
+        many run at once (and one more where the last is older than the job)."""
+        with self._lock:
+            if (time.monotonic() - self._looked_at >= LOOK_S
+                    or self._looked_at < submitted_at):
+                self._looked_at = time.monotonic()
+                try:
+                    listed = slurm("squeue", "-h", "--me", "-t", "all", "--name", self.name,
+                                   "-o", "%i %T")
+                    self._states = dict(line.split()[:2] for line in listed.splitlines()
+                                        if len(line.split()) >= 2)
+                except SlurmError:
+                    self._states = None
+            return None if self._states is None else self._states.get(job_id, "")
 
     def _tell(self, outcome: Outcome, setup: Setup, job_id: str, tasks: list["_Task"]) -> None:
         """Where the job ran, and how it ended (over several nodes: the first node that
@@ -587,16 +607,6 @@ class _Task:
             return ""
         kept = [line for line in text.splitlines() if not line.startswith("submitit ")]
         return "\n".join(kept)[-STDERR_TAIL_CHARS:].strip()
-
-
-def job_state(job_id: str) -> str | None:
-    """The job's state as squeue gives it (slurmctld keeps an ended job a while: MinJobAge);
-    "" once the controller no longer knows it; None where squeue cannot tell (then it is asked
-    again later)."""
-    try:
-        return slurm("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T").strip()
-    except SlurmError as exc:
-        return "" if "Invalid job id" in str(exc) else None
 
 
 def cancel(job_id: str) -> None:
