@@ -152,12 +152,7 @@ class Cluster:
 
     def __init__(self, partition: str | None):
         require_slurm()
-        try:
-            listed = [line.strip() for line in slurm("sinfo", "-h", "-o", "%P").splitlines()
-                      if line.strip()]
-        except SlurmError as exc:
-            raise UserError(f"--slurm: the cluster did not answer (sinfo: {exc}); run stepbench "
-                            "where sinfo works, on a login node of the cluster") from None
+        listed = [line.strip() for line in _sinfo("-o", "%P").splitlines() if line.strip()]
         names = [p.rstrip("*") for p in listed]
         default = next((p.rstrip("*") for p in listed if p.endswith("*")), None)
         if not partition:
@@ -171,7 +166,7 @@ class Cluster:
                             "none, for the default one)")
         self.partition = partition
         self.what = f"the Slurm partition {partition}"
-        lines = slurm("sinfo", "-h", "-N", "-p", partition, "-o", "%N|%n|%o|%G|%c").splitlines()
+        lines = _sinfo("-N", "-p", partition, "-o", "%N|%n|%o|%G|%c").splitlines()
         nodes: dict[str, Node] = {}
         for line in lines:
             parts = line.strip().split("|")
@@ -195,6 +190,14 @@ class Cluster:
 
     def close(self) -> None:
         pass
+
+
+def _sinfo(*args: str) -> str:
+    try:
+        return slurm("sinfo", "-h", *args)
+    except SlurmError as exc:
+        raise UserError(f"--slurm: the cluster did not answer ({exc}); run stepbench where "
+                        "sinfo works, on a login node of the cluster") from None
 
 
 # -- what `run --slurm` and `tune --slurm` ask (cli/run.py run_cluster) -----------------------
@@ -355,20 +358,19 @@ class SlurmExecutor:
         if not (all(t.lines.placed for t in tasks) or outcome.timed_out or outcome.stopped):
             # The job ended before the setup's process started (its Python could not start, its
             # folder was not there): nothing was measured, so nothing is recorded.
-            said = [line for line in (lead.stderr_tail() + "\n" + "\n".join(lead.lines.other))
-                    .splitlines() if line.strip()]
+            said = [line for line in lead.said().splitlines() if line.strip()]
             # srun's own summary (a task exited with code N) says less than the line before it.
             why = [line for line in said if not line.startswith("srun: ")] or said
             hint = ("" if lead.out.exists() else f"; it wrote nothing to {self.folder}: is that "
                     "folder on a filesystem the nodes share?")
-            ended = f"ended {state}" if state else "ended"
-            self._lose(f"Slurm job {submitted.job_id} {ended} before its process started"
+            self._lose(f"Slurm job {submitted.job_id} {_ended(state)} before its process started"
                        + (f": {first_line(why[-1])}" if why else "") + hint)
             outcome.stopped = True
         self._tell(outcome, setup, submitted.job_id, tasks)
         if (outcome.returncode is None and state is not None
                 and not (outcome.timed_out or outcome.stopped)):
-            outcome.detail = f"Slurm job {submitted.job_id} ended {state} without a word from it"
+            outcome.detail = (f"Slurm job {submitted.job_id} {_ended(state)} without its exit "
+                              "line (a node failure, the time limit, or a scancel from elsewhere)")
         # As the node's clock measured them (the log files are read every POLL_S), else this one's.
         end = lead.lines.exit or Exit()
         if end.exit_s is not None:
@@ -527,8 +529,7 @@ class SlurmExecutor:
         ends = [t.lines.exit for t in tasks if t.lines.exit]
         failed = next((e for e in ends if e.returncode not in (0, None)), None)
         (failed or lead.lines.exit or Exit()).tell(outcome)
-        outcome.stderr_tail = (lead.stderr_tail() + "\n" + "\n".join(lead.lines.other)).strip()[
-            -STDERR_TAIL_CHARS:]
+        outcome.stderr_tail = lead.said()
         if setup.distributed:
             rank_verdict(outcome, sorted((s for t in tasks for s in t.lines.ranks),
                                          key=lambda s: s.get("rank", 0)))
@@ -597,16 +598,23 @@ class _Task:
         if data:
             self.lines.feed(self.decoder.decode(data))
 
-    def stderr_tail(self) -> str:
-        """The end of the task's stderr file, without submitit's own log lines."""
+    def said(self) -> str:
+        """The end of what the task wrote that is not hostside's or the protocol's: its stderr
+        file, then its log's other lines, without submitit's own log lines."""
         try:
             with open(self.err, "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - 8 * STDERR_TAIL_CHARS))
                 text = f.read().decode("utf-8", "replace")
         except OSError:
-            return ""
-        kept = [line for line in text.splitlines() if not line.startswith("submitit ")]
+            text = ""
+        lines = text.splitlines() + list(self.lines.other)
+        kept = [line for line in lines if not line.startswith("submitit ")]
         return "\n".join(kept)[-STDERR_TAIL_CHARS:].strip()
+
+
+def _ended(state: str | None) -> str:
+    """'ended FAILED'; 'ended' where the controller had forgotten the job."""
+    return f"ended {state}" if state else "ended"
 
 
 def cancel(job_id: str) -> None:
