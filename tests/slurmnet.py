@@ -95,6 +95,11 @@ def unavailable() -> str | None:
         return "unshare, nsenter or ip is missing (util-linux, iproute2)"
     if os.geteuid() != 0:
         return "network namespaces, and Slurm's daemons, need root here"
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            os.mknod(Path(folder) / "gpu", 0o600 | stat.S_IFCHR, os.makedev(195, 0))
+        except OSError as exc:
+            return f"the fake GPUs are device files, and mknod is not allowed here ({exc.strerror})"
     return None
 
 
