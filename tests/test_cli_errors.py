@@ -46,10 +46,14 @@ CASES = [
     (["--device", "cuda"], "--device cuda was asked for, but torch sees no CUDA GPU here; use --device cpu"),
     (["--model", "/nonexistent/config.json"], "no such file; pass a preset name or the path of an HF config.json"),
     (["--out", "/proc/stepbench/results.jsonl"], "cannot write results to /proc/stepbench/results.jsonl"),
-    # A Ray cluster (docs/ray.md), refused before any cluster is asked.
-    (["--gpu-type", "H100"], "--gpu-type chooses a GPU type of a Ray cluster; add --ray ADDRESS (or drop --gpu-type)"),
+    # A cluster (docs/ray.md, docs/slurm.md), refused before any cluster is asked.
+    (["--gpu-type", "H100"], "--gpu-type chooses a GPU type of a cluster; add --ray ADDRESS or --slurm [PARTITION] (or drop --gpu-type)"),
     (["--ray", "http://head:8265", "--host", "gpu-a"], "--ray runs the setups on a Ray cluster; drop --host, --hosts-file and --rent (or --ray)"),
     (["--ray", "http://head:8265", "--node-rank", "0"], "--ray places a job's nodes itself; drop --node-rank and --rdzv-endpoint"),
+    (["--slurm", "--rent", "runcrate:L40S"], "--slurm runs the setups on a Slurm cluster; drop --host, --hosts-file and --rent (or --slurm)"),
+    (["--slurm", "gpu", "--ray", "auto"], "--ray and --slurm each name the cluster that runs the setups; pass one of them"),
+    (["--slurm", "gpu,cpu"], "--slurm takes one partition's name (or none, for the default one), got 'gpu,cpu'"),
+    (["--slurm", "--nnodes", "2", "--parallel", "ddp", "--rdzv-endpoint", "a:1"], "--slurm places a job's nodes itself; drop --node-rank and --rdzv-endpoint"),
     # On a CPU, a step that cannot fit the machine's memory is refused before its process grows
     # until the kernel kills it: the floor of its memory, by part (measure/footprint.py).
     (["--modes", "eager", "--attn", "eager", "--seq", "100000"],

@@ -71,7 +71,8 @@ SCRIPTED = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from fakes import ProtocolChild
-    from stepbench.execute.raycluster import Cluster, RayExecutor, check_cluster
+    from stepbench.execute.clusters import check_cluster
+    from stepbench.execute.raycluster import Cluster, RayExecutor
     from stepbench.execute.runner import Runner
     from stepbench.record import ResultsFile
     from stepbench.setup import Setup

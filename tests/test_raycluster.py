@@ -8,7 +8,8 @@ import pytest
 
 from stepbench.errors import UserError
 from stepbench.execute.executor import Job, Outcome
-from stepbench.execute.raycluster import Cluster, RayExecutor, _Follow, check_cluster
+from stepbench.execute.clusters import check_cluster
+from stepbench.execute.raycluster import Cluster, RayExecutor, _Follow
 from stepbench.record import Machine, Record
 from stepbench.setup import Setup
 
@@ -108,10 +109,10 @@ def test_a_jobs_log_is_read_line_by_line_whatever_its_chunks():
     for i in range(0, len(log), 7):                    # chunks that cut lines anywhere
         follow.feed(log[i:i + 7])
     follow.feed("\n")
-    assert follow.placed.is_set() and follow.cuda_visible_devices == "3"
+    assert follow.running.is_set() and follow.placed["cuda_visible_devices"] == "3"
     assert [m["event"] for m in seen] == ["start", "progress", "result"]
     assert outcome.result["measured"] == {"step_ms": 2.5}
-    assert (follow.returncode, follow.start) == (0, "fresh")
-    assert list(follow.stderr) == ["2026 INFO job_manager.py -- Runtime env is setting up.",
-                                   "Running entrypoint for job x", "a warning on stderr"]
-    asyncio.run(asyncio.wait_for(follow.placed.wait(), 1))     # set, so a waiter returns
+    assert (follow.exit.returncode, follow.exit.start) == (0, "fresh")
+    assert list(follow.other) == ["2026 INFO job_manager.py -- Runtime env is setting up.",
+                                  "Running entrypoint for job x", "a warning on stderr"]
+    asyncio.run(asyncio.wait_for(follow.running.wait(), 1))     # set, so a waiter returns

@@ -86,12 +86,17 @@ OPTIONS = [
     Option("gpus", str, "run setups concurrently, one per GPU of this pool (all, the first N, "
            "or these CUDA indices); each setup's process sees only its GPU(s)", {RUN: None},
            plan=True, metavar="all|N|I,J,..."),
-    # A Ray cluster (execute/raycluster.py).
+    # A cluster: Ray (execute/raycluster.py) or Slurm (execute/slurmcluster.py).
     Option("ray", str, "run each setup as a Ray job on this cluster: its Jobs API address "
            "(http://HEAD:8265), auto (RAY_ADDRESS), or local (a Ray started for this run and "
            "stopped after it)", {RUN: None, TUNE: None}, metavar="ADDRESS|auto|local"),
-    Option("gpu_type", str, "with --ray: run on this GPU type, as Ray names it (its "
-           "accelerator_type, e.g. H100, A100-80G)", {RUN: None, TUNE: None}, metavar="NAME"),
+    # "" (the flag without a value): the cluster's default partition.
+    Option("slurm", str, "run each setup as a Slurm job of this cluster, in PARTITION (default: "
+           "the cluster's default partition); the results folder and this Python must be on a "
+           "filesystem its nodes share", {RUN: None, TUNE: None}, metavar="PARTITION"),
+    Option("gpu_type", str, "with --ray or --slurm: run on this GPU type, as the cluster names "
+           "it (Ray's accelerator_type, e.g. H100; Slurm's gres type, e.g. h100)",
+           {RUN: None, TUNE: None}, metavar="NAME"),
     Option("node_rank", int, "this host's rank among --nnodes hosts (torchrun --node-rank)",
            {RUN: None}, least=0),
     Option("rdzv_endpoint", str, "node 0's address and a free port there, where the hosts of a "
@@ -115,7 +120,7 @@ OPTIONS = [
            {RUN: 5.0}, plan=True, metavar="PERCENT"),
 ]
 MAX_BATCH_KEYS = ("max_batch_limit", "probe_steps", "memory_margin")
-RAY_KEYS = ("ray", "gpu_type")
+CLUSTER_KEYS = ("ray", "slurm", "gpu_type")
 
 
 def option(key: str, command: str = RUN) -> Option:
@@ -235,13 +240,19 @@ class RunSettings:
     format: str = "table"
     start: str = "server"               # server or fresh: how each setup's process starts
     ray: str | None = None              # --ray: the cluster's Jobs API address, auto or local
-    gpu_type: str | None = None         # --gpu-type: Ray's accelerator type
+    slurm: str | None = None            # --slurm: the partition ("": the default one)
+    gpu_type: str | None = None         # --gpu-type: Ray's accelerator type, Slurm's gres type
     origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     @property
     def remote_run(self) -> bool:
         """On SSH hosts or rented machines, not here."""
         return bool(self.remote.hosts or self.rent.specs)
+
+    @property
+    def cluster(self) -> str | None:
+        """The flag of the cluster engine that places the setups (--ray, --slurm), or None."""
+        return cluster_flag(self.ray, self.slurm)
 
     @property
     def nnodes(self) -> int:
@@ -258,7 +269,7 @@ class RunSettings:
         for a in AXES:
             if values.get(a.name) is None and not a.optional:
                 values[a.name] = a.default_for(device)
-        if self.gpus is not None and device != "cuda" and self.ray is None:
+        if self.gpus is not None and device != "cuda" and self.cluster is None:
             gpus = self.origin.name("gpus")
             raise self.origin.error("gpus", f"{gpus} needs CUDA GPUs, and this run is on the "
                                             f"CPU; drop {gpus} (or pass --device cuda on a GPU "
@@ -295,7 +306,8 @@ class RunSettings:
             gpus=opts["gpus"], node_rank=opts["node_rank"], rdzv_endpoint=opts["rdzv_endpoint"],
             max_batch=_max_batch(opts, given, origin), remote=_remote(given), rent=_rent(given),
             dry_run=opts["dry_run"], format=given.get("format") or "table",
-            start=opts["start"], ray=opts["ray"], gpu_type=opts["gpu_type"], origin=origin)
+            start=opts["start"], ray=opts["ray"], slurm=opts["slurm"], gpu_type=opts["gpu_type"],
+            origin=origin)
         settings.check()
         return settings
 
@@ -316,15 +328,15 @@ class RunSettings:
                                  f"{o.name('nnodes', about)} {v['nnodes']} needs a way to "
                                  f"spread the step: add {parallel} ddp or {parallel} fsdp2")
         nnodes, rank = v["nnodes"], self.node_rank
-        check_ray(self.ray, self.gpu_type, others=self.remote_run)
-        if self.ray is not None and (rank is not None or self.rdzv_endpoint):
-            raise UserError("--ray places a job's nodes itself; drop --node-rank and "
+        check_clusters(self.ray, self.slurm, self.gpu_type, others=self.remote_run)
+        if self.cluster is not None and (rank is not None or self.rdzv_endpoint):
+            raise UserError(f"{self.cluster} places a job's nodes itself; drop --node-rank and "
                             "--rdzv-endpoint")
-        if nnodes > 1 and self.ray is None and (rank is None or not self.rdzv_endpoint):
+        if nnodes > 1 and self.cluster is None and (rank is None or not self.rdzv_endpoint):
             raise o.error("nnodes", f"{o.name('nnodes')} {nnodes} needs --node-rank (0 on the "
                                     "host given as the endpoint) and --rdzv-endpoint HOST:PORT "
                                     "of node 0, on every host")
-        if nnodes > 1 and self.ray is None and not 0 <= rank < nnodes:
+        if nnodes > 1 and self.cluster is None and not 0 <= rank < nnodes:
             raise UserError(f"--node-rank must be from 0 to {nnodes - 1}, got {rank}")
         if nnodes == 1 and rank not in (None, 0):
             spelled = o.where("nnodes")
@@ -340,7 +352,8 @@ class RunSettings:
                             "for today's prices without renting (a run looks them up itself "
                             "before it creates anything)")
         if self.compile_cache is not None and not self.remote_run and self.ray is None:
-            # Here, not a host's or a cluster's folder (made there): checked, not yet made.
+            # Here (or on the filesystem this shares with a Slurm cluster's nodes), not a host's
+            # or a Ray cluster's folder (made there): checked, not yet made.
             with self.origin.checking("compile_cache"):
                 writable_folder(self.compile_cache, self.origin.name("compile_cache"))
         if self.max_batch is not None and self.remote_run:
@@ -349,19 +362,33 @@ class RunSettings:
                             "host itself")
 
 
-def check_ray(ray: str | None, gpu_type: str | None, others: bool = False) -> None:
-    """--ray and --gpu-type, before any cluster is asked."""
-    if ray is None:
+def cluster_flag(ray: str | None, slurm: str | None) -> str | None:
+    return "--ray" if ray is not None else "--slurm" if slurm is not None else None
+
+
+def check_clusters(ray: str | None, slurm: str | None, gpu_type: str | None,
+                   others: bool = False) -> None:
+    """--ray, --slurm and --gpu-type, before any cluster is asked; `others`: SSH hosts or
+    rentals were given too."""
+    if ray is not None and slurm is not None:
+        raise UserError("--ray and --slurm each name the cluster that runs the setups; pass one "
+                        "of them")
+    flag = cluster_flag(ray, slurm)
+    if flag is None:
         if gpu_type is not None:
-            raise UserError("--gpu-type chooses a GPU type of a Ray cluster; add --ray ADDRESS "
-                            "(or drop --gpu-type)")
+            raise UserError("--gpu-type chooses a GPU type of a cluster; add --ray ADDRESS or "
+                            "--slurm [PARTITION] (or drop --gpu-type)")
         return
-    if not ray.strip() or any(c.isspace() for c in ray):
+    if ray is not None and (not ray.strip() or any(c.isspace() for c in ray)):
         raise UserError(f"--ray takes the Jobs API address (http://HEAD:8265), auto or local, "
                         f"got {ray!r}")
+    if slurm and (slurm.startswith("-") or any(c.isspace() or c == "," for c in slurm)):
+        raise UserError(f"--slurm takes one partition's name (or none, for the default one), "
+                        f"got {slurm!r}")
     if others:
-        raise UserError("--ray runs the setups on a Ray cluster; drop --host, --hosts-file and "
-                        "--rent (or --ray)")
+        engine = "Ray" if ray is not None else "Slurm"
+        raise UserError(f"{flag} runs the setups on a {engine} cluster; drop --host, --hosts-file "
+                        f"and --rent (or {flag})")
 
 
 def _axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):
@@ -505,7 +532,12 @@ class TuneSettings:
     format: str = "table"
     start: str = "server"
     ray: str | None = None
+    slurm: str | None = None
     gpu_type: str | None = None
+
+    @property
+    def cluster(self) -> str | None:
+        return cluster_flag(self.ray, self.slurm)
 
     @classmethod
     def build(cls, flags: Mapping[str, Any]) -> "TuneSettings":
@@ -519,7 +551,7 @@ class TuneSettings:
                 values[a.name] = _axis_value(a, given.get(a.key), TUNE)
         values["device"] = None
         opts = _options(given, TUNE)
-        check_ray(opts["ray"], opts["gpu_type"])
+        check_clusters(opts["ray"], opts["slurm"], opts["gpu_type"])
         if opts["compile_cache"] is not None and opts["ray"] is None:
             writable_folder(_path(opts["compile_cache"]), option("compile_cache", TUNE).flag)
         objective = given.get("objective") or "tokens"
@@ -531,7 +563,7 @@ class TuneSettings:
                    device=opts["device"], repeats=opts["repeats"], timeout_s=opts["timeout"],
                    compile_cache=_path(opts["compile_cache"]), out=Path(opts["out"]),
                    format=given.get("format") or "table", start=opts["start"],
-                   ray=opts["ray"], gpu_type=opts["gpu_type"])
+                   ray=opts["ray"], slurm=opts["slurm"], gpu_type=opts["gpu_type"])
 
     def resolved(self, device: str) -> "TuneSettings":
         values = dict(self.values, device=device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stepbench.axes import AXES, Axis
-from stepbench.settings import OPTIONS, RAY_KEYS, RUN, SEARCHED, option
+from stepbench.settings import CLUSTER_KEYS, OPTIONS, RUN, SEARCHED, option
 
 
 def add_axis_flags(parser, command: str) -> None:
@@ -66,15 +66,18 @@ def add_options(parser, command: str, keys: tuple[str, ...]) -> None:
         add_option(parser, key, command)
 
 
-def add_ray_options(parser, command: str) -> None:
-    """--ray and --gpu-type, in a group of their own."""
+def add_cluster_options(parser, command: str) -> None:
+    """--ray, --slurm and --gpu-type, in a group of their own."""
     group = parser.add_argument_group(
-        "a Ray cluster (needs the ray extra: pip install 'stepbench[ray]'; docs/ray.md)",
-        "Each setup runs as a Ray job on the cluster, which chooses its node and GPUs; records "
-        "carry the Ray job and node. " + ("--gpus N: at most N of the cluster's GPUs at once "
-                                          "(default: all of them)." if command == RUN else
-                                          "Probes run one at a time, on one GPU."))
-    add_options(group, command, RAY_KEYS)
+        "a cluster: Ray (needs the ray extra: pip install 'stepbench[ray]'; docs/ray.md) or Slurm "
+        "(the slurm extra; docs/slurm.md)",
+        "Each setup runs as a job of the cluster, which chooses its node and GPUs; records carry "
+        "the job and node. " + ("--gpus N: at most N of the cluster's GPUs at once (default: all "
+                                "of them)." if command == RUN else
+                                "Probes run one at a time, on one GPU."))
+    for key in CLUSTER_KEYS:
+        # --slurm alone: the cluster's default partition.
+        add_option(group, key, command, **({"nargs": "?", "const": ""} if key == "slurm" else {}))
 
 
 def option_keys(command: str, group: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -82,5 +85,5 @@ def option_keys(command: str, group: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(o.key for o in OPTIONS if command in o.defaults and o.key not in group)
 
 
-__all__ = ["add_axis_flags", "add_option", "add_options", "add_ray_options", "option_keys",
+__all__ = ["add_axis_flags", "add_option", "add_options", "add_cluster_options", "option_keys",
            "Path"]

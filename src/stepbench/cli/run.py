@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from stepbench.cli.base import EXIT_OK, outcome, report_hint, say, stopped
-from stepbench.cli.flags import (add_axis_flags, add_option, add_options, add_ray_options,
+from stepbench.cli.flags import (add_axis_flags, add_option, add_options, add_cluster_options,
                                  option_keys)
 from stepbench.errors import UserError
-from stepbench.settings import (DEFAULT_OUT, MAX_BATCH_KEYS, RAY_KEYS, RUN, RunSettings,
+from stepbench.settings import (DEFAULT_OUT, MAX_BATCH_KEYS, CLUSTER_KEYS, RUN, RunSettings,
                                 writable_folder)
 
 def add(sub) -> None:
@@ -24,7 +24,7 @@ def add(sub) -> None:
                    help="a TOML plan of the matrix (docs/cli.md, 'Plan files'); flags given "
                         "beside it override its values")
     add_axis_flags(p, RUN)
-    add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS, *RAY_KEYS)))
+    add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS, *CLUSTER_KEYS)))
     p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
                    help="table (default), markdown, or json (the records, alone on stdout)")
     search = p.add_argument_group(
@@ -34,7 +34,7 @@ def add(sub) -> None:
         "batch found. Rerunning the same command resumes the search.")
     add_option(search, "max_batch")
     add_options(search, RUN, MAX_BATCH_KEYS)
-    add_ray_options(p, RUN)
+    add_cluster_options(p, RUN)
     remote = p.add_argument_group(
         "remote machines over SSH (needs the fleet extra: pip install 'stepbench[fleet]')",
         "Run the matrix on every host at once, each setup in its own process there, into the one "
@@ -97,8 +97,8 @@ def cmd_run(args) -> int:
     settings = settings_of(args)
     if settings.remote_run:
         return run_hosts(settings)
-    if settings.ray is not None:
-        return run_ray(settings)
+    if settings.cluster is not None:
+        return run_cluster(settings)
     from stepbench.execute import pool
     from stepbench.execute.executor import LocalProcess
     from stepbench.execute.server import imports_for
@@ -208,19 +208,18 @@ def print_stopped(settings: RunSettings, kept: list) -> None:
     print_records(settings, finals, kept, hints=False)
 
 
-def run_ray(settings: RunSettings) -> int:
-    """`run --ray ADDRESS`: each setup a Ray job on the cluster (execute/raycluster.py)."""
+def run_cluster(settings: RunSettings) -> int:
+    """`run --ray ADDRESS`, `run --slurm [PARTITION]`: each setup a job of the cluster
+    (execute/raycluster.py, execute/slurmcluster.py)."""
+    from stepbench.execute.clusters import check_cluster, cluster_device
     from stepbench.execute.progress import Display
-    from stepbench.execute.raycluster import (RayExecutor, check_cluster, check_model_files,
-                                              cluster_device, connect, jobs_address,
-                                              require_ray)
     from stepbench.execute.runner import new_run_id
-    from stepbench.execute.server import imports_for
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search.max_batch import check_searches
 
-    require_ray()
+    engine = cluster_engine(settings.cluster)
+    engine.require()
     if settings.dry_run:        # nothing is contacted, nothing started
         shown = "cuda" if settings.device == "auto" else settings.device
         local = settings.resolved(shown)
@@ -230,13 +229,11 @@ def run_ray(settings: RunSettings) -> int:
         print_plan(local.plan(), local.format) if local.max_batch is None else \
             print_searches(local.plan(), local)
         return 0
-    check_model_files(settings.values["model"])
-    if settings.ray != "local":
-        jobs_address(settings.ray)      # `auto` without RAY_ADDRESS: said before anything is made
+    engine.precheck(settings)
     store = ResultsFile(settings.out).check_writable()
     display = Display()
     try:
-        cluster = connect(settings.ray, display.note)
+        cluster = engine.open_cluster(settings, display.note)
     except BaseException:
         display.close()
         raise
@@ -248,9 +245,7 @@ def run_ray(settings: RunSettings) -> int:
         if local.max_batch is not None:
             check_searches(local.max_batch, plan, local.origin)
         gpus = check_cluster(cluster, local.device, local.gpu_type, local.gpus, plan)
-        executor = RayExecutor(cluster, local.device, gpus=gpus, gpu_type=local.gpu_type,
-                               compile_cache=local.compile_cache, run_id=new_run_id(),
-                               start=local.start, preload=imports_for(plan), note=display.note)
+        executor = engine.executor_for(cluster, local, plan, gpus, new_run_id(), display.note)
         code = run_plan(local, plan, executor, store, display)
         if executor.lost and code == 0:
             say("run", f"{executor.lost}; the setups it did not run are not recorded; run the "
@@ -260,6 +255,15 @@ def run_ray(settings: RunSettings) -> int:
     finally:
         display.close()
         cluster.close()
+
+
+def cluster_engine(flag: str):
+    """The module that runs setups on the cluster `flag` names (--ray, --slurm)."""
+    if flag == "--ray":
+        from stepbench.execute import raycluster as engine
+    else:
+        from stepbench.execute import slurmcluster as engine
+    return engine
 
 
 def run_hosts(settings: RunSettings) -> int:

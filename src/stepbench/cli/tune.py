@@ -7,7 +7,7 @@ import math
 import sys
 
 from stepbench.cli.base import given, report_hint, say, stopped
-from stepbench.cli.flags import add_axis_flags, add_options, add_ray_options
+from stepbench.cli.flags import add_axis_flags, add_options, add_cluster_options
 from stepbench.settings import TUNE, TuneSettings, writable_folder
 
 FORMATS = ("table", "markdown", "csv", "json", "html")
@@ -30,7 +30,7 @@ def add(sub) -> None:
                         "tokens)")
     add_axis_flags(p, TUNE)
     add_options(p, TUNE, ("device", "start", "repeats", "timeout", "compile_cache", "out"))
-    add_ray_options(p, TUNE)
+    add_cluster_options(p, TUNE)
     p.add_argument("--format", default=None, choices=FORMATS,
                    help="table (default), markdown, csv, html (what it tried and its verdict, as "
                         "the report prints a table), or json: one object with winner, runner_up, "
@@ -41,13 +41,13 @@ def add(sub) -> None:
 def cmd_tune(args) -> int:
     settings = TuneSettings.build(given(args))
     cluster = None
-    if settings.ray is not None:
-        from stepbench.execute.raycluster import (check_model_files, connect,
-                                                  require_ray)
+    if settings.cluster is not None:
+        from stepbench.cli.run import cluster_engine
 
-        require_ray()
-        check_model_files(settings.values["model"])
-        cluster = connect(settings.ray, lambda text: say("tune", text))
+        engine = cluster_engine(settings.cluster)
+        engine.require()
+        engine.precheck(settings)
+        cluster = engine.open_cluster(settings, lambda text: say("tune", text))
     try:
         return _tune(settings, cluster)
     finally:
@@ -70,16 +70,17 @@ def _tune(settings: TuneSettings, cluster) -> int:
     if cluster is None:
         settings = settings.resolved(resolve_device(settings.device))
     else:
-        from stepbench.execute.raycluster import cluster_device
+        from stepbench.execute.clusters import cluster_device
 
         settings = settings.resolved(cluster_device(cluster, settings.device, settings.gpu_type))
     space, skipped = tune.space_for(settings)
     base = tune.start(settings, space)
     check_models([base])
     store = ResultsFile(settings.out)
-    preload = imports_for([base.replace(mode=m) for m in space["mode"]])
+    kinds = [base.replace(mode=m) for m in space["mode"]]
+    preload = imports_for(kinds)
     if cluster is not None:
-        from stepbench.execute.raycluster import check_cluster
+        from stepbench.execute.clusters import check_cluster
 
         # One GPU at a time: tune's probes are compared with each other.
         check_cluster(cluster, settings.device, settings.gpu_type, "1" if
@@ -92,11 +93,10 @@ def _tune(settings: TuneSettings, cluster) -> int:
         executor = LocalProcess(compile_cache=cache, start=settings.start, note=display.note,
                                 preload=preload)
     else:
-        from stepbench.execute.raycluster import RayExecutor
+        from stepbench.cli.run import cluster_engine
 
-        executor = RayExecutor(cluster, settings.device, gpus=1, gpu_type=settings.gpu_type,
-                               compile_cache=settings.compile_cache, run_id=new_run_id(),
-                               start=settings.start, preload=preload, note=display.note)
+        executor = cluster_engine(settings.cluster).executor_for(
+            cluster, settings, kinds, 1, new_run_id(), display.note)
     runner = Runner(executor, store, run_id=getattr(executor, "run_id", None))
     try:
         tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,

@@ -27,7 +27,6 @@ record's placement with the Ray job and node. CPU setups run one at a time, as l
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import json
 import os
@@ -39,8 +38,9 @@ from pathlib import Path
 from stepbench import protocol
 from stepbench.errors import UserError, first_line
 from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
-                                        Rendezvous, _take, now_iso, rank_verdict, torchrun_command)
-from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
+                                        Rendezvous, now_iso, rank_verdict, torchrun_command)
+from stepbench.execute.clusters import device_indices, find_done
+from stepbench.execute.hostside import PLACED_EVENT, Exit, Lines, event_of
 from stepbench.setup import Setup
 
 INSTALL_HINT = "pip install 'stepbench[ray]'"
@@ -86,7 +86,11 @@ def jobs_address(address: str) -> str:
 
 
 class Cluster:
-    """A Ray cluster as its Jobs API shows it: its nodes and their resources."""
+    """A Ray cluster as its Jobs API shows it: its nodes and their resources (a clusters.View)."""
+
+    what, flag = "the Ray cluster", "--ray"
+    type_names = "Ray's names, e.g. H100, A100-80G"
+    no_types = "none (its nodes declare no accelerator_type)"
 
     def __init__(self, address: str, local=None):
         require_ray()
@@ -118,6 +122,9 @@ class Cluster:
         """Each live node's GPUs (of `gpu_type` when given)."""
         return [int(n["resources"].get("GPU", 0)) for n in self.nodes()
                 if gpu_type is None or f"{ACCELERATOR}{gpu_type}" in n["resources"]]
+
+    def cpu_nodes(self) -> int:
+        return sum(1 for n in self.nodes() if n["resources"].get("CPU", 0) >= 1)
 
     def close(self) -> None:
         if self.local is not None:
@@ -186,11 +193,31 @@ def connect(address: str, note) -> Cluster:
         raise
 
 
-def cluster_device(cluster: Cluster, device: str, gpu_type: str | None) -> str:
-    """--device auto on a cluster: cuda where it has GPUs (of --gpu-type), else cpu."""
-    if device != "auto":
-        return device
-    return "cuda" if gpu_type is not None or sum(cluster.gpus()) > 0 else "cpu"
+# -- what `run --ray` and `tune --ray` ask (cli/run.py run_cluster) ---------------------------
+
+def require() -> None:
+    require_ray()
+
+
+def precheck(settings) -> None:
+    """Before anything is made: a model config file (the nodes have none), `auto` without
+    RAY_ADDRESS."""
+    check_model_files(settings.values["model"])
+    if settings.ray != "local":
+        jobs_address(settings.ray)
+
+
+def open_cluster(settings, note) -> Cluster:
+    return connect(settings.ray, note)
+
+
+def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_id: str,
+                 note) -> "RayExecutor":
+    from stepbench.execute.server import imports_for
+
+    return RayExecutor(cluster, settings.device, gpus=gpus, gpu_type=settings.gpu_type,
+                       compile_cache=settings.compile_cache, run_id=run_id,
+                       start=settings.start, preload=imports_for(plan), note=note)
 
 
 def check_model_files(model) -> None:
@@ -202,48 +229,6 @@ def check_model_files(model) -> None:
             raise UserError(f"--model {name}: a config file stays on this machine, and --ray "
                             "runs the setups on the cluster's nodes; pass a preset ("
                             + ", ".join(PRESETS) + ")")
-
-
-def check_cluster(cluster: Cluster, device: str, gpu_type: str | None, gpus: str | None,
-                  plan: list[Setup]) -> int:
-    """How many GPUs this run may use at once (1 on the CPU: one setup at a time); a UserError
-    for a GPU type, a count or a job the cluster cannot place."""
-    if gpu_type is not None:
-        types = cluster.gpu_types()
-        if gpu_type not in types:
-            have = ", ".join(sorted(types)) or "none (its nodes declare no accelerator_type)"
-            raise UserError(f"--gpu-type {gpu_type}: the Ray cluster has no such GPU; its GPU "
-                            f"types: {have}; pass one of them (Ray's names, e.g. H100, A100-80G) "
-                            "or drop --gpu-type")
-    if device != "cuda":
-        if gpus is not None:
-            raise UserError("--gpus needs CUDA setups, and this run is on the CPU; drop --gpus "
-                            "(or pass --device cuda)")
-        nodes = sum(1 for n in cluster.nodes() if n["resources"].get("CPU", 0) >= 1)
-        for setup in plan:
-            if setup.nnodes > nodes:
-                raise UserError(f"--nnodes {setup.nnodes} needs a node each, and the Ray cluster "
-                                f"has {nodes} with a CPU; lower --nnodes")
-        return 1
-    per_node = cluster.gpus(gpu_type)
-    total = sum(per_node)
-    kind = f" {gpu_type}" if gpu_type else ""
-    if total == 0:
-        raise UserError(f"the Ray cluster has no{kind} GPU; pass --device cpu, or add GPU nodes")
-    if gpus is None:
-        limit = total
-    elif gpus.isdigit() and 1 <= int(gpus) <= total:
-        limit = int(gpus)
-    else:
-        raise UserError(f"--gpus with --ray takes how many of the cluster's {total}{kind} GPUs "
-                        f"this run uses at once: a number from 1 to {total}, got {gpus!r}")
-    for setup in plan:
-        fits = [g for g in per_node if g >= setup.nproc]
-        if len(fits) < setup.nnodes or setup.world_size > limit:
-            raise UserError(f"{setup.name} needs {setup.nnodes} node(s) with {setup.nproc}"
-                            f"{kind} GPU(s) each, and the run may use {limit} of the cluster's "
-                            f"nodes' {per_node}; lower --nproc/--nnodes or raise --gpus")
-    return limit
 
 
 class RayExecutor:
@@ -291,15 +276,8 @@ class RayExecutor:
         return "cpu" if setup.device == "cpu" else self.gpu_type
 
     def find_done(self, job: Job, stored: list) -> object | None:
-        """The stored record of `job` from a Ray run: the same setup and repeat, on the GPU type
-        asked for (any GPU when none was asked)."""
-        key = job.setup.key()
-        for record in reversed(stored):
-            ray = (record.placement or {}).get("ray")
-            if (ray is not None and record.setup.key() == key and record.repeat == job.repeat
-                    and (self.gpu_type is None or ray.get("gpu_type") == self.gpu_type)):
-                return record
-        return None
+        """The stored record of `job` from a Ray run (clusters.find_done)."""
+        return find_done(job, stored, "ray", self.gpu_type)
 
     # -- one job -------------------------------------------------------------------------------
 
@@ -329,31 +307,32 @@ class RayExecutor:
         follow = _Follow(outcome, on_message)
         outcome.timed_out, outcome.stopped = self.loop.call(self._follow(job_id, timeout_s, follow))
         info = self._info(job_id)
-        if not (follow.placed.is_set() or outcome.timed_out or outcome.stopped):
+        if not (follow.running.is_set() or outcome.timed_out or outcome.stopped):
             # The job ended before the setup's process started (its runtime_env failed, the
             # cluster lost its node): nothing was measured, so nothing is recorded.
             status = getattr(info, "status", None)
             self._lose(f"Ray job {job_id} ended {getattr(status, 'value', status)} before its "
                        f"process started: {first_line(getattr(info, 'message', None) or '')}"
-                       + (f" ({first_line(follow.stderr[-1])})" if follow.stderr else ""))
+                       + (f" ({first_line(follow.other[-1])})" if follow.other else ""))
             outcome.stopped = True
-        outcome.returncode = follow.returncode
-        outcome.oom_killed = follow.oom_killed      # told by hostside on the node
-        outcome.stderr_tail = "\n".join(follow.stderr)[-STDERR_TAIL_CHARS:].strip()
+        placed, end = follow.placed or {}, follow.exit or Exit()
+        devices = placed.get("cuda_visible_devices") if setup.device == "cuda" else None
         outcome.placement = {
             "ray": {"job_id": job_id, "node_id": getattr(info, "driver_node_id", None),
-                    "gpu_type": self.gpu_type, **follow.placed_nodes},
-            "gpus": _indices(follow.cuda_visible_devices) if setup.device == "cuda" else None,
-            "cuda_visible_devices": follow.cuda_visible_devices if setup.device == "cuda" else None,
-            "compile_threads": None, "start": follow.start or "fresh", "concurrent": 1}
-        if follow.returncode is None and not (outcome.timed_out or outcome.stopped):
+                    "gpu_type": self.gpu_type,
+                    **({"nodes": placed["nodes"]} if placed.get("nodes") else {})},
+            "gpus": device_indices(devices), "cuda_visible_devices": devices,
+            "compile_threads": None, "start": "fresh", "concurrent": 1}
+        end.tell(outcome)           # the exit code, how it started, told by hostside on the node
+        outcome.stderr_tail = "\n".join(follow.other)[-STDERR_TAIL_CHARS:].strip()
+        if end.returncode is None and not (outcome.timed_out or outcome.stopped):
             status = getattr(info, "status", None)
             outcome.detail = (f"Ray job {job_id} ended {getattr(status, 'value', status)}: "
                               f"{getattr(info, 'message', None) or 'no message'}")
         if setup.distributed:
             rank_verdict(outcome, follow.ranks)
         if outcome.result_at is not None:
-            outcome.exit_s = (follow.exit_at or time.monotonic()) - outcome.result_at
+            outcome.exit_s = (end.at or time.monotonic()) - outcome.result_at
         self._delete(job_id, settle=outcome.stopped or outcome.timed_out or setup.nnodes > 1)
         outcome.wall_s = time.monotonic() - start
         outcome.finished_at = now_iso()
@@ -491,11 +470,11 @@ class RayExecutor:
         runs) or on stop(). (timed out, stopped)."""
         tail = asyncio.ensure_future(self._tail(job_id, follow))
         stopper = asyncio.ensure_future(self._stop_event.wait())
-        placed = asyncio.ensure_future(follow.placed.wait())
+        placed = asyncio.ensure_future(follow.running.wait())
         timed_out = stopped = False
         try:
             while not tail.done():
-                if follow.placed.is_set():
+                if follow.running.is_set():
                     left = follow.placed_at + timeout_s - time.monotonic()
                     if left <= 0:
                         timed_out = True
@@ -518,7 +497,7 @@ class RayExecutor:
             stopper.cancel()
             placed.cancel()
         if tail.done() and not tail.cancelled() and tail.exception() is not None:
-            follow.stderr.append(f"stepbench: lost the job's log ({_reason(tail.exception())})")
+            follow.other.append(f"stepbench: lost the job's log ({_reason(tail.exception())})")
         return timed_out, stopped
 
     async def _tail(self, job_id: str, follow: "_Follow") -> None:
@@ -583,56 +562,19 @@ class RayExecutor:
             self.loop.close()
 
 
-class _Follow:
-    """What a job's log carried: protocol messages to the outcome, hostside's own lines kept,
-    the rest the stderr tail."""
+class _Follow(Lines):
+    """A job's log as hostside's lines (stdout and stderr share it: the other lines are the
+    stderr tail), and an event set once the setup's process runs (its placed line)."""
 
     def __init__(self, outcome: Outcome, on_message: OnMessage):
-        self.outcome, self.on_message = outcome, on_message
-        self.pending = ""
-        self.placed = asyncio.Event()
-        self.placed_at: float | None = None
-        self.cuda_visible_devices: str | None = None
-        self.placed_nodes: dict = {}
-        self.returncode: int | None = None
-        self.oom_killed: str | None = None
-        self.exit_at: float | None = None     # when the exit line came: the process had ended
-        self.start: str | None = None
-        self.ranks: list[dict] = []
-        self.stderr: collections.deque = collections.deque(maxlen=200)
+        super().__init__(outcome, on_message)
+        self.running = asyncio.Event()
 
-    def feed(self, chunk: str) -> None:
-        *lines, self.pending = (self.pending + chunk).split("\n")
-        for line in lines:
-            self.line(line)
-
-    def line(self, line: str) -> None:
-        message = event_of(line)
-        event = message.get("event") if message else None
+    def line(self, line: str) -> str | None:
+        event = super().line(line)
         if event == PLACED_EVENT:
-            if not self.placed.is_set():
-                self.placed_at = time.monotonic()
-                self.placed.set()
-            self.cuda_visible_devices = message.get("cuda_visible_devices")
-            if message.get("nodes"):
-                self.placed_nodes = {"nodes": message["nodes"]}
-        elif event == RANKS_EVENT:
-            self.ranks = message.get("states") or []
-        elif event == EXIT_EVENT:
-            self.returncode, self.start = message.get("returncode"), message.get("start")
-            self.oom_killed = message.get("oom_killed")
-            self.exit_at = time.monotonic()
-        elif protocol.decode(line) is not None:
-            _take(protocol.decode(line), self.outcome, self.on_message)
-        elif line.strip():
-            self.stderr.append(line)
-
-
-def _indices(devices: str | None) -> list[int] | None:
-    try:
-        return [int(d) for d in devices.split(",")] if devices else None
-    except ValueError:
-        return None
+            self.running.set()
+        return event
 
 
 def _reason(exc: BaseException) -> str:

@@ -35,9 +35,8 @@ from pathlib import Path
 from stepbench import __version__, protocol
 from stepbench.errors import UserError
 from stepbench.execute import hostprep
-from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
-                                        _take, now_iso)
-from stepbench.execute.hostside import EXIT_EVENT, event_of
+from stepbench.execute.executor import KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome, now_iso
+from stepbench.execute.hostside import Exit, Lines
 from stepbench.settings import Remote
 from stepbench.setup import Setup
 
@@ -129,15 +128,12 @@ class EventLoop:
 
 @dataclass
 class _Exit:
-    """How one remote command ended."""
+    """How one remote command ended, beside what its exit line says (`Lines.exit`)."""
 
-    returncode: int | None = None
     timed_out: bool = False
     stopped: bool = False
     lost: str | None = None             # the connection is gone: why
     stderr_tail: str = ""
-    start: str | None = None            # how hostside started the setup: server or fresh
-    oom_killed: str | None = None       # why hostside takes it for the OOM killer's victim
 
 
 # ---------------------------------------------------------------- the executor
@@ -314,16 +310,13 @@ class SSHExecutor:
                         protocol.CACHE_KIND_ENV: kind})
             dirs.append(cache)
 
-        def on_line(line: bytes) -> None:
-            _take(protocol.decode(line), outcome, on_message)
-
+        lines = Lines(outcome, on_message)
         self.running = f"{setup.name} batch {setup.batch} seq {setup.seq}"
         start = time.monotonic()
         end = self.loop.call(self._exec([self.info["python"], "-m", "stepbench.measure.worker",
-                                         payload], env, dirs, timeout_s, on_line, payload))
-        outcome.returncode, outcome.timed_out = end.returncode, end.timed_out
-        outcome.oom_killed = end.oom_killed
-        outcome.placement = {"start": end.start} if end.start else {}
+                                         payload], env, dirs, timeout_s, lines, payload))
+        outcome.timed_out = end.timed_out
+        (lines.exit or Exit()).tell(outcome)
         outcome.stderr_tail = end.stderr_tail
         outcome.wall_s, outcome.finished_at = time.monotonic() - start, now_iso()
         if outcome.result_at is not None:
@@ -379,9 +372,9 @@ class SSHExecutor:
     # -- one remote command --------------------------------------------------------------------
 
     async def _exec(self, argv: list[str], env: dict, dirs: list[str], timeout_s: float,
-                    on_line, payload: str | None = None) -> _Exit:
+                    lines: Lines, payload: str | None = None) -> _Exit:
         """Run argv through hostside there (a worker's `payload` through the host's process
-        server, where it runs); `on_line` gets each stdout line as it comes."""
+        server, where it runs); `lines` takes each stdout line as it comes."""
         asyncssh = require_asyncssh()
         end = _Exit()
         spec = {"argv": argv, "env": env, "dirs": dirs, "cwd": self.info["workdir"]}
@@ -395,7 +388,7 @@ class SSHExecutor:
             end.lost = _reason(exc)
             return end
         stderr = asyncio.ensure_future(_tail(proc.stderr))
-        reader = asyncio.ensure_future(self._read(proc, on_line, end))
+        reader = asyncio.ensure_future(self._read(proc, lines))
         stopper = asyncio.ensure_future(self._stop_event.wait())
         try:
             await asyncio.wait({reader, stopper}, timeout=timeout_s,
@@ -415,7 +408,7 @@ class SSHExecutor:
             stopper.cancel()
         if reader.done() and not reader.cancelled() and reader.exception() is not None:
             end.lost = _reason(reader.exception())
-        elif end.returncode is None and not end.stopped and not end.timed_out:
+        elif lines.exit is None and not end.stopped and not end.timed_out:
             # No exit line: hostside itself was killed (a signal), or the connection went.
             try:
                 await asyncio.wait_for(proc.wait(), 5)
@@ -423,7 +416,7 @@ class SSHExecutor:
                 end.lost = _reason(exc)
             if end.lost is None and (self._conn.is_closed() or proc.returncode is None):
                 end.lost = "the connection closed"
-            end.returncode = proc.returncode
+            lines.exit = Exit(returncode=proc.returncode)
         try:
             end.stderr_tail = await asyncio.wait_for(stderr, 5)
         except asyncio.TimeoutError:
@@ -431,18 +424,12 @@ class SSHExecutor:
         return end
 
     @staticmethod
-    async def _read(proc, on_line, end: _Exit) -> None:
+    async def _read(proc, lines: Lines) -> None:
         while True:
             line = await proc.stdout.readline()
             if not line:
                 return
-            message = event_of(line)
-            if message is not None and message.get("event") == EXIT_EVENT:
-                end.returncode = message.get("returncode")
-                end.start = message.get("start")
-                end.oom_killed = message.get("oom_killed")
-            else:
-                on_line(line)
+            lines.line(line)
 
 
 async def _tail(stream, chars: int = STDERR_TAIL_CHARS) -> str:

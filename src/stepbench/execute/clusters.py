@@ -1,0 +1,101 @@
+"""What the cluster engines share (execute/raycluster.py for `--ray`, execute/slurmcluster.py for
+`--slurm`): the device a run takes there, how many of the cluster's GPUs it may use at once, and
+which stored record a job resumes from. The cluster places each job (its node and GPUs);
+stepbench measures, as everywhere else.
+
+A cluster is seen through a few answers (`View`): its nodes' GPUs (of a type), its GPU types and
+how many nodes have a CPU; and how its errors name it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from stepbench.errors import UserError
+from stepbench.setup import Setup
+
+
+class View(Protocol):
+    what: str           # how an error names it: "the Ray cluster", "the Slurm partition gpu"
+    flag: str           # the flag that chose it: "--ray", "--slurm"
+    type_names: str     # what a GPU type is called there, for --gpu-type's error
+    no_types: str       # what its GPU types read as where it declares none
+
+    def gpu_types(self) -> set[str]:
+        """The GPU types its nodes declare."""
+
+    def gpus(self, gpu_type: str | None = None) -> list[int]:
+        """Each node's GPUs (of `gpu_type` when given)."""
+
+    def cpu_nodes(self) -> int:
+        """How many nodes have a CPU a setup can take."""
+
+
+def cluster_device(cluster: View, device: str, gpu_type: str | None) -> str:
+    """--device auto on a cluster: cuda where it has GPUs (of --gpu-type), else cpu."""
+    if device != "auto":
+        return device
+    return "cuda" if gpu_type is not None or sum(cluster.gpus()) > 0 else "cpu"
+
+
+def check_cluster(cluster: View, device: str, gpu_type: str | None, gpus: str | None,
+                  plan: list[Setup]) -> int:
+    """How many GPUs this run may use at once (1 on the CPU: one setup at a time); a UserError
+    for a GPU type, a count or a job the cluster cannot place."""
+    if gpu_type is not None:
+        types = cluster.gpu_types()
+        if gpu_type not in types:
+            have = ", ".join(sorted(types)) or cluster.no_types
+            raise UserError(f"--gpu-type {gpu_type}: {cluster.what} has no such GPU; its GPU "
+                            f"types: {have}; pass one of them ({cluster.type_names}) or drop "
+                            "--gpu-type")
+    if device != "cuda":
+        if gpus is not None:
+            raise UserError("--gpus needs CUDA setups, and this run is on the CPU; drop --gpus "
+                            "(or pass --device cuda)")
+        nodes = cluster.cpu_nodes()
+        for setup in plan:
+            if setup.nnodes > nodes:
+                raise UserError(f"--nnodes {setup.nnodes} needs a node each, and {cluster.what} "
+                                f"has {nodes} with a CPU; lower --nnodes")
+        return 1
+    per_node = cluster.gpus(gpu_type)
+    total = sum(per_node)
+    kind = f" {gpu_type}" if gpu_type else ""
+    if total == 0:
+        raise UserError(f"{cluster.what} has no{kind} GPU; pass --device cpu, or add GPU nodes")
+    if gpus is None:
+        limit = total
+    elif gpus.isdigit() and 1 <= int(gpus) <= total:
+        limit = int(gpus)
+    else:
+        raise UserError(f"--gpus with {cluster.flag} takes how many of the cluster's {total}{kind} "
+                        f"GPUs this run uses at once: a number from 1 to {total}, got {gpus!r}")
+    for setup in plan:
+        fits = [g for g in per_node if g >= setup.nproc]
+        if len(fits) < setup.nnodes or setup.world_size > limit:
+            raise UserError(f"{setup.name} needs {setup.nnodes} node(s) with {setup.nproc}"
+                            f"{kind} GPU(s) each, and the run may use {limit} of the cluster's "
+                            f"nodes' {per_node}; lower --nproc/--nnodes or raise --gpus")
+    return limit
+
+
+def find_done(job, stored: list, engine: str, gpu_type: str | None):
+    """The stored record of `job` from a run on a cluster of `engine` (the record's placement
+    key: "ray", "slurm"): the same setup and repeat, on the GPU type asked for (any GPU when none
+    was asked); the latest, or None."""
+    key = job.setup.key()
+    for record in reversed(stored):
+        placed = (record.placement or {}).get(engine)
+        if (placed is not None and record.setup.key() == key and record.repeat == job.repeat
+                and (gpu_type is None or placed.get("gpu_type") == gpu_type)):
+            return record
+    return None
+
+
+def device_indices(devices: str | None) -> list[int] | None:
+    """The GPU indices in a job's CUDA_VISIBLE_DEVICES ("0,1"), as the cluster gave them."""
+    try:
+        return [int(d) for d in devices.split(",")] if devices else None
+    except ValueError:
+        return None
