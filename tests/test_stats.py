@@ -262,18 +262,26 @@ def test_shared_resampling_weights_give_the_direct_resamples(sizes, shift):
     assert np.allclose(ends, np.quantile(direct, [0.025, 0.975]), rtol=1e-12, atol=0)
 
 
-def test_resamples_at_a_tie_are_the_direct_ones_to_the_bit():
+@pytest.mark.parametrize("a, b", [
+    ([[10.0, 10.01, 10.02, 10.0], [10.01, 10.0, 10.02, 10.01]],
+     [[10.01, 10.0, 10.0, 10.02], [10.0, 10.02, 10.01, 10.01]]),
+    ([[10.0, 10.01, 10.02, 10.0], [10.01, 10.0, 10.02]],           # steps counts differ
+     [[10.01, 10.0, 10.0], [10.0, 10.02, 10.01, 10.01], [10.01, 10.0]])])
+def test_resamples_at_a_tie_are_the_direct_ones_to_the_bit(a, b):
     """Step times rounded to 0.01 ms give resampled means exactly equal on both sides: a sum
     in another order would put such a ratio a bit off 1 and move the p-value. Those
-    comparisons are resampled directly."""
-    a = [[10.0, 10.01, 10.02, 10.0], [10.01, 10.0, 10.02, 10.01]]
-    b = [[10.01, 10.0, 10.0, 10.02], [10.0, 10.02, 10.01, 10.01]]
-    boot, _ = stats._hierarchical_ratios([np.asarray(p) for p in a],
-                                         [np.asarray(p) for p in b], stats.N_BOOT,
-                                         stats.SEED, [0.025, 0.975])
+    resamples are taken from the draws as the direct resampling adds them."""
+    boot, ends = stats._hierarchical_ratios([np.asarray(p) for p in a],
+                                            [np.asarray(p) for p in b], stats.N_BOOT,
+                                            stats.SEED, [0.025, 0.975])
     direct = _direct(a, b)
+    tied = np.abs(direct - 1.0) <= stats._TIE
     assert np.count_nonzero(direct == 1.0) > 0
-    assert np.array_equal(boot, direct)
+    assert np.array_equal(boot[tied], direct[tied])
+    assert np.count_nonzero(boot == 1.0) == np.count_nonzero(direct == 1.0)
+    assert np.count_nonzero(boot <= 1) == np.count_nonzero(direct <= 1)
+    assert np.count_nonzero(boot >= 1) == np.count_nonzero(direct >= 1)
+    assert np.allclose(ends, np.quantile(direct, [0.025, 0.975]), rtol=1e-12, atol=0)
 
 
 def test_median_of_two_or_three_is_numpys():
