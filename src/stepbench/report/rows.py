@@ -127,6 +127,12 @@ class Row:
         return self.setup.eager_twin().key(), self.gpu
 
     @functools.cached_property
+    def label_parts(self) -> tuple[str, ...]:
+        """The setup's LABEL_PARTS, in their order: what `setup_labels` may add to its name
+        (made once: every table of a report labels every row)."""
+        return tuple(part(self.setup) for part in LABEL_PARTS.values())
+
+    @functools.cached_property
     def workload(self) -> Setup:
         """What the row trains; rows of one workload are compared with each other."""
         return self.setup.workload()
@@ -538,11 +544,13 @@ LABEL_PARTS = {a.name: a.detail for a in AXES if a.detail is not None}
 def setup_labels(rows: list[Row], shown: list[str] = ()) -> dict[int, str]:
     """Setup name, plus what tells rows apart where they differ beyond it (model, batch x seq,
     dtype, steps, seed, memory limit); batch x seq is left out when the table `shown` them."""
-    parts = [lambda r, p=p: p(r.setup) for name, p in LABEL_PARTS.items()
-             if not (name == "batch" and shown)]
-    varying = [part for part in parts if len({part(r) for r in rows}) > 1]
-    return {id(r): r.name + (f" ({', '.join(part(r) for part in varying)})" if varying else "")
-            for r in rows}
+    if not rows:
+        return {}
+    values = list(zip(*(r.label_parts for r in rows)))       # per part, every row's
+    varying = [i for i, name in enumerate(LABEL_PARTS)
+               if not (name == "batch" and shown) and len(set(values[i])) > 1]
+    return {id(r): r.name + (f" ({', '.join(r.label_parts[i] for i in varying)})" if varying
+                             else "") for r in rows}
 
 
 def status_text(status: str) -> str:
