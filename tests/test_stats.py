@@ -289,3 +289,39 @@ def test_median_of_two_or_three_is_numpys():
     for n in (1, 2, 3, 5):
         x = rng.normal(0, 1, (1000, n))
         assert np.array_equal(stats._median(x), np.median(x, axis=-1))
+
+
+def test_processes_disagree_as_the_exact_coefficients_of_variation_say(monkeypatch):
+    """noise weighs two processes' gap against their coefficients of variation in floating
+    point and asks the exact ones (statistics.stdev, slow) only within a rounding error of the
+    line: the same verdicts, on both sides of it and on it."""
+    import statistics
+    from types import SimpleNamespace
+
+    exact, asked = noise.coefficient_of_variation, []
+    monkeypatch.setattr(noise, "coefficient_of_variation",
+                        lambda values: asked.append(1) or exact(values))
+
+    def exact_rule(x, y):
+        fast, slow = sorted((x, y), key=statistics.median)
+        gap = statistics.median(slow) / statistics.median(fast) - 1
+        return gap > noise.SPREAD_FLOOR and gap > noise.SPREAD_CVS * max(exact(x), exact(y))
+
+    def disagree(x, y):
+        return noise.processes_disagree([SimpleNamespace(step_times_ms=x, step_ms=None),
+                                         SimpleNamespace(step_times_ms=y, step_ms=None)])
+
+    rng = np.random.default_rng(7)
+    verdicts = []
+    for _ in range(300):
+        x = list(np.round(rng.normal(50, rng.uniform(0.1, 3), 20), 3))
+        y = list(np.round(rng.normal(50 * rng.uniform(0.9, 1.1), rng.uniform(0.1, 3), 20), 3))
+        verdicts.append(disagree(x, y))
+        assert verdicts[-1] == exact_rule(x, y)
+    assert any(verdicts) and not all(verdicts)
+    assert not asked                       # none of these came near the line
+    # On the line: y is x made slower by exactly twice its (and so y's) variation.
+    x = [100.0 * (1 + 0.02 * (1 if i % 2 else -1)) for i in range(20)]
+    y = [t * (1 + noise.SPREAD_CVS * exact(x)) for t in x]
+    assert disagree(x, y) == exact_rule(x, y)
+    assert asked
