@@ -18,7 +18,11 @@ is 1.5x slower and at the largest workloads runs out of memory in eager mode.
     PYTHONPATH=src python benchmarks/report_scale.py --repeat 3 --results out.jsonl
     git archive main src | tar -x -C /tmp/old        # then, timed in turn at the same load:
     PYTHONPATH=src python benchmarks/report_scale.py --baseline /tmp/old/src
+        # and compares the two JSON reports: exit 1 where their findings differ
     python benchmarks/report_scale.py --table out.jsonl             # the timings as Markdown
+
+With `--baseline`, the two stepbench versions' JSON reports of the same file are compared
+(`same_report`): the findings (every one, in order), the whole report object and its bytes.
 
 Each time is the command's wall time and its process's CPU time (all its threads), with the
 machine's load average (os.getloadavg) before and after: on a machine that other work shares,
@@ -163,7 +167,11 @@ def machine() -> dict:
             "python": platform.python_version(),
             "numpy": np.__version__, "scipy": scipy.__version__,
             "matplotlib": matplotlib.__version__, "stepbench": stepbench.__version__,
-            "commit": _commit(Path(stepbench.__file__).parent)}
+            "commit": _commit(Path(stepbench.__file__).parent),
+            # Whether each report's process compiles stepbench's modules anew (imports take
+            # longer) or reads the bytecode an earlier one wrote.
+            "bytecode": ("compiled each run (PYTHONDONTWRITEBYTECODE)"
+                         if os.environ.get("PYTHONDONTWRITEBYTECODE") else "cached")}
 
 
 def _commit(folder: Path) -> str | None:
@@ -173,6 +181,17 @@ def _commit(folder: Path) -> str | None:
                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def same_report(ours: Path, theirs: Path) -> dict:
+    """Whether two JSON reports of one results file say the same: their findings (kind, group,
+    text, lead: every one, in order), the whole object (rows, notes, meta ...), the bytes; and
+    the top-level keys whose values differ."""
+    a, b = json.loads(ours.read_text()), json.loads(theirs.read_text())
+    return {"findings_equal": a.get("findings") == b.get("findings"),
+            "findings": len(a.get("findings") or []), "json_equal": a == b,
+            "bytes_equal": ours.read_bytes() == theirs.read_bytes(),
+            "keys_differ": sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))}
 
 
 def table(path: Path) -> str:
@@ -233,13 +252,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'baseline ' if source else ''}report --format {fmt}: {r['wall_s']:.1f} "
                       f"s wall, {r['cpu_s']:.1f} s CPU (load {r['load_before'][0]:.1f} before, "
                       f"{r['load_after'][0]:.1f} after)")
+    same = None
+    if args.baseline and "json" in args.formats.split(","):
+        same = same_report(folder / "report.json", folder / "baseline.json")
+        print(f"against the baseline: findings {'the same' if same['findings_equal'] else 'DIFFER'}"
+              f" ({same['findings']}), JSON {'the same' if same['json_equal'] else 'differs'}"
+              f"{' to the byte' if same['bytes_equal'] else ''}"
+              + (f" (differs in {', '.join(same['keys_differ'])})" if same["keys_differ"] else ""))
     if args.results:                          # one line per call: calls at other loads add up
         with args.results.open("a") as out:
             out.write(json.dumps({
                 "command": "python benchmarks/report_scale.py " + " ".join(argv or sys.argv[1:]),
                 "when": started,
                 "setups": args.workloads * len(SETUPS), "records": count,
-                "baseline": args.baseline, "machine": here, "runs": runs}) + "\n")
+                "baseline": args.baseline, "machine": here, "runs": runs,
+                **({"same_as_baseline": same} if same else {})}) + "\n")
         print(f"appended to {args.results}")
     if args.findings:
         out = folder / "report.json"
@@ -249,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         args.findings.write_text("".join(f"{f['kind']}\t{f['group']}\t{f['text']}\n"
                                          for f in findings))
         print(f"{len(findings)} findings: {args.findings}")
-    return 0
+    return 1 if same and not same["findings_equal"] else 0
 
 
 if __name__ == "__main__":

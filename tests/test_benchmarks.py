@@ -207,3 +207,26 @@ def test_report_scale_records_are_a_report_of_16_setups_a_workload(tmp_path, cap
     faster = [f["text"] for f in doc["findings"] if f["kind"] == "compile_speed"
               and f["group"] == "synth-00, batch 4 x 2048, bf16"]
     assert faster and all("torch.compile made the step faster" in t for t in faster)
+
+
+def test_report_scale_tells_a_changed_finding_from_the_same_report(tmp_path, capsys):
+    """`report_scale.py --baseline` compares two versions' JSON reports of one file: the same
+    report is the same to the byte; one finding's changed wording is a difference in the
+    findings (the benchmark then exits 1)."""
+    from stepbench.cli import main
+
+    scale = load("report_scale")
+    scale.write(tmp_path / "synthetic.jsonl", 2)
+    ours, theirs = tmp_path / "report.json", tmp_path / "baseline.json"
+    assert main(["report", str(tmp_path / "synthetic.jsonl"), "--format", "json",
+                 "--out", str(ours)]) == 0
+    theirs.write_bytes(ours.read_bytes())
+    same = scale.same_report(ours, theirs)
+    assert same["findings_equal"] and same["json_equal"] and same["bytes_equal"]
+    assert same["findings"] > 0 and same["keys_differ"] == []
+    changed = json.loads(theirs.read_text())
+    changed["findings"][0]["text"] += " (reworded)"
+    theirs.write_text(json.dumps(changed, indent=2) + "\n")
+    same = scale.same_report(ours, theirs)
+    assert not same["findings_equal"] and not same["json_equal"]
+    assert same["keys_differ"] == ["findings"]
