@@ -18,11 +18,11 @@ is 1.5x slower and at the largest workloads runs out of memory in eager mode.
     PYTHONPATH=src python benchmarks/report_scale.py --repeat 3 --results out.jsonl
     git archive main src | tar -x -C /tmp/old        # then, timed in turn at the same load:
     PYTHONPATH=src python benchmarks/report_scale.py --baseline /tmp/old/src
-        # and compares the two JSON reports: exit 1 where their findings differ
     python benchmarks/report_scale.py --table out.jsonl             # the timings as Markdown
 
 With `--baseline`, the two stepbench versions' JSON reports of the same file are compared
-(`same_report`): the findings (every one, in order), the whole report object and its bytes.
+(`same_report`): the findings (every one, in order), the whole report object and its bytes;
+the script exits 1 where the findings differ.
 
 Each time is the command's wall time and its process's CPU time (all its threads), with the
 machine's load average (os.getloadavg) before and after: on a machine that other work shares,
