@@ -26,6 +26,7 @@ CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 # What a run does unless told, beyond the setups' own fields: per-setup timeout.
 TIMEOUT_S = {"cuda": 1800.0, "cpu": 600.0}
 REQUIRED = ("model", "mode", "attn")      # a Setup names these; every other field has a default
+AXIS_NAMES = frozenset(a.name for a in AXES)     # a Setup's fields
 
 
 def field_default(axis: Axis):
@@ -160,7 +161,7 @@ class SetupMethods:
     def eager_twin(self):
         """The same workload and attention without torch.compile (every compile-only field at
         its default): what a compiled setup is compared with (speed, memory, losses)."""
-        return dataclasses.replace(self, mode="eager")
+        return self._kept("_eager_twin", lambda: dataclasses.replace(self, mode="eager"))
 
     def workload(self):
         """This setup with its variant fields (how the step runs) blanked: setups with equal
@@ -178,8 +179,7 @@ class SetupMethods:
     def from_dict(cls, data: dict):
         """A Setup from a record's `setup` object; fields it lacks take their defaults, fields
         it does not know (a newer stepbench's) are left out."""
-        names = {a.name for a in AXES}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: v for k, v in data.items() if k in AXIS_NAMES})
 
     def to_flags(self) -> list[str]:
         """The `stepbench run` flags whose matrix is this one setup (same key): the fields of
