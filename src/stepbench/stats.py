@@ -264,8 +264,9 @@ def _padded(processes: list[np.ndarray]) -> np.ndarray:
     return steps
 
 
-# Weights of at most this many entries (8 bytes each, and their draws 4 bytes each) are kept
-# for reuse (`_weights`); a larger shape (many long processes) is resampled directly.
+# Weights of at most this many entries (8 bytes each; their draws' indices in as few bytes as
+# they need) are kept for reuse (`_weights`); a larger shape (many long processes) is
+# resampled directly.
 _MAX_WEIGHTS = 4_000_000
 
 
@@ -283,7 +284,7 @@ def _weights(a_sizes: tuple[int, ...], b_sizes: tuple[int, ...], n_boot: int,
     for sizes in (a_sizes, b_sizes):
         k, width = len(sizes), max(sizes)
         matrix = np.zeros((n_boot, k * width))
-        picks = np.empty((n_boot, k, width), dtype=np.int32)
+        picks = np.empty((n_boot, k, width), dtype=np.min_scalar_type(k * width - 1))
         counts = np.array(sizes)
         for start, drawn in _draw(counts, n_boot, rng):
             n = len(drawn)
