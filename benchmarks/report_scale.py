@@ -196,9 +196,10 @@ def same_report(ours: Path, theirs: Path) -> dict:
 
 def table(path: Path) -> str:
     """The timings of a --results file as a Markdown table: per call and format, each source's
-    CPU seconds and wall seconds with the 1-minute load average before it, in order."""
-    lines = ["| call (UTC) | commit | format | stepbench | CPU s | wall s (load) |",
-             "| --- | --- | --- | --- | ---: | ---: |"]
+    CPU seconds and wall seconds with the 1-minute load average before it, in order; whether
+    stepbench's bytecode was cached (a call that did not record it: "?")."""
+    lines = ["| call (UTC) | commit | bytecode | format | stepbench | CPU s | wall s (load) |",
+             "| --- | --- | --- | --- | --- | ---: | ---: |"]
     for line in path.read_text().splitlines():
         call = json.loads(line)
         for fmt in dict.fromkeys(r["format"] for r in call["runs"]):
@@ -206,6 +207,7 @@ def table(path: Path) -> str:
                 runs = [r for r in call["runs"] if (r["format"], r["source"]) == (fmt, source)]
                 lines.append(
                     f"| {call['when'][:16].replace('T', ' ')} | {call['machine']['commit']} | "
+                    f"{call['machine'].get('bytecode', '?').split(' ')[0]} | "
                     f"{fmt} | {'this' if source == 'this' else 'baseline'} | "
                     + ", ".join(f"{r['cpu_s']:.1f}" for r in runs) + " | "
                     + ", ".join(f"{r['wall_s']:.1f} ({r['load_before'][0]:.1f})" for r in runs)
