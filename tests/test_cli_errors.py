@@ -46,6 +46,14 @@ CASES = [
     (["--device", "cuda"], "--device cuda was asked for, but torch sees no CUDA GPU here; use --device cpu"),
     (["--model", "/nonexistent/config.json"], "no such file; pass a preset name or the path of an HF config.json"),
     (["--out", "/proc/stepbench/results.jsonl"], "cannot write results to /proc/stepbench/results.jsonl"),
+    # FSDP2's wrapping choices need FSDP2 setups (docs/gpus.md).
+    (["--fsdp-reshard", "off"], "--fsdp-reshard is a choice of FSDP2's wrapping: add --parallel fsdp2 or drop --fsdp-reshard"),
+    (["--parallel", "ddp", "--nproc", "2", "--fsdp-prefetch", "on"], "--fsdp-prefetch is a choice of FSDP2's wrapping: add --parallel fsdp2 or drop --fsdp-prefetch"),
+    (["--fsdp-prefetch", "sometimes"], "--fsdp-prefetch takes a comma list of off and on, got 'sometimes'"),
+    (["--precision", "mixed-bf16"], "--precision mixed-bf16 is FSDP2's mixed precision: it needs --parallel fsdp2 alone"),
+    (["--precision", "bf16,mixed-bf16", "--parallel", "none,fsdp2"], "--precision mixed-bf16 is FSDP2's mixed precision: it needs --parallel fsdp2 alone"),
+    (["--profile", "/etc/hostname"], "--profile /etc/hostname is a file; pass --profile a folder you can write to"),
+    (["--profile", "traces", "--host", "gpu-a"], "--profile writes its traces on this machine; drop it"),
     # A cluster (docs/ray.md, docs/slurm.md), refused before any cluster is asked.
     (["--gpu-type", "H100"], "--gpu-type chooses a GPU type of a cluster; add --ray ADDRESS or --slurm [PARTITION] (or drop --gpu-type)"),
     (["--ray", "http://head:8265", "--host", "gpu-a"], "--ray runs the setups on a Ray cluster; drop --host, --hosts-file and --rent (or --ray)"),

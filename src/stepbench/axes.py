@@ -293,6 +293,12 @@ def distributed(fields: dict) -> bool:
     return fields.get("parallel", "none") != "none"
 
 
+def sharded(fields: dict) -> bool:
+    """`Axis.applies` of FSDP2's wrapping choices."""
+    return fields.get("parallel") == "fsdp2"
+
+
+
 AXES: list[Axis] = [
     Axis("model", str, {CUDA: "llama-468m", CPU: "llama-tiny"},
          "preset (llama-468m, llama-135m, llama-small, llama-tiny) or path to an HF config.json "
@@ -318,9 +324,12 @@ AXES: list[Axis] = [
     Axis("dtype", str, ("bf16",),
          "bf16, fp16, fp32 (pure: weights, grads and optimizer state), autocast-bf16 (fp32 "
          "master weights, bf16 autocast), float8 (torchao float8 linear layers on bf16 "
-         "weights); comma list; --dtype is an alias", key="precision", aliases=("dtype",),
-         many=True, choices=("bf16", "fp16", "fp32", "autocast-bf16", "float8"), nest=50,
-         detail=lambda s: s.dtype, reference=("bf16", "fp16", "fp32", "autocast-bf16"), plain=("bf16",),
+         "weights), mixed-bf16 (FSDP2 jobs only: fp32 master weights, FSDP2's "
+         "MixedPrecisionPolicy computing in bf16 and reducing gradients in fp32); comma list; "
+         "--dtype is an alias", key="precision", aliases=("dtype",),
+         many=True, choices=("bf16", "fp16", "fp32", "autocast-bf16", "float8", "mixed-bf16"),
+         nest=50, detail=lambda s: s.dtype,
+         reference=("bf16", "fp16", "fp32", "autocast-bf16", "mixed-bf16"), plain=("bf16",),
          plain_rank=1, tune="option", tune_order=30, tune_values=("bf16", "float8"),
          unsupported=_precision_unsupported),
     Axis("device", str, CUDA, "cuda or cpu",
@@ -347,7 +356,8 @@ AXES: list[Axis] = [
          else f"{s.memory_limit_gb:g} GB limit", tune="fixed"),
     Axis("compile_scope", str, ("model",),
          "what torch.compile wraps: model (whole) or layer (each decoder layer on its own); "
-         "comma list", many=True, choices=("model", "layer"), legacy="model", name_slot=0,
+         "comma list (an FSDP2 job always compiles each layer)", many=True,
+         choices=("model", "layer"), legacy="model", name_slot=0,
          text=lambda v: "" if v == "model" else f"/{v}", variant=True, applies=compiled,
          nest=96, tune="option", tune_order=50, tune_values=("model", "layer")),
     Axis("kernels", str, ("none",),
@@ -379,6 +389,20 @@ AXES: list[Axis] = [
          nest=0, detail=lambda s: s.parallel_label),
     Axis("nnodes", int, 1, "hosts one distributed job spans (torchrun --nnodes)", least=1,
          legacy=1, start=True, applies=distributed),
+    # FSDP2's wrapping (measure/parallel.py). The legacy values are what every fsdp2 record
+    # before these axes ran, so those records keep their keys.
+    Axis("fsdp_reshard", bool, (True,),
+         "with --parallel fsdp2: free each decoder layer's gathered weights after its forward "
+         "and gather them again for its backward (on), or keep them until the backward (off); "
+         "the root unit is kept either way; comma list of off, on",
+         many=True, choices=(False, True), legacy=True, applies=sharded, name_slot=2,
+         text=lambda v: "" if v else "no-reshard", variant=True, nest=72),
+    Axis("fsdp_prefetch", bool, (False,),
+         "with --parallel fsdp2: explicit prefetching, each layer's forward gathering the next "
+         "layer's weights and each backward the previous layer's (on), or FSDP2's implicit "
+         "order (off); comma list of off, on",
+         many=True, choices=(False, True), legacy=False, applies=sharded, name_slot=2,
+         text=lambda v: "prefetch" if v else "", variant=True, nest=74),
 ]
 
 

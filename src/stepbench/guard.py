@@ -33,13 +33,14 @@ from stepbench.units import percent
 # mantissa) and fused kernels round in another order, so losses drift apart over the steps;
 # fp32 keeps about 7. float8 (e4m3 matmul inputs, 3-bit mantissa) rounds the linear layers'
 # products much more coarsely than bf16. Two setups are held to the looser of their two.
-TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4, "autocast-bf16": 2e-2, "float8": 5e-2}
+TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-4, "autocast-bf16": 2e-2, "float8": 5e-2,
+             "mixed-bf16": 2e-2}
 # The dtype a precision keeps its weights in. AdamW's updates (lr 1e-4) are rounded to the
 # weights' dtype, so setups whose weights differ in dtype train apart after the first step
 # (docs/architecture.md, "Measured reasons"). Between them only the first loss, the same
 # weights' forward, is compared; curves are compared between setups whose weights share a dtype.
 WEIGHTS = {"bf16": "bf16", "float8": "bf16", "fp16": "fp16", "fp32": "fp32",
-           "autocast-bf16": "fp32"}
+           "autocast-bf16": "fp32", "mixed-bf16": "fp32"}
 
 OK, DEPARTS, REFERENCE, UNCHECKED = "ok", "departs", "reference", "unchecked"
 

@@ -34,7 +34,8 @@ SCHEMA = 1
 # a record that does not use them is written as 0.1 wrote it, so old files read back unchanged.
 # Reading, a missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
-                "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads")
+                "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads",
+                "profile")
 
 
 class _FromDict:
@@ -123,6 +124,8 @@ class Record:
     # scaling figures (measure/distributed.combine; efficiency from the runner).
     ranks: list[dict] = field(default_factory=list)
     scaling: dict | None = None
+    # `run --profile`: one step after the timed ones, under torch.profiler (measure/step.py).
+    profile: dict | None = None
     # Seen by the parent.
     started_at: str | None = None
     finished_at: str | None = None

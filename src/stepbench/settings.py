@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from stepbench.axes import AXES, Axis
+from stepbench.axes import AXES, Axis, by_key
 from stepbench.errors import UserError
 from stepbench.setup import TIMEOUT_S, matrix
 
@@ -104,6 +104,9 @@ OPTIONS = [
            metavar="HOST:PORT"),
     Option("no_peak", bool, "on a GPU, skip measuring the matmul rate (used for mfu_measured)",
            {RUN: False}),
+    Option("profile", Path, "after the timed steps, one more step under torch.profiler: its "
+           "trace (.json.gz) and key_averages table (.txt, by device time) go into this folder, "
+           "one pair per process (each rank of a job)", {RUN: None}, metavar="DIR"),
     Option("rerun", bool, "measure every setup again even if the results file has it; the new "
            "record is appended and replaces the old one in resume and report", {RUN: False}),
     Option("dry_run", bool, "print the setups the flags (and plan) expand to, run nothing",
@@ -230,6 +233,7 @@ class RunSettings:
     out: Path = Path(DEFAULT_OUT)
     rerun: bool = False
     measure_peak: bool = True
+    profile: Path | None = None         # --profile: where each process writes its step's trace
     gpus: str | None = None             # --gpus as given: all, N or I,J,...
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
@@ -303,6 +307,7 @@ class RunSettings:
             values=_frozen(values), device=opts["device"], repeats=opts["repeats"],
             timeout_s=opts["timeout"], compile_cache=_path(opts["compile_cache"]),
             out=Path(opts["out"]), rerun=opts["rerun"], measure_peak=not opts["no_peak"],
+            profile=_path(opts["profile"]),
             gpus=opts["gpus"], node_rank=opts["node_rank"], rdzv_endpoint=opts["rdzv_endpoint"],
             max_batch=_max_batch(opts, given, origin), remote=_remote(given), rent=_rent(given),
             dry_run=opts["dry_run"], format=given.get("format") or "table",
@@ -327,6 +332,7 @@ class RunSettings:
             raise o.error(about, f"{o.name('nproc', about)} {v['nproc']} "
                                  f"{o.name('nnodes', about)} {v['nnodes']} needs a way to "
                                  f"spread the step: add {parallel} ddp or {parallel} fsdp2")
+        self._check_fsdp2()
         nnodes, rank = v["nnodes"], self.node_rank
         check_clusters(self.ray, self.slurm, self.gpu_type, others=self.remote_run)
         if self.cluster is not None and (rank is not None or self.rdzv_endpoint):
@@ -356,10 +362,32 @@ class RunSettings:
             # or a Ray cluster's folder (made there): checked, not yet made.
             with self.origin.checking("compile_cache"):
                 writable_folder(self.compile_cache, self.origin.name("compile_cache"))
+        if self.profile is not None and (self.remote_run or self.cluster is not None):
+            raise UserError("--profile writes its traces on this machine; drop it, or run "
+                            "stepbench on the machine that runs the setups")
+        if self.profile is not None:
+            with self.origin.checking("profile"):
+                writable_folder(self.profile, self.origin.name("profile"))
         if self.max_batch is not None and self.remote_run:
             raise UserError("--max-batch runs its probes on this machine; drop --host, "
                             "--hosts-file and --rent, or run `stepbench run --max-batch` on the "
                             "host itself")
+
+
+    def _check_fsdp2(self) -> None:
+        """FSDP2's wrapping choices need fsdp2 setups; its mixed precision needs them alone."""
+        v, o = self.values, self.origin
+        parallel = o.name("parallel", "precision")
+        if "mixed-bf16" in v["dtype"] and set(v["parallel"]) != {"fsdp2"}:
+            raise o.error("precision", f"{o.name('precision')} mixed-bf16 is FSDP2's mixed "
+                                       f"precision: it needs {parallel} fsdp2 alone (measure the "
+                                       "one-GPU baseline, bf16, in a run of its own)")
+        if "fsdp2" in v["parallel"]:
+            return
+        for key in ("fsdp_reshard", "fsdp_prefetch"):
+            if tuple(v[key]) != by_key(key).default:
+                raise o.error(key, f"{o.name(key)} is a choice of FSDP2's wrapping: add "
+                                   f"{o.name('parallel', key)} fsdp2 or drop {o.name(key)}")
 
 
 def cluster_flag(ray: str | None, slurm: str | None) -> str | None:

@@ -20,7 +20,10 @@ from typing import Mapping
 from stepbench.axes import AXES, CUDA, Axis, model_label
 
 # The dtype the matrix products run in, for the matmul peak and MFU (float8: against bf16's).
-COMPUTE_DTYPES = {"autocast-bf16": "bf16", "float8": "bf16"}
+COMPUTE_DTYPES = {"autocast-bf16": "bf16", "float8": "bf16", "mixed-bf16": "bf16"}
+# A precision that only a wrapper gives (FSDP2's mixed precision) -> what one GPU without a
+# wrapper trains instead as the baseline of scaling efficiency.
+BASELINE_PRECISIONS = {"mixed-bf16": "bf16"}
 # torch.compile's modes that capture CUDA graphs (cudagraph trees) on a GPU.
 CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 # What a run does unless told, beyond the setups' own fields: per-setup timeout.
@@ -155,8 +158,28 @@ class SetupMethods:
         return f"{self.parallel} x{self.world_size}{nodes}"
 
     def single_process_twin(self):
-        """The same setup on one device without a wrapper: the baseline of scaling efficiency."""
-        return dataclasses.replace(self, nproc=1, nnodes=1, parallel="none")
+        """The same setup on one device without a wrapper: the baseline of scaling efficiency.
+        Where the wrapper decides something one GPU chooses freely, the baseline is one GPU's
+        default: compiled whole (FSDP2 compiles per layer; DDP may) and pure bf16 for FSDP2's
+        mixed precision, so that every job of a model is held to the same one-GPU step."""
+        return dataclasses.replace(self, nproc=1, nnodes=1, parallel="none", compile_scope="model",
+                                   dtype=BASELINE_PRECISIONS.get(self.dtype, self.dtype))
+
+    @property
+    def wrapping(self) -> str:
+        """How the job wraps the model, in words: "" without a wrapper; "DDP, compiled whole";
+        "FSDP2 per layer + root, reshard, implicit prefetch, bf16 params"."""
+        if self.parallel == "ddp":
+            scope = {"model": ", compiled whole", "layer": ", layers compiled"}
+            return "DDP" + (scope[self.compile_scope] if self.mode == "compile" else "")
+        if self.parallel != "fsdp2":
+            return ""
+        params = ("fp32 params, bf16 compute, fp32 reduce" if self.dtype == "mixed-bf16"
+                  else f"{self.dtype} params")
+        return ", ".join(["FSDP2 per layer + root",
+                          "reshard" if self.fsdp_reshard else "no reshard",
+                          "explicit prefetch" if self.fsdp_prefetch else "implicit prefetch",
+                          params] + (["layers compiled"] if self.mode == "compile" else []))
 
     def eager_twin(self):
         """The same workload and attention without torch.compile (every compile-only field at
@@ -234,5 +257,16 @@ def matrix(values: Mapping[str, object]) -> list:
     axes = sorted(AXES, key=lambda a: a.nest)
     names = [a.name for a in axes]
     choices = [values[n] if isinstance(values[n], tuple) else (values[n],) for n in names]
-    plan = [Setup(**dict(zip(names, combo))).check() for combo in itertools.product(*choices)]
+    plan = [planned(Setup(**dict(zip(names, combo)))).check()
+            for combo in itertools.product(*choices)]
     return list(dict.fromkeys(plan))
+
+
+def planned(setup):
+    """`setup` as a new run measures it: FSDP2 compiles each decoder layer on its own
+    (measure/parallel.py), so a planned compiled fsdp2 setup says scope `layer`. fsdp2 records
+    written before the scope was recorded hold the default, `model`, although they too compiled
+    per layer: they keep their keys, and no new setup is taken for them."""
+    if setup.parallel == "fsdp2" and setup.mode == "compile" and setup.compile_scope == "model":
+        return setup.replace(compile_scope="layer")
+    return setup

@@ -126,6 +126,8 @@ def cmd_run(args) -> int:
                    "machine)")
     cache = None if local.compile_cache is None else \
         writable_folder(local.compile_cache, "--compile-cache", make=True)
+    if local.profile is not None:
+        writable_folder(local.profile, "--profile", make=True)
     gpus = pool.gpu_pool(local, plan)
     rendezvous = pool.rendezvous(local, gpus, plan)
     store = ResultsFile(local.out).check_writable()
@@ -142,7 +144,7 @@ def run_plan(local: RunSettings, plan, executor, store, display) -> int:
     from stepbench.search.max_batch import MaxBatch
 
     runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak,
-                    run_id=getattr(executor, "run_id", None))
+                    run_id=getattr(executor, "run_id", None), profile=local.profile)
     searched = []
     try:
         if local.max_batch is None:

@@ -49,9 +49,11 @@ class Job:
     setup: Setup
     repeat: int = 0
     measure_peak: bool = True       # the child measures (or finds cached) the GPU's matmul rate
+    profile: str | None = None      # where the child writes one step's profile (a path stem)
 
     def payload(self) -> str:
-        return json.dumps({"setup": self.setup.to_dict(), "measure_peak": self.measure_peak})
+        job = {"setup": self.setup.to_dict(), "measure_peak": self.measure_peak}
+        return json.dumps({**job, "profile": self.profile} if self.profile else job)
 
 
 @dataclass

@@ -16,12 +16,14 @@ are free waits, and the jobs after it wait behind it, so a big job is never star
 
 from __future__ import annotations
 
+import re
 import secrets
 import signal
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from stepbench.execute.executor import Executor, Job, Outcome
 from stepbench.guard import loss_tolerance
@@ -61,11 +63,13 @@ class Runner:
     (repeats, timeout, why a search asked, where progress shows) is given to each `run`."""
 
     def __init__(self, executor: Executor, store: ResultsFile, *, rerun: bool = False,
-                 measure_peak: bool = True, run_id: str | None = None):
+                 measure_peak: bool = True, run_id: str | None = None,
+                 profile: Path | None = None):
         self.executor = executor
         self.store = store
         self.rerun = rerun              # measure again what the file already has; the new wins
         self.measure_peak = measure_peak
+        self.profile = profile          # --profile: the folder each process writes a profile to
         self.run_id = run_id or new_run_id()
         # The SSH host an executor runs on (execute/ssh.py): part of the resume key and the record.
         self.host = getattr(executor, "host", None)
@@ -142,9 +146,20 @@ class Runner:
             # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
         with stop_signals():
-            self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak)) for i, j in todo],
-                          records, call)
+            self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j)))
+                           for i, j in todo], records, call)
         return [records[i] for i in sorted(records)]
+
+    def profile_stem(self, job: Job) -> str | None:
+        """Where `job`'s process writes its profile (--profile), less the suffixes: the
+        setup's name, model, batch x seq, processes, the run and the repeat."""
+        if self.profile is None:
+            return None
+        s = job.setup
+        parts = [s.name, s.model_label, f"{s.batch}x{s.seq}", s.dtype,
+                 f"{s.parallel}x{s.world_size}" if s.distributed else "", self.run_id, f"r{job.repeat}"]
+        name = "_".join(re.sub(r"[^A-Za-z0-9.+-]", "-", p) for p in parts if p)
+        return str(self.profile / name)
 
     def _keep(self, record: Record) -> None:
         with self._lock:

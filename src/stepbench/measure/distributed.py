@@ -201,8 +201,10 @@ def main(argv: list[str]) -> int:
         peak = worker.matmul_peak(setup, channel, local_rank) if job.get("measure_peak") else None
         phases.lap("peak")
         worker.limit_memory(setup)
+        # Every rank profiles the extra step (its collectives need them all), each to its own files.
+        stem = job.get("profile") and f"{job['profile']}_rank{global_rank}"
         step.measure(setup, channel.measured, progress, phases, peak_tflops_measured=peak,
-                     cache_label=worker.compile_cache_label(setup))
+                     cache_label=worker.compile_cache_label(setup), profile=stem)
         mine = rank_summary(channel.measured, rank_=global_rank, local_rank=local_rank, node=node)
         everyone: list = [None] * dist.get_world_size()
         dist.all_gather_object(everyone, mine)

@@ -30,7 +30,7 @@ from stepbench.measure.models import config_dict
 
 # Bytes per element: (weights, computation) by precision.
 BYTES = {"bf16": (2, 2), "fp16": (2, 2), "fp32": (4, 4), "autocast-bf16": (4, 2),
-         "float8": (2, 2)}
+         "float8": (2, 2), "mixed-bf16": (4, 2)}
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,12 @@ import torch
 from stepbench.axes import AXES
 from stepbench.setup import Setup
 
-# Weights (and so gradients and optimizer state) per precision: autocast-bf16 keeps fp32 master
-# weights; float8 keeps bf16 weights and casts to float8 inside each converted linear layer.
+# Weights (and so gradients and optimizer state) per precision: autocast-bf16 and mixed-bf16
+# keep fp32 master weights (mixed-bf16: FSDP2 gathers them as bf16, measure/parallel.py);
+# float8 keeps bf16 weights and casts to float8 inside each converted linear layer.
 WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-                 "autocast-bf16": torch.float32, "float8": torch.bfloat16}
+                 "autocast-bf16": torch.float32, "float8": torch.bfloat16,
+                 "mixed-bf16": torch.float32}
 
 
 class Unsupported(NotImplementedError):
@@ -101,12 +103,17 @@ def compile_model(model: torch.nn.Module, setup: Setup):
     whole model; or the model with each decoder layer compiled in place (scope "layer")."""
     if setup.mode != "compile":
         return model
-    mode = None if setup.compile_mode == "default" else setup.compile_mode
+    mode = compile_mode(setup)
     if setup.compile_scope == "model":
         return torch.compile(model, mode=mode)
     for layer in decoder_layers(model, "--compile-scope layer"):
         layer.compile(mode=mode)
     return model
+
+
+def compile_mode(setup: Setup) -> str | None:
+    """torch.compile's `mode` argument for the setup's compile mode (None: its default)."""
+    return None if setup.compile_mode == "default" else setup.compile_mode
 
 
 def decoder_layers(model: torch.nn.Module, needed_by: str) -> torch.nn.ModuleList:

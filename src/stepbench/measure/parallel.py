@@ -1,11 +1,15 @@
 """What a training step needs of data parallelism: the wrapper around the model, and the rank.
 
 The wrappers are the ones the field uses, set up as torchtitan does:
-- ddp: `DistributedDataParallel` around the model; compiled, torch.compile wraps the DDP module
-  (its DDPOptimizer splits the graph at gradient buckets so that all-reduce overlaps backward).
+- ddp: `DistributedDataParallel` around the model; compiled whole (scope model), torch.compile
+  wraps the DDP module (its DDPOptimizer splits the graph at gradient buckets so that all-reduce
+  overlaps backward); scope layer compiles each decoder layer in place before wrapping.
 - fsdp2: `fully_shard` on each decoder layer, then on the root (embeddings, final norm, output
-  layer: tied embeddings stay in one unit); compiled, each decoder layer is compiled on its own
-  before sharding, so FSDP2's hooks stay outside the compiled regions.
+  layer: tied embeddings stay in one unit), whose gathered weights stay until the backward, as
+  torchtitan keeps its last units; compiled, each decoder layer is compiled on its own before
+  sharding (scope layer), so FSDP2's hooks stay outside the compiled regions. The setup's
+  wrapping choices (axes fsdp_reshard, fsdp_prefetch; precision mixed-bf16 for FSDP2's
+  MixedPrecisionPolicy) are applied here.
 
 The rank's process around the step (process group, state file, gathering every rank's numbers)
 is measure/distributed.py, which imports the step; the step imports only this.
@@ -13,7 +17,7 @@ is measure/distributed.py, which imports the step; the step imports only this.
 
 from __future__ import annotations
 
-from stepbench.measure.options import decoder_layers
+from stepbench.measure.options import compile_mode, compile_model, decoder_layers
 
 
 def rank() -> int:
@@ -31,23 +35,45 @@ def wrap(setup, model):
     """
     import torch
 
-    compile_kwargs = {"mode": None if setup.compile_mode == "default" else setup.compile_mode}
-    compiled = setup.mode == "compile"
     if setup.parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [torch.cuda.current_device()] if setup.device == "cuda" else None
+        whole = setup.mode == "compile" and setup.compile_scope == "model"
+        if not whole:
+            compile_model(model, setup)     # eager: the model itself; scope layer: in place
         ddp = DistributedDataParallel(model, device_ids=ids)
-        return torch.compile(ddp, **compile_kwargs) if compiled else ddp
+        return torch.compile(ddp, mode=compile_mode(setup)) if whole else ddp
     if setup.parallel == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
-
-        layers = decoder_layers(model, "--parallel fsdp2")
-        for i, layer in enumerate(layers):
-            if compiled:
-                layer = torch.compile(layer, **compile_kwargs)
-                layers[i] = layer
-            fully_shard(layer)
-        fully_shard(model)
-        return model
+        return shard(setup, model)
     raise ValueError(f"unknown parallel style {setup.parallel!r}")
+
+
+def shard(setup, model):
+    """FSDP2 on `model` as the setup's wrapping choices say; returns `model`, sharded."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    # Pure precisions gather and reduce in the weights' own dtype; mixed-bf16 keeps fp32 weights
+    # (options.weight_dtype) and computes on bf16 copies, as torchtitan's default training does.
+    # Layers' floating inputs are bf16 already: not cast again (torchtitan's cast_forward_inputs).
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                   cast_forward_inputs=False)
+              if setup.dtype == "mixed-bf16" else MixedPrecisionPolicy())
+    layers = decoder_layers(model, "--parallel fsdp2")
+    for i, layer in enumerate(layers):
+        if setup.mode == "compile":
+            # A compiled wrapper in the layer's place: FSDP2's hooks run around it, eagerly.
+            layer = layers[i] = torch.compile(layer, mode=compile_mode(setup))
+        fully_shard(layer, mp_policy=policy, reshard_after_forward=setup.fsdp_reshard)
+    # The root's weights (embeddings, final norm, output layer) are needed again as soon as the
+    # backward starts: kept, as FSDP2's own default for the root does.
+    fully_shard(model, mp_policy=policy, reshard_after_forward=False)
+    if setup.fsdp_prefetch:
+        # One unit ahead, in the order the forward and the backward run them.
+        model.set_modules_to_forward_prefetch([layers[0]])
+        model.set_modules_to_backward_prefetch([layers[-1]])
+        for before, after in zip(layers, layers[1:]):
+            before.set_modules_to_forward_prefetch([after])
+            after.set_modules_to_backward_prefetch([before])
+    return model

@@ -13,7 +13,7 @@ import time
 
 # In the order a setup's process goes through them (the parent adds "exit").
 PHASES = ("start", "imports", "device_init", "peak", "build", "first_step", "warmup", "timed",
-          "after", "memory", "flops", "exit")
+          "after", "profile", "memory", "flops", "exit")
 
 
 class Phases:

@@ -18,6 +18,7 @@ import resource
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -35,12 +36,13 @@ Progress = Callable[..., None]
 
 
 def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | None = None, *,
-            peak_tflops_measured: float | None = None, cache_label: str | None = None) -> None:
+            peak_tflops_measured: float | None = None, cache_label: str | None = None,
+            profile: str | None = None) -> None:
     """Build, compile if asked, and time `setup`; write every measured value into `result`.
 
     `phases` times each stage of the process (measure/phases.py); `peak_tflops_measured` is the
     device's matmul rate (for mfu_measured); `cache_label` says how the inductor cache started
-    (worker.compile_cache_label).
+    (worker.compile_cache_label); `profile`: where one more step's profile goes (`profile_step`).
     """
     phases = phases or Phases(result)
     device = torch.device(setup.device)
@@ -111,6 +113,9 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
             flags.append("recompiled")
     result["noise_flags"] = flags
     phases.lap("after")
+    if profile:
+        result["profile"] = profile_step(step, profile, cuda)
+        phases.lap("profile")
     if not cuda and not setup.distributed:
         result.update(memory.tensors_peak(step, held_tensors(model, optimizer, tokens)))
         phases.lap("memory")
@@ -152,6 +157,29 @@ def build(setup: Setup, device: torch.device):
         return loss.detach().clone() if cudagraphs else loss.detach()
 
     return model, step, tokens, optimizer
+
+
+def profile_step(step, stem: str, cuda: bool) -> dict:
+    """One more step, after the timed ones, under torch.profiler (CPU and CUDA activities): its
+    trace as `stem`.json.gz (chrome://tracing, Perfetto) and its key_averages table, top 40 by
+    device time (CPU time on a CPU), as `stem`.txt. The paths and the step's wall time (longer
+    than a timed step: the profiler records every op)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    trace, table = f"{stem}.json.gz", f"{stem}.txt"
+    Path(stem).parent.mkdir(parents=True, exist_ok=True)
+    with profile(activities=activities) as prof:
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        wall_s = time.perf_counter() - start
+    prof.export_chrome_trace(trace)
+    by = "device_time_total" if cuda else "cpu_time_total"
+    Path(table).write_text(f"# one training step, key_averages sorted by {by}\n"
+                           + prof.key_averages().table(sort_by=by, row_limit=40) + "\n")
+    return {"trace": trace, "table": table, "step_s": wall_s}
 
 
 def held_tensors(model, optimizer, tokens) -> list[torch.Tensor]:

@@ -80,7 +80,8 @@ def main(argv: list[str]) -> int:
         phases.lap("peak")
         limit_memory(setup)
         step.measure(setup, channel.measured, channel.progress, phases,
-                     peak_tflops_measured=peak, cache_label=compile_cache_label(setup))
+                     peak_tflops_measured=peak, cache_label=compile_cache_label(setup),
+                     profile=job.get("profile"))
     except BaseException as exc:  # noqa: BLE001 - every failure is a result, never a lost setup
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -429,7 +429,10 @@ LOSS_GUARD_NOTE = (
 def _scaling_note(rows: list[Row]) -> str | None:
     return ("Tokens/s per GPU: the job's tokens/s over its GPUs (processes). Scaling efficiency: "
             "that over the tokens/s of the same setup on one GPU without a wrapper (the "
-            "baseline named); 100% is perfect data-parallel scaling. Rank spread: how far the "
+            "baseline named: compiled whole, and in bf16 for FSDP2's mixed precision); 100% is "
+            "perfect data-parallel scaling. Wrapping: how the job wrapped the model (FSDP2: its "
+            "units, whether layers reshard after the forward, prefetching, the weights' dtype; "
+            "compiled, what torch.compile wrapped). Rank spread: how far the "
             "ranks' mean step times differ, (slowest - fastest) / fastest.")
 
 
@@ -468,6 +471,7 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
      lambda r: _dollars(r.energy_cost_per_m_tokens)),
     ("Loss guard", "l", lambda r: r.loss_guard is not None, lambda r: guard_cell(r.loss_guard)),
     ("Processes", "r", lambda r: r.setup.distributed, lambda r: r.setup.parallel_label),
+    ("Wrapping", "l", lambda r: r.setup.distributed, lambda r: r.setup.wrapping),
     ("Tokens/s per GPU", "r", lambda r: r.tokens_per_s_per_gpu is not None,
      lambda r: table.num(r.tokens_per_s_per_gpu, 0, thousands=True)),
     ("Rank spread", "r", lambda r: r.rank_spread is not None,
@@ -522,7 +526,8 @@ DETAIL_TABLES = [
      lambda rows: []),
     ("Details: losses", ["Loss guard"], lambda rows: [LOSS_GUARD_NOTE]),
     ("Details: scaling",
-     ["Processes", "Tokens/s per GPU", "Rank spread", "Scaling efficiency", "Baseline"],
+     ["Processes", "Wrapping", "Tokens/s per GPU", "Rank spread", "Scaling efficiency",
+      "Baseline"],
      lambda rows: [_scaling_note(rows)]),
     ("Details: energy and cost",
      ["J/token", "M tokens per kWh", "$/M tokens (hourly)", "$/M tokens (energy)"],

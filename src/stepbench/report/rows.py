@@ -508,7 +508,8 @@ def add_scaling(rows: list[Row]) -> None:
         twin = by_key.get((row.setup.single_process_twin().key(), row.gpu))
         if twin is not None and twin.ok:
             row.scaling_efficiency = row.tokens_per_s_per_gpu / twin.tokens_per_s
-            row.scaling_baseline = (f"{twin.name}, 1 process ({twin.repeats} run"
+            dtype = f" ({twin.setup.dtype})" if twin.setup.dtype != row.setup.dtype else ""
+            row.scaling_baseline = (f"{twin.name}{dtype}, 1 process ({twin.repeats} run"
                                     f"{'s' if twin.repeats > 1 else ''} in this report)")
             continue
         recorded = [r.scaling for r in row.records if r.ok and isinstance(r.scaling, dict)
