@@ -44,7 +44,7 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
     "test_ray.py": 240, "test_run.py": 200, "test_run_outcomes.py": 110, "test_axes.py": 80,
-    "test_distributed.py": 65, "test_remote.py": 55, "test_slurm.py": 45, "test_remote_stops.py": 40,
+    "test_distributed.py": 90, "test_remote.py": 55, "test_slurm.py": 45, "test_remote_stops.py": 40,
     "test_runner.py": 20, "test_gpu_pool.py": 15, "test_plan.py": 12,
     "test_max_batch.py": 70, "test_tune.py": 50, "test_rent.py": 30, "test_hooks.py": 10,
     "test_server.py": 75, "test_repeats.py": 10, "test_oom_kill.py": 10,

@@ -7,6 +7,7 @@ on two cores, so the tests are few and eager (the compiled path is the same code
 benchmarks/README.md covers it).
 """
 
+import gzip
 import json
 import os
 import random
@@ -25,9 +26,9 @@ TINY = ["--device", "cpu", "--model", "llama-tiny", "--seq", "64", "--warmup", "
 
 @pytest.mark.slow
 def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path, capsys):
-    out = tmp_path / "r.jsonl"
+    out, traces = tmp_path / "r.jsonl", tmp_path / "traces"
     proc = run_cli("run", *TINY, "--nproc", "2", "--parallel", "none,ddp,fsdp2", "--out", out,
-                   "--format", "json", check_json=True)
+                   "--profile", traces, "--format", "json", check_json=True)
     single, ddp, fsdp2 = proc.records
     assert [r["setup"].get("parallel", "none") for r in proc.records] == ["none", "ddp", "fsdp2"]
     assert "nproc" not in single["setup"] and ddp["setup"]["nproc"] == 2
@@ -66,6 +67,59 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
     assert by_parallel["ddp"]["scaling_efficiency"] == pytest.approx(
         by_parallel["ddp"]["tokens_per_s_per_gpu"] / by_parallel["none"]["tokens_per_s"])
     assert "1 process" in by_parallel["fsdp2"]["scaling_baseline"]
+
+    # FSDP2's wrapping choices, all at once, into the same file: its mixed precision on fp32
+    # weights, layers kept gathered from the forward to the backward, explicit prefetching.
+    proc = run_cli("run", *TINY, "--nproc", "2", "--parallel", "fsdp2", "--precision", "mixed-bf16",
+                   "--fsdp-reshard", "off", "--fsdp-prefetch", "on", "--out", out,
+                   "--profile", traces, "--format", "json", check_json=True)
+    (mixed,) = proc.records
+    assert mixed["status"] == "ok", mixed["error"]
+    assert mixed["setup"]["name"] == "eager+sdpa+no-reshard+prefetch"
+    assert (mixed["setup"]["dtype"], mixed["setup"]["fsdp_reshard"], mixed["setup"]["fsdp_prefetch"]) \
+        == ("mixed-bf16", False, True)
+    # Its baseline is one process in bf16; its first forward runs on bf16 copies of the same
+    # fp32 weights as the bf16 job's, and training on fp32 master weights moves apart after.
+    assert mixed["scaling"]["baseline"]["run_id"] == single["run_id"]
+    assert mixed["ranks"][0]["loss_first"] == pytest.approx(fsdp2["ranks"][0]["loss_first"], rel=1e-3)
+    assert mixed["losses"] != fsdp2["losses"]
+
+    # Every process of a job profiled one more step; the traces show the wrapping at work: a
+    # layer resharded after its forward is gathered twice a step, a kept one once; explicit
+    # prefetching has spans of its own.
+    def fsdp_events(record, rank=0):
+        trace = Path(record["profile"]["trace"])
+        assert trace.name.endswith(f"_rank{rank}.json.gz") and trace.parent == traces
+        events = json.load(gzip.open(trace))["traceEvents"]
+        return [e["name"] for e in events if e.get("name", "").startswith("FSDP::")]
+
+    assert fsdp_events(ddp) == []
+    for record, gathers, prefetch in ((fsdp2, 2, False), (mixed, 1, True)):
+        names = fsdp_events(record)
+        assert names.count("FSDP::all_gather (model.layers.0)") == gathers, names
+        assert any(n.startswith("FSDP::forward_prefetch") for n in names) is prefetch
+        assert fsdp_events({"profile": {"trace": record["profile"]["trace"].replace("_rank0", "_rank1")}}, 1)
+        table = Path(record["profile"]["table"]).read_text()
+        assert table.startswith("# one training step, key_averages sorted by cpu_time_total")
+        assert "aten::mm" in table and "FSDP::pre_forward" in table
+    assert Path(single["profile"]["trace"]).exists() and "_rank" not in single["profile"]["trace"]
+
+    assert main(["report", str(out), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert ("| fsdp2 x2 | per layer + root, no reshard, explicit prefetch, fp32 params, bf16 "
+            "compute, fp32 reduce |") in text
+    assert "eager+sdpa (bf16), 1 process (1 run in this report)" in text
+
+    # A job of one process (FSDP2 at world size 1), with a foreach AdamW over its DTensors: the
+    # same first loss as one process without a wrapper; no fused baseline stands in for it.
+    proc = run_cli("run", *TINY, "--nproc", "1", "--parallel", "fsdp2", "--optimizer", "foreach",
+                   "--out", out, "--format", "json", check_json=True)
+    (alone,) = proc.records
+    assert alone["status"] == "ok", alone["error"]
+    assert alone["setup"]["name"] == "eager+sdpa+foreach" and "nproc" not in alone["setup"]
+    assert [r["rank"] for r in alone["ranks"]] == [0] and alone["scaling"]["world_size"] == 1
+    assert alone["scaling"]["baseline"] is None
+    assert alone["loss_first"] == pytest.approx(single["loss_first"], rel=1e-6)
 
 
 def _leftovers(marker: str) -> list:
@@ -125,3 +179,75 @@ def test_the_report_of_real_two_gpu_jobs_pays_for_every_gpu_and_shows_scaling(tm
     assert ({r["setup"]: r["scaling_efficiency"] for r in rows}
             == {r["setup"]["name"]: r["scaling"]["efficiency"] for r in ddp})
     assert all("as recorded at run time" in r["scaling_baseline"] for r in rows)
+
+
+H200X2 = Path(__file__).parent.parent / "benchmarks/results/h200x2-2026-12-01-one-gpu-ddp-fsdp2.jsonl"
+
+
+def _planned(*flags):
+    """The setups `stepbench run --device cuda --attn sdpa --init cpu FLAGS` plans."""
+    from stepbench.settings import RunSettings
+
+    given = dict(zip(flags[::2], flags[1::2]))
+    given = {k.lstrip("-").replace("-", "_"): v for k, v in given.items()}
+    return RunSettings.build({"device": "cuda", "attn": "sdpa", "init": "cpu", **given}) \
+        .resolved("cuda").plan()
+
+
+def test_fsdp2_records_written_before_the_wrapping_axes_keep_their_keys_and_meet_no_new_wrapping():
+    from stepbench.setup import Setup
+
+    written = [json.loads(line)["setup"] for line in H200X2.read_text().splitlines()]
+    written = [w for w in written if w.get("parallel") == "fsdp2"]
+    old = [Setup.from_dict(w) for w in written]
+    assert {s.mode for s in old} == {"eager", "compile"}
+    for setup, fields in zip(old, written):
+        # The key is the setup as written, less its name: no new field shows in it.
+        assert setup.key() == json.dumps({k: v for k, v in fields.items() if k != "name"},
+                                         sort_keys=True)
+        assert setup.to_dict() == fields
+        assert setup.fsdp_reshard is True and setup.fsdp_prefetch is False
+    keys = {s.key() for s in old}
+    today = _planned("--parallel", "fsdp2", "--nproc", "2")
+    # Today's wrapping, eager, is what they ran: resumed, not measured again. A compiled fsdp2
+    # setup now says it compiles per layer, so the old record (scope left out) is not taken for it.
+    eager, compiled = today
+    assert eager.key() in keys
+    assert compiled.compile_scope == "layer" and compiled.name == "compile/layer+sdpa"
+    assert compiled.key() not in keys
+    # Each new wrapping choice is a setup of its own.
+    variants = _planned("--parallel", "fsdp2", "--nproc", "2", "--fsdp-reshard", "off,on",
+                        "--fsdp-prefetch", "off,on", "--optimizer", "fused,foreach")
+    assert len({s.key() for s in variants}) == len(variants) == 16
+    assert not {s.key() for s in variants if (s.fsdp_reshard, s.fsdp_prefetch, s.optimizer)
+                != (True, False, "fused")} & keys
+    mixed = _planned("--parallel", "fsdp2", "--nproc", "2", "--precision", "mixed-bf16")
+    assert not {s.key() for s in mixed} & keys
+    assert {"eager+sdpa", "compile/layer+sdpa+foreach", "eager+sdpa+no-reshard+prefetch",
+            "compile/layer+sdpa+foreach+no-reshard+prefetch"} <= {s.name for s in variants}
+
+
+def test_a_job_is_held_to_one_gpu_compiled_whole_in_bf16():
+    (job,) = _planned("--parallel", "fsdp2", "--nproc", "2", "--modes", "compile",
+                      "--precision", "mixed-bf16", "--fsdp-reshard", "off")
+    twin = job.single_process_twin()
+    assert (twin.parallel, twin.nproc, twin.compile_scope, twin.dtype) == ("none", 1, "model", "bf16")
+    assert twin.key() == _planned("--modes", "compile")[0].key()
+    assert job.wrapping == ("per layer + root, no reshard, implicit prefetch, fp32 params, "
+                            "bf16 compute, fp32 reduce, layers compiled")
+    (ddp,) = _planned("--parallel", "ddp", "--nproc", "2", "--modes", "compile",
+                      "--compile-scope", "layer")
+    assert ddp.name == "compile/layer+sdpa" and ddp.wrapping == "DDP, layers compiled"
+    assert ddp.single_process_twin().compile_scope == "model"
+
+
+def test_the_scaling_table_names_each_jobs_wrapping(capsys):
+    assert main(["report", str(H200X2), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    scaling = text[text.index("Details: scaling"):]
+    header = next(line for line in scaling.splitlines() if line.startswith("| GPU"))
+    assert "| Processes | Wrapping |" in header
+    assert "| ddp x2 | DDP |" in scaling and "| ddp x2 | DDP, compiled whole |" in scaling
+    assert ("| fsdp2 x2 | per layer + root, reshard, implicit prefetch, bf16 params, layers "
+            "compiled |") in scaling
+    assert "| fsdp2 x2 | per layer + root, reshard, implicit prefetch, bf16 params |" in scaling

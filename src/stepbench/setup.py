@@ -168,7 +168,7 @@ class SetupMethods:
     @property
     def wrapping(self) -> str:
         """How the job wraps the model, in words: "" without a wrapper; "DDP, compiled whole";
-        "FSDP2 per layer + root, reshard, implicit prefetch, bf16 params"."""
+        FSDP2's units and choices: "per layer + root, reshard, implicit prefetch, bf16 params"."""
         if self.parallel == "ddp":
             scope = {"model": ", compiled whole", "layer": ", layers compiled"}
             return "DDP" + (scope[self.compile_scope] if self.mode == "compile" else "")
@@ -176,8 +176,7 @@ class SetupMethods:
             return ""
         params = ("fp32 params, bf16 compute, fp32 reduce" if self.dtype == "mixed-bf16"
                   else f"{self.dtype} params")
-        return ", ".join(["FSDP2 per layer + root",
-                          "reshard" if self.fsdp_reshard else "no reshard",
+        return ", ".join(["per layer + root", "reshard" if self.fsdp_reshard else "no reshard",
                           "explicit prefetch" if self.fsdp_prefetch else "implicit prefetch",
                           params] + (["layers compiled"] if self.mode == "compile" else []))
 
