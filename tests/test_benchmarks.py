@@ -230,3 +230,28 @@ def test_report_scale_tells_a_changed_finding_from_the_same_report(tmp_path, cap
     same = scale.same_report(ours, theirs)
     assert not same["findings_equal"] and not same["json_equal"]
     assert same["keys_differ"] == ["findings"]
+
+
+def test_fsdp2_table_puts_torchtitans_recipe_beside_stepbenchs_jobs_and_their_baselines():
+    # A CPU run of gpu_fsdp2_x2.sh (llama-tiny, gloo, eager, torchtitan 0.3.0's wheel carried),
+    # and the H200 x2 run of section e.
+    fsdp2_table = load("fsdp2_table")
+    data = ROOT / "tests" / "data"
+    rows = fsdp2_table.rows([data / "cpu-fsdp2-x2.jsonl", data / "cpu-torchtitan-x2.jsonl"])
+    (plain,) = [r for r in rows if not r["setup"].distributed]
+    (titan,) = [r for r in rows if r["recipe"] == "torchtitan"]
+    assert titan["source"] == "torchtitan 0.3.0" and titan["setup"].dtype == "mixed-bf16"
+    for row in rows:
+        assert row["ok"]
+        if row["setup"].distributed:
+            # Recorded at run time against the one-process record, by stepbench and the script alike.
+            assert row["efficiency"] == pytest.approx(row["per_gpu"] / plain["per_gpu"])
+    text = fsdp2_table.table(rows)
+    assert "torchtitan (torchtitan 0.3.0)" in text
+    assert "per layer + root, reshard, explicit prefetch, bf16 params" in text
+    h200 = fsdp2_table.rows([RESULTS / "h200x2-2026-12-01-one-gpu-ddp-fsdp2.jsonl"])
+    efficiency = {(r["setup"].parallel, r["setup"].mode): r["efficiency"] for r in h200
+                  if r["setup"].attn == "sdpa" and r["setup"].distributed}
+    assert efficiency[("fsdp2", "compile")] == pytest.approx(0.469, abs=5e-4)
+    assert efficiency[("fsdp2", "eager")] == pytest.approx(0.506, abs=5e-4)
+    assert "46.9%" in fsdp2_table.table(h200)
