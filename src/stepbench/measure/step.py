@@ -114,7 +114,11 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     result["noise_flags"] = flags
     phases.lap("after")
     if profile:
-        result["profile"] = profile_step(step, profile, cuda)
+        try:
+            result["profile"] = profile_step(step, profile, cuda)
+        except Exception as exc:  # noqa: BLE001 - a profile must not cost the measurement
+            print(f"stepbench: profiling one more step failed: {exc}", file=sys.stderr)
+            result["profile"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
         phases.lap("profile")
     if not cuda and not setup.distributed:
         result.update(memory.tensors_peak(step, held_tensors(model, optimizer, tokens)))
@@ -162,8 +166,9 @@ def build(setup: Setup, device: torch.device):
 def profile_step(step, stem: str, cuda: bool) -> dict:
     """One more step, after the timed ones, under torch.profiler (CPU and CUDA activities): its
     trace as `stem`.json.gz (chrome://tracing, Perfetto) and its key_averages table, top 40 by
-    device time (CPU time on a CPU), as `stem`.txt. The paths and the step's wall time (longer
-    than a timed step: the profiler records every op)."""
+    device time (CPU time on a CPU), as `stem`.txt. The paths, the step's wall time (longer
+    than a timed step: the profiler records every op) and, on a GPU, the sum of its kernels'
+    times (`device_s`; below the wall time where the GPU waited for the host)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -177,9 +182,15 @@ def profile_step(step, stem: str, cuda: bool) -> dict:
         wall_s = time.perf_counter() - start
     prof.export_chrome_trace(trace)
     by = "device_time_total" if cuda else "cpu_time_total"
-    Path(table).write_text(f"# one training step, key_averages sorted by {by}\n"
-                           + prof.key_averages().table(sort_by=by, row_limit=40) + "\n")
-    return {"trace": trace, "table": table, "step_s": wall_s}
+    averages = prof.key_averages()
+    # The device's own events (kernels, copies), as the table's "Self CUDA time total" sums them.
+    device_s = sum(e.self_device_time_total for e in averages
+                   if e.device_type != torch.autograd.DeviceType.CPU
+                   and not getattr(e, "is_user_annotation", False)) / 1e6 if cuda else None
+    head = f"# one training step ({wall_s * 1000:.1f} ms with the profiler" + (
+        f"; kernels {device_s * 1000:.1f} ms" if cuda else "") + f"), key_averages by {by}\n"
+    Path(table).write_text(head + averages.table(sort_by=by, row_limit=40) + "\n")
+    return {"trace": trace, "table": table, "step_s": wall_s, "device_s": device_s}
 
 
 def held_tensors(model, optimizer, tokens) -> list[torch.Tensor]:
