@@ -137,7 +137,10 @@ def copied_recipe(model, mesh, param_dtype, reduce_dtype, compiled: bool) -> Non
     fully_shard(model, **config)                                               # fsdp.py 310
     for module in model.modules():                                             # fsdp.py 316
         if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)
+            # set_reduce_scatter_divide_factor: its name in torch releases before the rename.
+            divide = getattr(module, "set_gradient_divide_factor", None) \
+                or module.set_reduce_scatter_divide_factor
+            divide(1.0)
 
 
 def titan_wrap(setup, model, choice: str):
