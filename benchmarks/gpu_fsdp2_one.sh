@@ -26,6 +26,7 @@ model=${MODEL:-llama-468m}; device=${DEVICE:-cuda}; seq=${SEQ:-2048}; batch=${BA
 steps=${STEPS:-20}; modes=${MODES:-eager,compile}; deadline=${DEADLINE_S:-540}
 work=$(mktemp -d /tmp/fsdp2-one.XXXXXX)
 mkdir -p "$out" "$work/logs"
+trap 'rm -rf "$work"' EXIT      # what matters is copied to $OUT first
 results=$work/fsdp2-one.jsonl
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
 sb() {   # LOG ARGS...: one stepbench run into the results file

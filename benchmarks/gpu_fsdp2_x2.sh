@@ -28,6 +28,7 @@ variants=${VARIANTS:---fsdp-reshard off --fsdp-prefetch on;--precision mixed-bf1
 tt_precisions=${TT_PRECISIONS:-mixed-bf16}
 work=$(mktemp -d /tmp/fsdp2-x2.XXXXXX)
 mkdir -p "$out" "$work/logs"
+trap 'rm -rf "$work"' EXIT      # what matters is copied to $OUT first
 results=$work/fsdp2-x2.jsonl; titan=$work/torchtitan.jsonl
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
 sb() {   # LOG ARGS...: one stepbench run into the results file
