@@ -84,10 +84,15 @@ SCRIPTED = textwrap.dedent("""
         def worker_argv(self, job):
             return [self.python, "-c", *map(str, child(job))]
 
+        def torchrun_argv(self, job):       # the scripted child in torchrun's place
+            return self.worker_argv(job)
+
     cluster = Cluster(address)
     plan = [Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=b, seq=64, device="cuda")
             for b in (1, 2, 3)]
-    gpus = check_cluster(cluster, "cuda", gpu_type, None, plan)
+    pair = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=5, seq=64, device="cuda",
+                 parallel="ddp", nproc=2)
+    gpus = check_cluster(cluster, "cuda", gpu_type, None, plan + [pair])
     store = ResultsFile(Path(folder) / "r.jsonl")
     for attempt in range(2):        # the second resumes: every record is there
         executor = Scripted(cluster, "cuda", gpus=gpus, gpu_type=gpu_type, run_id=f"t{attempt}")
@@ -96,6 +101,15 @@ SCRIPTED = textwrap.dedent("""
         finally:
             executor.close()
         print(json.dumps({"gpus": gpus, "records": [r.to_dict() for r in records]}), flush=True)
+
+    # --nproc 2: one job of two GPUs.
+    executor = Scripted(cluster, "cuda", gpus=gpus, gpu_type=gpu_type, run_id="t3")
+    try:
+        [record] = Runner(executor, ResultsFile(Path(folder) / "pair.jsonl"),
+                          measure_peak=False).run([pair], timeout_s=120)
+    finally:
+        executor.close()
+    print(json.dumps(record.to_dict()), flush=True)
 
     class Unstartable(RayExecutor):     # the job fails before any setup's process starts
         def _entrypoint(self, job, job_id):
@@ -116,7 +130,8 @@ def overlapping(a, b):
     return a["start"] < b["end"] and b["start"] < a["end"]
 
 
-def test_ray_gives_gpus_0_and_1_a_third_waits_and_a_rerun_resumes(ray_cluster, tmp_path):
+def test_ray_gives_gpus_0_and_1_a_third_waits_a_rerun_resumes_and_nproc_2_gets_both(
+        ray_cluster, tmp_path):
     from raynet import GPU_TYPE
 
     from fakes import ProtocolChild
@@ -126,9 +141,10 @@ def test_ray_gives_gpus_0_and_1_a_third_waits_and_a_rerun_resumes(ray_cluster, t
         [sys.executable, "-c", SCRIPTED, ray_cluster.address, str(tmp_path), GPU_TYPE]),
         capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
-    first, second, broken = (json.loads(line) for line in proc.stdout.splitlines())
+    first, second, pair, broken = (json.loads(line) for line in proc.stdout.splitlines())
     assert first["gpus"] == 2                   # the cluster's GPUs (of the type asked for)
-    log = sorted(ProtocolChild(tmp_path).entries(), key=lambda e: e["start"])
+    entries = ProtocolChild(tmp_path).entries()
+    log = sorted((e for e in entries if e["batch"] != 5), key=lambda e: e["start"])
     assert len(log) == 3                        # the rerun started no job
     # Ray chose the GPUs: the first two met at their barrier, running at once on GPUs 0 and 1;
     # the third waited for one of them to be free.
@@ -150,6 +166,14 @@ def test_ray_gives_gpus_0_and_1_a_third_waits_and_a_rerun_resumes(ray_cluster, t
         assert record["placement"]["gpus"] == [int(seen)]
         assert record["placement"]["ray"]["gpu_type"] == GPU_TYPE
     assert second["records"] == records
+    # --nproc 2 is one job that asked Ray for two GPUs: Ray gave its process both (its torchrun
+    # would start a rank on each), and the record says which.
+    [ran] = [e for e in entries if e["batch"] == 5]
+    assert ran["nproc"] == 2 and sorted(ran["seen"].split(",")) == ["0", "1"]
+    assert pair["status"] == "ok" and pair["setup"]["nproc"] == 2
+    assert pair["placement"]["cuda_visible_devices"] == ran["seen"]
+    assert sorted(pair["placement"]["gpus"]) == [0, 1]
+    assert pair["placement"]["ray"]["job_id"] == "stepbench-t3-1"
     # A job that ends before its process starts is no measurement: nothing is recorded, no job
     # starts after it, and the run's one line says why.
     assert broken["records"] == 3          # the three stored ones: the fourth was not recorded
@@ -245,8 +269,42 @@ def test_max_batch_and_tune_go_through_ray(ray_cluster, tmp_path):
     nothing_left(ray_cluster)
 
 
-def test_a_two_node_torchrun_job_runs_one_task_per_node(ray_cluster, tmp_path):
+def test_torchrun_jobs_of_nproc_2_on_one_node_and_of_two_nodes(ray_cluster, tmp_path):
+    # --nproc 2 after its single-process baseline, as tests/test_distributed.py runs it locally:
+    # one Ray job whose torchrun starts two gloo ranks on one node. (A CPU job asks Ray for a
+    # CPU; the GPUs a cuda job asks for: the first test above.) --start fresh: the single setup
+    # alone would start a process server on every node.
     out = tmp_path / "r.jsonl"
+    proc = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *SMALL, "--start", "fresh",
+                   "--modes", "eager", "--attn", "sdpa", "--parallel", "none,ddp", "--nproc", "2",
+                   "--out", out, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    single, job = json.loads(proc.stdout)
+    assert single["status"] == "ok" and job["status"] == "ok", job["error"]
+    assert "nproc" not in single["setup"] and job["setup"]["nproc"] == 2
+    assert "[2/2] eager+sdpa batch 4 seq 64 ddp x2: ok" in proc.stderr
+    # The records a local --nproc 2 job gives: every rank's numbers, the job's step its slowest
+    # rank's, tokens counting the global batch, and the efficiency against the baseline.
+    ranks = job["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and [r["node"] for r in ranks] == [0, 0]
+    assert all(len(r["step_times_ms"]) == 5 and r["peak_memory_gb"] > 0 for r in ranks)
+    slowest = max(ranks, key=lambda r: r["step_ms"])
+    assert job["step_ms"] == slowest["step_ms"] and job["step_times_ms"] == slowest["step_times_ms"]
+    assert job["tokens_per_s"] == pytest.approx(4 * 64 * 2 / (job["step_ms"] / 1000))
+    scaling = job["scaling"]
+    assert scaling["world_size"] == 2 and scaling["backend"] == "gloo"
+    assert scaling["slowest_rank"] == slowest["rank"]
+    assert scaling["baseline"]["run_id"] == single["run_id"]
+    assert scaling["efficiency"] == pytest.approx(scaling["tokens_per_s_per_gpu"] / single["tokens_per_s"])
+    # Same seed: rank 0 trains the single process's weights on its tokens; rank 1 its own.
+    assert ranks[0]["loss_first"] == pytest.approx(single["loss_first"], rel=1e-6)
+    assert ranks[1]["loss_first"] != pytest.approx(ranks[0]["loss_first"], rel=1e-4)
+    # One job of its own on one node (no placement group: that is --nnodes's).
+    ray = job["placement"]["ray"]
+    assert ray["job_id"] != single["placement"]["ray"]["job_id"] and ray["node_id"]
+    assert "nodes" not in ray and job["placement"]["start"] == "fresh"
+    # --nnodes 2 into the same file: a placement group of two bundles, one task per node, and
+    # its efficiency against the same baseline.
     proc = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *SMALL, "--modes", "eager",
                    "--attn", "sdpa", "--parallel", "ddp", "--nnodes", "2", "--out", out,
                    "--format", "json")
@@ -257,6 +315,7 @@ def test_a_two_node_torchrun_job_runs_one_task_per_node(ray_cluster, tmp_path):
     nodes = record["placement"]["ray"]["nodes"]
     assert len({n["node_id"] for n in nodes}) == 2      # STRICT_SPREAD: one bundle per node
     assert sorted(r["node"] for r in record["ranks"]) == [0, 1]
+    assert record["scaling"]["baseline"]["run_id"] == single["run_id"]
     nothing_left(ray_cluster)
 
 

@@ -361,7 +361,7 @@ class RayExecutor:
             return quote_command([self.python, "-m", "stepbench.execute.raynodes",
                                   json.dumps(spec)])
         if setup.distributed:
-            spec["argv"] = torchrun_command(self.python, job, Rendezvous())
+            spec["argv"] = self.torchrun_argv(job)
             spec["rank_dir"] = f"{NODE_TMP}/{job_id}-ranks"
         else:
             spec["argv"] = self.worker_argv(job)
@@ -444,6 +444,11 @@ class RayExecutor:
     def worker_argv(self, job: Job) -> list[str]:
         """A setup's process on its node (as LocalProcess.command runs it here)."""
         return [self.python, "-m", "stepbench.measure.worker", job.payload()]
+
+    def torchrun_argv(self, job: Job) -> list[str]:
+        """A one-node torchrun job on its node, its ranks on the job's GPUs (as
+        LocalProcess.torchrun_command runs it here)."""
+        return torchrun_command(self.python, job, Rendezvous())
 
     def _bundle(self, setup: Setup) -> dict:
         """One node's share of a job over several nodes (a placement group's bundle)."""
