@@ -1,6 +1,7 @@
 """Real runs that end otherwise than a plain success: resume and --rerun, out of memory, a
 memory limit too small, an unsupported kernel, a config from a folder, and the signals that stop
-a run (Ctrl-C, SIGTERM, SIGHUP). Each runs real tiny models in real child processes."""
+a run (Ctrl-C, SIGTERM, SIGHUP) with nothing left running. Each runs real tiny models in real
+child processes."""
 
 import json
 import os
@@ -8,10 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 
+import psutil
 import pytest
 
-from conftest import SETUP_FAULT_ENV, SMALL, SRC, read_jsonl, run_cli, wait_for, with_hooks
+from conftest import SMALL, SRC, read_jsonl, run_cli, wait_for
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -84,19 +87,25 @@ def test_real_oom_gives_an_oom_row_and_the_other_setup_finishes(tmp_path):
     assert any(line.split()[:4] == ["eager+eager", "8", "2048", "OOM"] for line in proc.stdout.splitlines())
 
 
-def test_a_memory_limit_too_small_for_the_model_is_out_of_memory(tmp_path):
-    # The cap counts from the process's imports, so even a tiny one leaves torch running: the
-    # model's build does not fit.
-    # No setup ran ok: exit 1, with one line (docs/cli.md); the record is kept all the same.
+def test_a_memory_limit_too_small_is_oom_and_flex_attention_on_cpu_is_unsupported(tmp_path):
+    # Two setups that cannot run, each recorded with its reason: the cap counts from the
+    # process's imports, so even a tiny one leaves torch running, and the model's build does not
+    # fit; flex attention's backward on a CPU is refused before the model is built (the registry
+    # knows, stepbench.axes), whatever the cap. (That the setups after an unsupported, failed or
+    # crashed one still run: the oom test above, tests/test_runner.py and tests/test_axes.py.)
+    # No setup ran ok: exit 1, with one line (docs/cli.md); the records are kept all the same.
     out = tmp_path / "r.jsonl"
-    proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb",
-                   "0.001", "--out", out, "--format", "json", check_json=True, code=1)
-    [record] = proc.records
-    assert record["status"] == "oom" and record["phase"] == "building", record["error"]
-    assert f"stepbench run: no setup ran ok (1 oom); their errors are in {out}" in proc.stderr
+    args = [*SMALL, "--modes", "eager", "--attn", "sdpa,flex_attention", "--memory-limit-gb",
+            "0.001", "--out", out]
+    proc = run_cli("run", *args, "--format", "json", check_json=True, code=1)
+    capped, flex = proc.records
+    assert capped["status"] == "oom" and capped["phase"] == "building", capped["error"]
+    assert flex["status"] == "unsupported" and flex["phase"] == "building", flex["error"]
+    assert "backward on CPU" in flex["error"]
+    assert (f"stepbench run: no setup ran ok (1 oom, 1 unsupported); their errors are in {out}"
+            in proc.stderr)
     # Everything resumed from the file: nothing failed now, exit 0.
-    again = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--memory-limit-gb",
-                    "0.001", "--out", out, "--format", "markdown")
+    again = run_cli("run", *args, "--format", "markdown")
     assert again.returncode == 0, again.stderr
     assert "OOM means the step did not fit in its --memory-limit-gb cap on address space." \
         in again.stdout
@@ -136,17 +145,6 @@ def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):
     assert "memory_spread" not in row["noise_flags"] and "busy_cpu" in row["noise_flags"]
 
 
-def test_flex_attention_backward_on_cpu_is_unsupported(tmp_path):
-    # (That the setups after an unsupported, failed or crashed one still run: the oom test above,
-    # tests/test_runner.py and tests/test_axes.py.)
-    proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "flex_attention",
-                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True, code=1)
-    [flex] = proc.records
-    # The registry knows (stepbench.axes): refused before the model is built, with the reason.
-    assert flex["status"] == "unsupported" and flex["phase"] == "building"
-    assert "backward on CPU" in flex["error"]
-
-
 def test_model_from_a_config_folder(tmp_path):
     # A different architecture (Qwen2, grouped-query attention, tied embeddings) from a config.json.
     # One setup here; tests/test_remote.py runs this config with both attentions.
@@ -169,62 +167,57 @@ def test_model_from_a_config_folder(tmp_path):
 @pytest.mark.parametrize("sig, code, said", [
     (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM"),
     (signal.SIGHUP, 129, "stopped by SIGHUP")])
-def test_a_signal_stops_the_child_and_keeps_finished_results(tmp_path, sig, code, said):
+def test_a_signal_stops_the_run_keeps_finished_results_and_leaves_no_process(tmp_path, sig, code,
+                                                                             said):
     # Ctrl-C, `timeout 120 stepbench run ...` (SIGTERM) and a closed terminal (SIGHUP) alike.
     # Ctrl-C comes after a setup of this run finished (batch 1 takes seconds; batch 64 x 400
-    # steps would take minutes: interrupt it). SIGTERM and SIGHUP come to a run of batch 64 alone
-    # whose results file already holds finished records (0.1's): they stay as they were.
+    # steps would take minutes: interrupt it): the finished setup's row is on stdout, before the
+    # one line on stderr. SIGTERM and SIGHUP come to a run of batch 64 alone whose results file
+    # already holds finished records (0.1's): they stay as they were. Every process the run
+    # started (its process server, the setup's process forked from it) carries a mark in its
+    # environment, and none is left after.
     out = tmp_path / "r.jsonl"
     fresh = sig == signal.SIGINT
     if not fresh:
         shutil.copy(os.path.join(os.path.dirname(__file__), "data", "v0.1", "cpu-results.jsonl"), out)
     before = out.read_bytes() if out.exists() else b""
-    env = dict(os.environ, PYTHONPATH=SRC)
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, PYTHONPATH=SRC, STEPBENCH_TEST_MARK=mark)
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
                              "--modes", "eager", "--attn", "sdpa", "--batch", "1,64" if fresh else "64",
                              "--warmup", "2", "--steps", "400", "--repeats", "1", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    running = "[2/2]" if fresh else "[1/1]"
-    for line in proc.stderr:
-        if running in line and "warm-up" in line:
-            break
-    else:
-        pytest.fail("the batch 64 setup never reached its warm-up")
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    assert children, "the running setup should have its own child process"
-    proc.send_signal(sig)
-    rest = proc.stderr.read()
-    assert proc.wait(timeout=60) == code
+    try:
+        seen = wait_for(proc, f"{'[2/2]' if fresh else '[1/1]'} eager+sdpa batch 64 seq 64: warm-up")
+        marked = [p for p in psutil.process_iter() if _marked(p, mark) and p.pid != proc.pid]
+        assert len(marked) >= 2, seen       # the process server and the running setup's process
+        proc.send_signal(sig)
+        rest = proc.stderr.read()
+        stdout = proc.stdout.read()
+        assert proc.wait(timeout=60) == code, rest
+    finally:
+        proc.kill()
     assert f"{said}; the running setup was stopped, finished setups are kept in" in rest
     assert "run the same command again to resume" in rest
     assert "Traceback" not in rest
     if fresh:
+        assert "[1/2] eager+sdpa batch 1 seq 64: ok" in seen
         records = read_jsonl(out)
         assert [(r["setup"]["batch"], r["status"]) for r in records] == [(1, "ok")]
+        rows = [line.split()[:4] for line in stdout.splitlines() if line.strip().startswith("eager")]
+        assert rows == [["eager+sdpa", "1", "64", rows[0][3]]] and rows[0][3][0].isdigit(), stdout
+        assert rest.strip().splitlines()[-1].startswith("stepbench run: interrupted; the running "
+                                                        "setup was stopped")
     else:
         assert out.read_bytes() == before
-    for pid in children:
-        assert not os.path.exists(f"/proc/{pid}"), f"child {pid} outlived the {sig.name}"
+    gone, alive = psutil.wait_procs(marked, timeout=30)
+    assert alive == [], [p.cmdline() for p in alive]
+    assert not [p for p in psutil.process_iter() if _marked(p, mark)]
 
 
-def test_ctrl_c_prints_the_table_of_the_setups_that_finished(tmp_path):
-    # The second setup hangs in its warm-up (the tests' fault hook): Ctrl-C then; the first
-    # setup's row is on stdout, before the one line on stderr.
-    out = tmp_path / "r.jsonl"
-    env = with_hooks(dict(os.environ, **{SETUP_FAULT_ENV: "eager+eager:hang:warmup"}))
-    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", *SMALL, "--modes", "eager",
-                             "--attn", "sdpa,eager", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def _marked(process: psutil.Process, mark: str) -> bool:
     try:
-        said = wait_for(proc, "[2/2] eager+eager batch 4 seq 64: warm-up")
-        assert "[1/2] eager+sdpa batch 4 seq 64: ok" in said
-        proc.send_signal(signal.SIGINT)
-        stdout, rest = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, rest
-    rows = [line.split()[:4] for line in stdout.splitlines() if line.strip().startswith("eager")]
-    assert rows == [["eager+sdpa", "4", "64", rows[0][3]]] and rows[0][3][0].isdigit(), stdout
-    assert rest.strip().splitlines()[-1].startswith("stepbench run: interrupted; the running "
-                                                    "setup was stopped")
-    assert [r["setup"]["name"] for r in read_jsonl(out)] == ["eager+sdpa"]
+        return process.environ().get("STEPBENCH_TEST_MARK") == mark and \
+            process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

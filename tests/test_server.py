@@ -1,17 +1,13 @@
 """The process server (execute/server.py) for real: a forked setup's process measures what a fresh
-one measures, and every way it can fail or be stopped is reported as a fresh process's would be.
+one measures, and every way it can fail is reported as a fresh process's would be. (That Ctrl-C,
+SIGTERM and SIGHUP leave no server and no setup's process: tests/test_run_outcomes.py.)
 
 The faults come from the tests' hooks (tests/hooks: SETUP_FAULT_ENV, SERVER_THREAD_ENV), which
 reach a child forked from the server because they read the environment at call time.
 """
 
 import os
-import signal
-import subprocess
-import sys
-import uuid
 
-import psutil
 import pytest
 
 from stepbench.execute.executor import LocalProcess
@@ -19,7 +15,7 @@ from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
-from conftest import SETUP_FAULT_ENV, SERVER_THREAD_ENV, SMALL, run_cli, wait_for, with_hooks
+from conftest import SETUP_FAULT_ENV, SERVER_THREAD_ENV, run_cli, with_hooks
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -27,8 +23,10 @@ TINY = dict(model="llama-tiny", seq=64, device="cpu", warmup=1, steps=3)
 
 
 def runs(tmp_path, start: str, env: dict | None = None) -> dict:
+    # Few steps: with torch's default threads, each step waits on the other test worker's cores.
     out = tmp_path / f"{start}.jsonl"
-    proc = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--start", start,
+    proc = run_cli("run", "--device", "cpu", "--seq", "64", "--warmup", "1", "--steps", "2",
+                   "--repeats", "1", "--modes", "eager", "--attn", "sdpa", "--start", start,
                    "--out", out, "--format", "json", check_json=True, env=env)
     [record] = proc.records
     return record
@@ -41,7 +39,7 @@ def test_a_forked_child_measures_what_a_fresh_one_does(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     fresh, forked = runs(tmp_path, "fresh", env), runs(tmp_path, "server", env)
     assert fresh["placement"]["start"] == "fresh" and forked["placement"]["start"] == "server"
-    assert forked["losses"] == fresh["losses"] and len(fresh["losses"]) == 1 + 2 + 5
+    assert forked["losses"] == fresh["losses"] and len(fresh["losses"]) == 1 + 1 + 2
     # The step's tensors, which peak memory counts on a CPU, are the same however it started.
     assert forked["peak_memory_gb"] == fresh["peak_memory_gb"] > 0
     assert forked["peak_memory_source"] == fresh["peak_memory_source"] == "tensors"
@@ -70,13 +68,13 @@ def test_a_hang_a_crash_and_the_servers_death_are_reported_as_before(tmp_path, m
                                                      "compile": True}, note=notes.append)
     try:
         hung, crashed, orphan, after = Runner(executor, ResultsFile(tmp_path / "r.jsonl")).run(
-            plan(), timeout_s=20)
+            plan(), timeout_s=10)
         ready = executor._server.info
     finally:
         executor.close()
     assert ready["imports_s"]["inductor"] > 0 and len(ready["threads"]) == 1, ready
     assert (hung.status, hung.phase) == ("timeout", "warmup")
-    assert "no result after 20 s (last phase: warmup)" in hung.error
+    assert "no result after 10 s (last phase: warmup)" in hung.error
     assert crashed.status == "crashed"
     assert crashed.error.startswith("killed by signal SIGSEGV (last phase: first_step)")
     # Its parent, the server, was killed mid-step: the setup finished and said so itself.
@@ -102,30 +100,3 @@ def test_a_server_with_two_threads_never_forks(tmp_path, monkeypatch):
     assert [r.placement["start"] for r in (first, second)] == ["fresh", "fresh"]
     [refused] = [n for n in notes if "threads" in n]
     assert "the process server holds 2 threads" in refused and "not safe" in refused
-
-
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_and_sigterm_leave_no_server_and_no_child(tmp_path, signum, code):
-    mark = uuid.uuid4().hex
-    env = with_hooks({**os.environ, "STEPBENCH_TEST_MARK": mark,
-                      SETUP_FAULT_ENV: "eager+sdpa:hang:warmup"})
-    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", *SMALL, "--modes", "eager",
-                             "--attn", "sdpa", "--out", str(tmp_path / "r.jsonl")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(proc, "warm-up")
-    marked = [p for p in psutil.process_iter() if _marked(p, mark) and p.pid != proc.pid]
-    assert len(marked) >= 2        # the server and the hung setup's process
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == code, err
-    gone, alive = psutil.wait_procs(marked, timeout=30)
-    assert alive == [], [p.cmdline() for p in alive]
-    assert not [p for p in psutil.process_iter() if _marked(p, mark)]
-
-
-def _marked(process: psutil.Process, mark: str) -> bool:
-    try:
-        return process.environ().get("STEPBENCH_TEST_MARK") == mark and \
-            process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
