@@ -676,7 +676,7 @@ TUNE = ["tune", "--device", "cpu", "--model", "llama-tiny", "--seq", "32", "--ba
 
 
 @pytest.mark.slow
-def test_a_real_tune_keeps_its_budget_and_resumes(tmp_path):
+def test_a_real_tune_keeps_its_budget_and_resumes_with_its_live_progress(tmp_path):
     out = tmp_path / "tune.jsonl"
     env = with_hooks(dict(os.environ))
     command = [sys.executable, "-m", "stepbench", *TUNE, "--out", str(out)]
@@ -690,15 +690,24 @@ def test_a_real_tune_keeps_its_budget_and_resumes(tmp_path):
     assert "run the same command again to resume" in err
     kept = ResultsFile(out).read()
     assert len(kept) >= 1
-    # The same command resumes: nothing stored is measured again, and it ends within what the
-    # budget has left.
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    # The same command resumes, on a terminal: nothing stored is measured again, and it ends
+    # within what the budget has left.
+    code, seen, stdout = on_a_terminal(command[3:], env=env, timeout=180)
+    assert code == 0 and b"Traceback" not in seen, seen.decode(errors="replace")[-2000:]
+    result = json.loads(stdout)
     records = ResultsFile(out).read()
     keys = [(r.setup.key(), r.repeat) for r in records]
     assert len(keys) == len(set(keys)), "a stored measurement was measured again"
     assert {r.run_id for r in kept} & {r.run_id for r in records[len(kept):]} == set()
+    # The display belongs to the command, not to a plan: after its first process the live block
+    # (each running setup's line with its seconds, "[3 s]") is still drawn for the next. (Not
+    # one per process: on a loaded machine a quick process can end between two redraws.)
+    assert len(records) - len(kept) >= 2, seen.decode(errors="replace")[-2000:]
+    first_ended = re.search(rb": ok, [\d.]+ ms/step", seen)
+    assert first_ended, seen.decode(errors="replace")[-2000:]
+    live = re.findall(rb"\] eager\+sdpa batch \d+ seq 32: [^\r\n]*? \[\d+ s\]",
+                      seen[first_ended.end():])
+    assert live, seen.decode(errors="replace")[-2000:]
     # By its own count, within the budget: a process's timeout is what the budget has left (a
     # process stopped at it may take the kill's grace period more).
     assert result["spent_s"] <= 60 + KILL_GRACE_S + 2
@@ -719,25 +728,6 @@ def test_a_real_tune_keeps_its_budget_and_resumes(tmp_path):
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert json.loads(again.stdout)["winner"] == result["winner"]
     assert len(ResultsFile(out).read()) == len(records)
-
-
-@pytest.mark.slow
-def test_a_tune_on_a_terminal_keeps_its_live_progress_from_process_to_process(tmp_path):
-    # The display belongs to the command, not to a plan: after the first process the live
-    # block (each running setup's line with its seconds, "[3 s]") is still drawn for the next.
-    out = tmp_path / "tune.jsonl"
-    code, seen, _ = on_a_terminal([*TUNE[:-2], "--budget", "30s", "--out", str(out)])
-    assert b"Traceback" not in seen, seen.decode(errors="replace")[-2000:]
-    ran = [(r.setup.batch, r.repeat) for r in ResultsFile(out).read()]
-    assert len(ran) >= 2, seen.decode(errors="replace")[-2000:]
-    # A live line (a running setup with its seconds, "[3 s]") is drawn after the first process
-    # ended: the display stayed open. (Not one per process: on a loaded machine a quick process
-    # can end between two redraws.)
-    first_ended = re.search(rb": ok, [\d.]+ ms/step", seen)
-    assert first_ended, seen.decode(errors="replace")[-2000:]
-    live = re.findall(rb"\] eager\+sdpa batch \d+ seq 32: [^\r\n]*? \[\d+ s\]",
-                      seen[first_ended.end():])
-    assert live, seen.decode(errors="replace")[-2000:]
 
 
 @pytest.mark.slow
