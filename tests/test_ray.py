@@ -29,8 +29,10 @@ pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's job
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster():
+    """One cluster for this file, stopped when its last test ends (its daemons take CPU time
+    while they idle, which the other files' tests run beside)."""
     from raynet import RayCluster, unavailable
 
     reason = unavailable()
@@ -224,9 +226,11 @@ def test_the_matrix_through_ray_ctrl_c_a_rerun_resumes_and_a_timeout(ray_cluster
     ray = kept["placement"]["ray"]
     assert ray["job_id"].startswith("stepbench-") and len(ray["node_id"]) == 56
     # The same command again, with a timeout the second setup cannot keep: the finished setup
-    # is resumed (a timeout is not part of a setup), the stopped one runs and is stopped at 3 s.
+    # is resumed (a timeout is not part of a setup, nor is how its process starts), the stopped
+    # one runs and is stopped at 3 s. (--start fresh: a setup alone does not pay for starting
+    # a process server on every node.)
     again = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *MATRIX, "--timeout", "3",
-                    "--out", out, "--format", "json")
+                    "--start", "fresh", "--out", out, "--format", "json")
     assert again.returncode == 0, again.stderr
     records = json.loads(again.stdout)
     assert records[0] == kept and records[1]["setup"]["attn"] == "eager"
@@ -328,8 +332,9 @@ def test_ray_local_starts_a_cluster_for_the_run_and_stops_it(tmp_path):
     out = tmp_path / "r.jsonl"
     # Its own namespaces: PID 1 there is the shell, so what the run leaves behind is listed
     # after it ends.
+    # --start fresh: one setup does not pay for a process server (the matrix's test runs them).
     script = (f"ip link set lo up; {sys.executable} -m stepbench run --ray local {' '.join(SMALL)} "
-              f"--modes eager --attn sdpa --out {out}; echo exit=$?; ps -eo args")
+              f"--start fresh --modes eager --attn sdpa --out {out}; echo exit=$?; ps -eo args")
     # Ray's own files (its session logs, the token it makes for a local cluster) go to a folder
     # of the test's (short: Ray's Unix socket paths), not to /tmp/ray and ~/.ray.
     home = tempfile.mkdtemp(prefix="sbray-")
