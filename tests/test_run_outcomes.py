@@ -119,17 +119,24 @@ def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):
     from stepbench.measure.footprint import estimate
     from stepbench.record import Record
 
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    args = ["run", "--device", "cpu", "--seq", "64", "--warmup", "1", "--steps", "3",
-            "--modes", "eager", "--attn", "sdpa", "--out", tmp_path / "r.jsonl"]
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
+    # The loop starts once the process server is ready, before the setups' processes: it would
+    # take a core from the other test worker for the server's imports too.
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": SRC}
+    proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq",
+                             "64", "--warmup", "1", "--steps", "3", "--modes", "eager", "--attn",
+                             "sdpa", "--repeats", "2", "--out", str(tmp_path / "r.jsonl")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    loops = []
     try:
-        proc = run_cli(*args, "--repeats", "2", env=env)
+        wait_for(proc, "process server ready")
+        loops.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        _, err = proc.communicate(timeout=300)
     finally:
+        proc.kill()
         for loop in loops:
             loop.kill()
             loop.wait()
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, err
     records = [Record.from_dict(r) for r in read_jsonl(tmp_path / "r.jsonl")]
     assert [r.repeat for r in records] == [0, 1]
     # The busy loop was seen: other processes took CPU time in every process's timed steps.
