@@ -43,11 +43,11 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # a file left last that takes minutes would keep one worker busy while the other idles. A new
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
-    "test_ray.py": 240, "test_run.py": 200, "test_run_outcomes.py": 110, "test_axes.py": 80,
-    "test_distributed.py": 90, "test_remote.py": 55, "test_slurm.py": 45, "test_remote_stops.py": 40,
-    "test_runner.py": 20, "test_gpu_pool.py": 15, "test_plan.py": 12,
-    "test_max_batch.py": 70, "test_tune.py": 50, "test_rent.py": 30, "test_hooks.py": 10,
-    "test_server.py": 75, "test_repeats.py": 10, "test_oom_kill.py": 10,
+    "test_ray.py": 245, "test_run_outcomes.py": 145, "test_run.py": 110,
+    "test_distributed.py": 90, "test_axes.py": 67, "test_server.py": 65, "test_slurm.py": 45,
+    "test_rent.py": 38, "test_remote_stops.py": 36, "test_remote.py": 35, "test_tune.py": 35,
+    "test_max_batch.py": 32, "test_runner.py": 22, "test_plan.py": 21, "test_oom_kill.py": 17,
+    "test_gpu_pool.py": 16, "test_hooks.py": 10, "test_repeats.py": 10,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps, one
 # process per setup (run's default of 2, and a third where they disagree, would double the
