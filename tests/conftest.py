@@ -48,10 +48,10 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # a file left last that takes minutes would keep one worker busy while the other idles. A new
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
-    "test_ray.py": 245, "test_run_outcomes.py": 145, "test_run.py": 110,
-    "test_distributed.py": 90, "test_axes.py": 67, "test_server.py": 65, "test_slurm.py": 45,
-    "test_rent.py": 38, "test_remote_stops.py": 36, "test_remote.py": 35, "test_tune.py": 35,
-    "test_max_batch.py": 32, "test_runner.py": 22, "test_plan.py": 21, "test_oom_kill.py": 17,
+    "test_ray.py": 245, "test_run_outcomes.py": 130, "test_distributed.py": 90,
+    "test_server.py": 60, "test_run.py": 50, "test_slurm.py": 45, "test_rent.py": 38,
+    "test_remote_stops.py": 36, "test_remote.py": 35, "test_tune.py": 35, "test_max_batch.py": 32,
+    "test_axes.py": 25, "test_runner.py": 22, "test_plan.py": 21, "test_oom_kill.py": 17,
     "test_gpu_pool.py": 16, "test_hooks.py": 10, "test_repeats.py": 10,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps, one
