@@ -1,5 +1,5 @@
 """`run --ray` and `tune --ray` against a real Ray cluster (tests/raynet.py: a head with two fake
-GPUs and a second raylet, in a network namespace with loopback only, started once per session).
+GPUs and a second raylet, in a network namespace with loopback only, started once for the file).
 
 The setups are tiny eager CPU setups, real processes in real Ray jobs; the test of GPU placement
 runs cuda setups whose processes are short scripts (tests/fakes.py's ProtocolChild) through the

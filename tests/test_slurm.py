@@ -1,5 +1,5 @@
 """`run --slurm` against a real Slurm (tests/slurmnet.py: a controller and two nodes, the first with
-two fake GPUs, in a network namespace with loopback only, started once per session).
+two fake GPUs, in a network namespace with loopback only, started once for the file).
 
 The setups are tiny eager CPU setups, real processes in real Slurm jobs; the test of GPU placement
 (and of a job over two nodes) runs setups whose processes are short scripts (tests/fakes.py's
@@ -26,8 +26,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]   # every test here ru
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_cluster():
+    """One cluster for this file, stopped when its last test ends (not at the session's end,
+    while the worker runs other files)."""
     from slurmnet import SlurmCluster, unavailable
 
     reason = unavailable()
