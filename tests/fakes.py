@@ -72,6 +72,24 @@ print(protocol.encode("result", status="ok", error=None,
 """
 
 
+def overlapping(a, b) -> bool:
+    """Two ProtocolChild log entries ran at once."""
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def check_two_gpus_then_a_third_waits(log: list[dict]) -> None:
+    """A cluster chose the GPUs of three ProtocolChild jobs (log entries in start order): the
+    first two met at their barrier, running at once on GPUs 0 and 1; the third waited for one of
+    them to be free; no two jobs ever shared a GPU."""
+    assert len(log) == 3, log
+    assert {e["seen"] for e in log[:2]} == {"0", "1"} and [e["met"] for e in log[:2]] == [True] * 2
+    assert log[2]["seen"] in ("0", "1") and log[2]["start"] >= min(e["end"] for e in log[:2])
+    for a in log:
+        for b in log:
+            if a is not b and overlapping(a, b):
+                assert a["seen"] != b["seen"]
+
+
 class ProtocolChild:
     """`ScriptedProcesses`' script of PROTOCOL_CHILD: it reports a step time of 10 ms x its batch
     (and its CUDA_VISIBLE_DEVICES as loss_last), so a record that got another job's result shows

@@ -68,7 +68,34 @@ def unavailable() -> str | None:
     return None
 
 
-class RayCluster:
+class Namespaced:
+    """A cluster whose processes live in namespaces held by HOLDER's child (`self.pid`): a
+    command entering them, a client's command in the network namespace only, and the live
+    processes of its PID namespace (tests/slurmnet.py's cluster is one too)."""
+
+    def enter(self, namespaces: list[str]) -> list[str]:
+        return ["nsenter", "-t", str(self.pid), *namespaces]
+
+    def client_argv(self, argv: list[str]) -> list[str]:
+        """`argv` run in the cluster's network namespace (and nothing else of it)."""
+        return self.enter(["-n"]) + argv
+
+    def processes(self, text: str) -> list[psutil.Process]:
+        """The cluster's live processes whose command line holds `text`."""
+        mine = os.readlink(f"/proc/{self.pid}/ns/pid")
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if (os.readlink(f"/proc/{p.pid}/ns/pid") == mine
+                        and text in " ".join(p.info["cmdline"] or [])
+                        and p.status() != psutil.STATUS_ZOMBIE):
+                    found.append(p)
+            except (OSError, psutil.Error):
+                pass
+        return found
+
+
+class RayCluster(Namespaced):
     """The cluster; `address` is its Jobs API as a client inside the namespace reaches it."""
 
     address = f"http://127.0.0.1:{DASHBOARD_PORT}"
@@ -98,27 +125,6 @@ class RayCluster:
         except BaseException:
             self.stop()
             raise
-
-    def enter(self, namespaces: list[str]) -> list[str]:
-        return ["nsenter", "-t", str(self.pid), *namespaces]
-
-    def client_argv(self, argv: list[str]) -> list[str]:
-        """`argv` run in the cluster's network namespace (and nothing else of it)."""
-        return self.enter(["-n"]) + argv
-
-    def processes(self, text: str) -> list[psutil.Process]:
-        """The cluster's live processes whose command line holds `text`."""
-        mine = os.readlink(f"/proc/{self.pid}/ns/pid")
-        found = []
-        for p in psutil.process_iter(["cmdline"]):
-            try:
-                if (os.readlink(f"/proc/{p.pid}/ns/pid") == mine
-                        and text in " ".join(p.info["cmdline"] or [])
-                        and p.status() != psutil.STATUS_ZOMBIE):
-                    found.append(p)
-            except (OSError, psutil.Error):
-                pass
-        return found
 
     def jobs(self) -> list[dict]:
         """The cluster's jobs as the Jobs API lists them (asked from inside the namespace)."""

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from raynet import HOLDER
+from raynet import HOLDER, Namespaced
 
 GPU_TYPE = "h100"
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -107,7 +107,7 @@ def _daemon(name: str) -> str:
     return shutil.which(name) or str(Path("/usr/sbin", name))
 
 
-class SlurmCluster:
+class SlurmCluster(Namespaced):
     """The cluster; `env` is what a client needs to reach it (SLURM_CONF)."""
 
     def __init__(self):
@@ -161,27 +161,6 @@ class SlurmCluster:
     def logs(self) -> str:
         return "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
                        for p in sorted(self.folder.glob("*.log")))
-
-    def enter(self, namespaces: list[str]) -> list[str]:
-        return ["nsenter", "-t", str(self.pid), *namespaces]
-
-    def client_argv(self, argv: list[str]) -> list[str]:
-        """`argv` run in the cluster's network namespace (and nothing else of it)."""
-        return self.enter(["-n"]) + argv
-
-    def processes(self, text: str) -> list[psutil.Process]:
-        """The cluster's live processes whose command line holds `text`."""
-        mine = os.readlink(f"/proc/{self.pid}/ns/pid")
-        found = []
-        for p in psutil.process_iter(["cmdline"]):
-            try:
-                if (os.readlink(f"/proc/{p.pid}/ns/pid") == mine
-                        and text in " ".join(p.info["cmdline"] or [])
-                        and p.status() != psutil.STATUS_ZOMBIE):
-                    found.append(p)
-            except (OSError, psutil.Error):
-                pass
-        return found
 
     def jobs(self) -> list[str]:
         """The jobs Slurm still runs or queues: `JOBID STATE NAME` lines."""

@@ -16,7 +16,7 @@ from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
 from conftest import SMALL
-from fakes import ProtocolChild, ScriptedProcesses
+from fakes import ProtocolChild, ScriptedProcesses, overlapping
 
 def cuda_setup(batch, **fields):
     return Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=batch, seq=64, device="cuda",
@@ -32,10 +32,6 @@ def run_pool(tmp_path, gpus, plan, sleep_s=0.6, together=0):
     finally:
         executor.close()
     return records, child.entries()
-
-
-def overlapping(a, b):
-    return a["start"] < b["end"] and b["start"] < a["end"]
 
 
 @pytest.mark.slow

@@ -128,15 +128,11 @@ SCRIPTED = textwrap.dedent("""
 """)
 
 
-def overlapping(a, b):
-    return a["start"] < b["end"] and b["start"] < a["end"]
-
-
 def test_ray_gives_gpus_0_and_1_a_third_waits_a_rerun_resumes_and_nproc_2_gets_both(
         ray_cluster, tmp_path):
     from raynet import GPU_TYPE
 
-    from fakes import ProtocolChild
+    from fakes import ProtocolChild, check_two_gpus_then_a_third_waits
 
     env = dict(client_env(), PYTHONPATH=os.pathsep.join([TESTS, SRC]))
     proc = subprocess.run(ray_cluster.client_argv(
@@ -148,14 +144,7 @@ def test_ray_gives_gpus_0_and_1_a_third_waits_a_rerun_resumes_and_nproc_2_gets_b
     entries = ProtocolChild(tmp_path).entries()
     log = sorted((e for e in entries if e["batch"] != 5), key=lambda e: e["start"])
     assert len(log) == 3                        # the rerun started no job
-    # Ray chose the GPUs: the first two met at their barrier, running at once on GPUs 0 and 1;
-    # the third waited for one of them to be free.
-    assert {e["seen"] for e in log[:2]} == {"0", "1"} and [e["met"] for e in log[:2]] == [True] * 2
-    assert log[2]["seen"] in ("0", "1") and log[2]["start"] >= min(e["end"] for e in log[:2])
-    for a in log:
-        for b in log:
-            if a is not b and overlapping(a, b):
-                assert a["seen"] != b["seen"]
+    check_two_gpus_then_a_third_waits(log)          # Ray chose the GPUs
     records = first["records"]
     assert [r["setup"]["batch"] for r in records] == [1, 2, 3]
     assert [r["step_ms"] for r in records] == [10.0, 20.0, 30.0]       # results never mixed
