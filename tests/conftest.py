@@ -42,17 +42,18 @@ else:
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 HOOKS = str(Path(__file__).resolve().parent / "hooks")
-# The files that wait on real child processes, longest first (seconds on 2 busy cores, roughly).
+# The files that wait on real child processes, longest first (seconds of one worker in a whole
+# run on 2 cores, roughly: docs/development.md).
 # pyproject's addopts hand whole files to the two workers in collection order
 # (--no-loadscope-reorder), so these start first and the many quick files fill in behind them;
 # a file left last that takes minutes would keep one worker busy while the other idles. A new
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
-    "test_ray.py": 245, "test_run_outcomes.py": 130, "test_distributed.py": 90,
-    "test_server.py": 60, "test_run.py": 50, "test_slurm.py": 45, "test_rent.py": 38,
-    "test_remote_stops.py": 36, "test_remote.py": 35, "test_tune.py": 35, "test_max_batch.py": 32,
-    "test_axes.py": 25, "test_runner.py": 22, "test_plan.py": 21, "test_oom_kill.py": 17,
-    "test_gpu_pool.py": 16, "test_hooks.py": 10, "test_repeats.py": 10,
+    "test_ray.py": 235, "test_run_outcomes.py": 123, "test_distributed.py": 80, "test_run.py": 74,
+    "test_server.py": 64, "test_remote.py": 44, "test_max_batch.py": 43,
+    "test_remote_stops.py": 38, "test_slurm.py": 34, "test_tune.py": 33, "test_rent.py": 28,
+    "test_axes.py": 25, "test_runner.py": 17, "test_gpu_pool.py": 11, "test_hooks.py": 9,
+    "test_plan.py": 8, "test_oom_kill.py": 6,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps, one
 # process per setup (run's default of 2, and a third where they disagree, would double the
