@@ -71,7 +71,8 @@ def unavailable() -> str | None:
 class Namespaced:
     """A cluster whose processes live in namespaces held by HOLDER's child (`self.pid`): a
     command entering them, a client's command in the network namespace only, and the live
-    processes of its PID namespace (tests/slurmnet.py's cluster is one too)."""
+    processes of its PID namespace, and its end (tests/slurmnet.py's cluster is one too).
+    A subclass sets `pid`, `holder` (the HOLDER process) and `folder` (removed at the end)."""
 
     def enter(self, namespaces: list[str]) -> list[str]:
         return ["nsenter", "-t", str(self.pid), *namespaces]
@@ -93,6 +94,19 @@ class Namespaced:
             except (OSError, psutil.Error):
                 pass
         return found
+
+    def stop(self) -> None:
+        """Ends every process of the namespace: the kernel kills them all when its first
+        process (the holder's child, PID 1 there) dies."""
+        pid = getattr(self, "pid", None)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.holder.poll() is None:
+            self.holder.wait(timeout=30)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class RayCluster(Namespaced):
@@ -134,16 +148,3 @@ class RayCluster(Namespaced):
         out = subprocess.run(self.client_argv([sys.executable, "-c", script, self.address]),
                              capture_output=True, text=True, check=True, timeout=60).stdout
         return json.loads(out.strip().splitlines()[-1])
-
-    def stop(self) -> None:
-        """Ends every process of the namespace: the kernel kills them all when its first
-        process (the holder's child, PID 1 there) dies."""
-        pid = getattr(self, "pid", None)
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if self.holder.poll() is None:
-            self.holder.wait(timeout=30)
-        shutil.rmtree(self.folder, ignore_errors=True)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -168,16 +167,3 @@ class SlurmCluster(Namespaced):
                               env=self.env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         return done.stdout.split("\n")[:-1]
-
-    def stop(self) -> None:
-        """Ends every process of the namespace: the kernel kills them all when its first
-        process (the holder's child, PID 1 there) dies."""
-        pid = getattr(self, "pid", None)
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if self.holder.poll() is None:
-            self.holder.wait(timeout=30)
-        shutil.rmtree(self.folder, ignore_errors=True)
