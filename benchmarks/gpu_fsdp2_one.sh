@@ -9,8 +9,9 @@
 # plain setup compiled), into one results file, in this order (each group only while the
 # deadline leaves room for it):
 #   1. plain (no wrapper): eager, compiled whole, compiled per layer; --profile
-#   2. fsdp2 --nproc 1 (torchrun, one process) with today's wrapping: eager and compiled (per
-#      layer); --profile
+#   2. fsdp2 --nproc 1 (torchrun, one process) with today's wrapping, AdamW over the local shards
+#      and over the DTensors (--fsdp-optimizer local,dtensor): eager and compiled (per layer);
+#      --profile
 #   3. the wrapping variants, compiled, one at a time: --fsdp-reshard off, --fsdp-prefetch on,
 #      --precision mixed-bf16, --optimizer foreach
 #   4. the same variants eager, if time is left
@@ -48,7 +49,8 @@ has_compile=0; [[ ,$modes, == *,compile,* ]] && has_compile=1
 scopes=model; (( has_compile )) && scopes=model,layer
 
 sb plain --modes "$modes" --compile-scope "$scopes" --profile "$work/profiles"
-room 90 "fsdp2 x1" && sb fsdp2-x1 --modes "$modes" --parallel fsdp2 --nproc 1 --profile "$work/profiles"
+room 90 "fsdp2 x1" && sb fsdp2-x1 --modes "$modes" --parallel fsdp2 --nproc 1 \
+  --fsdp-optimizer local,dtensor --profile "$work/profiles"
 variant_modes=compile; (( has_compile )) || variant_modes=eager
 for pass in "$variant_modes" eager; do
   for variant in "--fsdp-reshard off" "--fsdp-prefetch on" "--precision mixed-bf16" "--optimizer foreach"; do

@@ -108,19 +108,27 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
     assert main(["report", str(out), "--format", "markdown"]) == 0
     text = capsys.readouterr().out
     assert ("| fsdp2 x2 | per layer + root, no reshard, explicit prefetch, fp32 params, bf16 "
-            "compute, fp32 reduce |") in text
+            "compute, fp32 reduce, optimizer on local shards |") in text
     assert "eager+sdpa (bf16), 1 process (1 run in this report)" in text
 
-    # A job of one process (FSDP2 at world size 1), with a foreach AdamW over its DTensors: the
-    # same first loss as one process without a wrapper; no fused baseline stands in for it.
+    # Jobs of one process (FSDP2 at world size 1), with a foreach AdamW over the local shards
+    # and over the DTensors: the same first loss as one process without a wrapper; no fused
+    # baseline stands in for them. Both optimizers do the same arithmetic: equal losses.
     proc = run_cli("run", *TINY, "--nproc", "1", "--parallel", "fsdp2", "--optimizer", "foreach",
-                   "--out", out, "--format", "json", check_json=True)
-    (alone,) = proc.records
-    assert alone["status"] == "ok", alone["error"]
-    assert alone["setup"]["name"] == "eager+sdpa+foreach" and "nproc" not in alone["setup"]
-    assert [r["rank"] for r in alone["ranks"]] == [0] and alone["scaling"]["world_size"] == 1
-    assert alone["scaling"]["baseline"] is None
-    assert alone["loss_first"] == pytest.approx(single["loss_first"], rel=1e-6)
+                   "--fsdp-optimizer", "local,dtensor", "--steps", "4", "--out", out,
+                   "--format", "json", check_json=True)
+    local, dtensor = proc.records
+    assert fsdp2["setup"]["fsdp_optimizer"] == local["setup"]["fsdp_optimizer"] == "local"
+    assert (local["setup"]["name"], dtensor["setup"]["name"]) == ("eager+sdpa+foreach",
+                                                                "eager+sdpa+foreach+dtensor-optim")
+    for alone in (local, dtensor):
+        assert alone["status"] == "ok", alone["error"]
+        assert "nproc" not in alone["setup"]
+        assert [r["rank"] for r in alone["ranks"]] == [0] and alone["scaling"]["world_size"] == 1
+        assert alone["scaling"]["baseline"] is None
+        assert alone["loss_first"] == pytest.approx(single["loss_first"], rel=1e-6)
+    assert len(local["losses"]) == 1 + 1 + 4 and local["losses"] == dtensor["losses"]
+    assert local["losses"][-1] < local["losses"][0]      # the local shards were trained
 
 
 def _leftovers(marker: str) -> list:
@@ -167,7 +175,8 @@ def test_the_report_of_real_two_gpu_jobs_pays_for_every_gpu_and_shows_scaling(tm
         assert row["gpus"] == 2
         # Two GPUs at 3.50 $/h each: the job's tokens per dollar of both.
         assert row["m_tokens_per_dollar"] == pytest.approx(row["tokens_per_s"] * 3600 / 7.0 / 1e6)
-        base = single[row["setup"]]
+        # These fsdp2 jobs stepped AdamW over DTensors (named so); their baseline has no wrapper.
+        base = single[row["setup"].removesuffix("+dtensor-optim")]
         assert row["scaling_efficiency"] == pytest.approx(row["tokens_per_s"] / 2 / base["tokens_per_s"])
     assert all(r["scaling_efficiency"] > 0.9 for r in rows if r["parallel"] == "ddp")
     # Without the baseline in the report, the efficiency recorded at run time is shown, named.
@@ -206,15 +215,19 @@ def test_fsdp2_records_written_before_the_wrapping_axes_keep_their_keys_and_meet
         # The key is the setup as written, less its name: no new field shows in it.
         assert setup.key() == json.dumps({k: v for k, v in fields.items() if k != "name"},
                                          sort_keys=True)
-        assert setup.to_dict() == fields
+        assert setup.to_dict() == dict(fields, name=setup.name)
+        assert setup.name == fields["name"] + "+dtensor-optim"   # what they stepped over, named
         assert setup.fsdp_reshard is True and setup.fsdp_prefetch is False
+        assert setup.fsdp_optimizer == "dtensor"
     keys = {s.key() for s in old}
-    today = _planned("--parallel", "fsdp2", "--nproc", "2")
-    # Today's wrapping, eager, is what they ran: resumed, not measured again. A compiled fsdp2
-    # setup now says it compiles per layer, so the old record (scope left out) is not taken for it.
+    # Today's default steps AdamW over the local shards: not what they ran, so not resumed.
+    assert not {s.key() for s in _planned("--parallel", "fsdp2", "--nproc", "2")} & keys
+    today = _planned("--parallel", "fsdp2", "--nproc", "2", "--fsdp-optimizer", "dtensor")
+    # Their wrapping, eager, is resumed, not measured again. A compiled fsdp2 setup now says it
+    # compiles per layer, so the old record (scope left out) is not taken for it.
     eager, compiled = today
     assert eager.key() in keys
-    assert compiled.compile_scope == "layer" and compiled.name == "compile/layer+sdpa"
+    assert compiled.compile_scope == "layer" and compiled.name == "compile/layer+sdpa+dtensor-optim"
     assert compiled.key() not in keys
     # Each new wrapping choice is a setup of its own.
     variants = _planned("--parallel", "fsdp2", "--nproc", "2", "--fsdp-reshard", "off,on",
@@ -235,7 +248,7 @@ def test_a_job_is_held_to_one_gpu_compiled_whole_in_bf16():
     assert (twin.parallel, twin.nproc, twin.compile_scope, twin.dtype) == ("none", 1, "model", "bf16")
     assert twin.key() == _planned("--modes", "compile")[0].key()
     assert job.wrapping == ("per layer + root, no reshard, implicit prefetch, fp32 params, "
-                            "bf16 compute, fp32 reduce, layers compiled")
+                            "bf16 compute, fp32 reduce, optimizer on local shards, layers compiled")
     (ddp,) = _planned("--parallel", "ddp", "--nproc", "2", "--modes", "compile",
                       "--compile-scope", "layer")
     assert ddp.name == "compile/layer+sdpa" and ddp.wrapping == "DDP, layers compiled"
@@ -249,6 +262,7 @@ def test_the_scaling_table_names_each_jobs_wrapping(capsys):
     header = next(line for line in scaling.splitlines() if line.startswith("| GPU"))
     assert "| Processes | Wrapping |" in header
     assert "| ddp x2 | DDP |" in scaling and "| ddp x2 | DDP, compiled whole |" in scaling
-    assert ("| fsdp2 x2 | per layer + root, reshard, implicit prefetch, bf16 params, layers "
-            "compiled |") in scaling
-    assert "| fsdp2 x2 | per layer + root, reshard, implicit prefetch, bf16 params |" in scaling
+    assert ("| fsdp2 x2 | per layer + root, reshard, implicit prefetch, bf16 params, optimizer on "
+            "DTensors, layers compiled |") in scaling
+    assert ("| fsdp2 x2 | per layer + root, reshard, implicit prefetch, bf16 params, optimizer on "
+            "DTensors |") in scaling

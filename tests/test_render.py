@@ -45,8 +45,8 @@ def test_graph_breaks_and_recompiles_are_marked_and_counted(h200_records):
                                       break_reasons=["Unsupported: builtin print (x2)"])
     text = render_records(h200_records, "markdown")
     assert "| compile+sdpa | 4 | 2048 | 67.7¶ |" in text
-    assert ("¶ torch.compile split the model at graph breaks or recompiled it after the first "
-            "step (counts in the details).") in text
+    assert ("¶ torch.compile split the model at graph breaks, recompiled it after the first "
+            "step, or left code eager at its recompile limit (counts in the details).") in text
     # The report's details carry the counts.
     rows = build_rows([Record.from_dict(r) for r in h200_records], {})
     details = next(t for t in rows_document(rows).tables if t.title == "Details: torch.compile")
@@ -55,3 +55,19 @@ def test_graph_breaks_and_recompiles_are_marked_and_counted(h200_records):
     assert by_setup["compile+sdpa"]["Graph breaks"] == "2"
     assert by_setup["compile+sdpa"]["Recompiles"] == "1"
     assert by_setup["compile+eager"]["Graph breaks"] == "0"
+
+
+def test_code_left_eager_at_the_recompile_limit_is_marked_and_said(h200_records):
+    # Per-layer compile of a 24-layer model once left 16 layers eager at dynamo's limit of 8,
+    # with no graph break and no recompilation after the first step to show it.
+    h200_records[1]["compile"].update(graph_breaks=0, recompiles=0, recompile_limit_hits=1,
+                                      break_reasons=["dynamo's recompile limit hit (x1): code "
+                                                     "past it ran eagerly"])
+    text = render_records(h200_records, "markdown")
+    assert "| compile+sdpa | 4 | 2048 | 67.7¶ |" in text
+    rows = build_rows([Record.from_dict(r) for r in h200_records], {})
+    details = next(t for t in rows_document(rows).tables if t.title == "Details: torch.compile")
+    by_setup = {cells[1]: dict(zip(details.columns, cells)) for cells in details.cells}
+    assert by_setup["compile+sdpa"]["Left eager at the recompile limit"] == "1"
+    rows = json.loads(render_records(h200_records, "json"))["rows"]
+    assert [r["recompile_limit_hits"] for r in rows if r["setup"] == "compile+sdpa"] == [1]

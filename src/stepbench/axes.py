@@ -403,6 +403,13 @@ AXES: list[Axis] = [
          "order (off); comma list of off, on",
          many=True, choices=(False, True), legacy=False, applies=sharded, name_slot=2,
          text=lambda v: "prefetch" if v else "", variant=True, nest=74),
+    Axis("fsdp_optimizer", str, ("local",),
+         "with --parallel fsdp2: AdamW over each rank's local shards (local: the same update "
+         "without DTensor's dispatch per op) or over the DTensor parameters (dtensor: as "
+         "torchtitan does, and every fsdp2 record before this axis); comma list",
+         many=True, choices=("local", "dtensor"), legacy="dtensor", applies=sharded,
+         name_slot=2, text=lambda v: "" if v == "local" else "dtensor-optim", variant=True,
+         nest=76),
 ]
 
 

@@ -24,6 +24,8 @@ COMPUTE_DTYPES = {"autocast-bf16": "bf16", "float8": "bf16", "mixed-bf16": "bf16
 # A precision that only a wrapper gives (FSDP2's mixed precision) -> what one GPU without a
 # wrapper trains instead as the baseline of scaling efficiency.
 BASELINE_PRECISIONS = {"mixed-bf16": "bf16"}
+# What FSDP2's AdamW steps over (axis fsdp_optimizer; measure/parallel.py LocalShards).
+OPTIMIZER_ON = {"local": "local shards", "dtensor": "DTensors"}
 # torch.compile's modes that capture CUDA graphs (cudagraph trees) on a GPU.
 CUDAGRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 # What a run does unless told, beyond the setups' own fields: per-setup timeout.
@@ -116,7 +118,10 @@ class SetupMethods:
         parts = [a for _, _, a in sorted((a.name_slot, i, a) for i, a in enumerate(AXES)
                                          if a.name_slot is not None)]
         head, tail = "", []
+        fields = self.fields_all()
         for axis in parts:
+            if not _applies(axis, fields):
+                continue        # its value is the canonical one, and says nothing here
             text = axis.text(getattr(self, axis.name))
             if axis.name_slot == 0:
                 head += text
@@ -178,7 +183,8 @@ class SetupMethods:
                   else f"{self.dtype} params")
         return ", ".join(["per layer + root", "reshard" if self.fsdp_reshard else "no reshard",
                           "explicit prefetch" if self.fsdp_prefetch else "implicit prefetch",
-                          params] + (["layers compiled"] if self.mode == "compile" else []))
+                          params, f"optimizer on {OPTIMIZER_ON[self.fsdp_optimizer]}"]
+                         + (["layers compiled"] if self.mode == "compile" else []))
 
     def eager_twin(self):
         """The same workload and attention without torch.compile (every compile-only field at

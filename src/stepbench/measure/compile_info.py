@@ -8,6 +8,8 @@ phases only (after the first step, before and after the timed window), never ins
 
 from __future__ import annotations
 
+import logging
+
 
 def frames_compiled() -> int | None:
     """How many frames dynamo has compiled so far in this process."""
@@ -19,12 +21,36 @@ def frames_compiled() -> int | None:
         return None
 
 
+class _LimitHits(logging.Handler):
+    """Counts dynamo's "hit config.recompile_limit" warnings: each is a frame that then ran
+    eagerly for good (a compiled layer past the limit runs uncompiled), which no counter shows."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("torch._dynamo hit config."):
+            self.count += 1
+
+
+_LIMIT_HITS = _LimitHits()
+
+
+def watch_recompile_limit() -> None:
+    """Start counting recompile-limit hits in this process (before anything compiles)."""
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    if _LIMIT_HITS not in logger.handlers:
+        logger.addHandler(_LIMIT_HITS)
+
+
 def diagnostics(frames_after_first: int | None, frames_before_timed: int | None,
                 frames_after_timed: int | None, cache: str | None) -> dict:
     """The record's `compile` object; `cache` says how the inductor cache started."""
     info = {"cache": cache, "graphs": None, "graph_breaks": None, "break_reasons": [],
             "recompiles": None, "recompiles_in_timed": None, "dynamo_s": None, "inductor_s": None,
-            "cache_hits": None, "cache_misses": None}
+            "cache_hits": None, "cache_misses": None,
+            "recompile_limit_hits": _LIMIT_HITS.count}
     try:
         from torch._dynamo.utils import counters
 
@@ -32,6 +58,9 @@ def diagnostics(frames_after_first: int | None, frames_before_timed: int | None,
         breaks = counters["graph_break"]
         info["graph_breaks"] = int(sum(breaks.values()))
         info["break_reasons"] = [f"{reason} (x{count})" for reason, count in breaks.items()]
+        if _LIMIT_HITS.count:
+            info["break_reasons"].append(
+                f"dynamo's recompile limit hit (x{_LIMIT_HITS.count}): code past it ran eagerly")
         inductor = counters["inductor"]
         info["cache_hits"] = int(inductor["fxgraph_cache_hit"])
         info["cache_misses"] = int(inductor["fxgraph_cache_miss"])

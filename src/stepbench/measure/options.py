@@ -95,7 +95,54 @@ def apply_float8(model: torch.nn.Module) -> None:
 def make_optimizer(model: torch.nn.Module, setup: Setup) -> torch.optim.Optimizer:
     """AdamW(lr=1e-4), fused (one kernel for all parameters) or foreach (a few per group)."""
     impl = {"fused": True} if setup.optimizer == "fused" else {"foreach": True}
+    if setup.parallel == "fsdp2" and setup.fsdp_optimizer == "local":
+        return LocalShards(model.parameters(),
+                           lambda tensors: torch.optim.AdamW(tensors, lr=1e-4, **impl))
     return torch.optim.AdamW(model.parameters(), lr=1e-4, **impl)
+
+
+class LocalShards:
+    """AdamW over each rank's local shards of FSDP2's parameters (axis fsdp_optimizer "local").
+
+    torch.optim over the DTensor parameters themselves (value "dtensor", what torchtitan and
+    FSDP2's documentation do) sends every optimizer op through DTensor's dispatch: on an H200,
+    torch 2.11, the post's model's step took 189 ms under FSDP2 at world size 1 against 97 ms
+    plain, its kernels 89 ms against 86 ms, and the profile's optimizer step spent 330 ms of CPU
+    in DTensor's dispatch (benchmarks/README.md, section e; pytorch/pytorch#134191: the fused
+    path's per-step scalar tensors miss the sharding-propagation cache). AdamW is elementwise and
+    FSDP2 shards every parameter on dim 0, so the same update on the local tensors (views of
+    the sharded storage FSDP2 all-gathers from) is the same arithmetic in the same kernel, with
+    no dispatch per op: the gradients' local tensors are handed over before each step.
+    Made at the first step, once FSDP2's lazy init has settled the sharded storage; a shard
+    replaced later is an error, never a silently untrained parameter.
+    """
+
+    def __init__(self, params, make):
+        self.params = [p for p in params if p.requires_grad]
+        self.make = make                # list of tensors -> torch.optim.Optimizer
+        self.inner = None
+        self.locals: list = []
+
+    @property
+    def state(self):
+        return self.inner.state if self.inner is not None else {}
+
+    def step(self) -> None:
+        if self.inner is None:
+            self.locals = [p._local_tensor for p in self.params]
+            self.inner = self.make(self.locals)
+        for param, local in zip(self.params, self.locals):
+            if param._local_tensor is not local:
+                raise RuntimeError("FSDP2 replaced a parameter's local shard after the first "
+                                   "step; --fsdp-optimizer local cannot follow it (use dtensor)")
+            local.grad = None if param.grad is None else param.grad._local_tensor
+        self.inner.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for param in self.params:
+            param.grad = None
+        for local in self.locals:
+            local.grad = None
 
 
 def compile_model(model: torch.nn.Module, setup: Setup):
@@ -106,9 +153,28 @@ def compile_model(model: torch.nn.Module, setup: Setup):
     mode = compile_mode(setup)
     if setup.compile_scope == "model":
         return torch.compile(model, mode=mode)
-    for layer in decoder_layers(model, "--compile-scope layer"):
+    layers = decoder_layers(model, "--compile-scope layer")
+    allow_a_graph_per_layer(len(layers))
+    for layer in layers:
         layer.compile(mode=mode)
     return model
+
+
+def allow_a_graph_per_layer(count: int) -> None:
+    """Let dynamo compile each of `count` decoder layers, compiled one by one, to a graph of its own.
+
+    The layers share one forward's code, and the step's forward passes each layer Hugging Face's
+    KV cache (the model makes one in every forward, as the post's step does); the cache's entry
+    for the layer's index is guarded, so layer i fails the guards of layer i-1's graph and
+    recompiles. Past dynamo's recompile limit (8 per code object) the remaining layers ran
+    eagerly, silently: the post's 24-layer model ran 8 layers compiled (H200 profile,
+    benchmarks/README.md section e). The identical graphs after the first hit inductor's cache.
+    """
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), count + 8))
 
 
 def compile_mode(setup: Setup) -> str | None:

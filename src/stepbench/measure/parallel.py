@@ -8,8 +8,8 @@ The wrappers are the ones the field uses, set up as torchtitan does:
   layer: tied embeddings stay in one unit), whose gathered weights stay until the backward, as
   torchtitan keeps its last units; compiled, each decoder layer is compiled on its own before
   sharding (scope layer), so FSDP2's hooks stay outside the compiled regions. The setup's
-  wrapping choices (axes fsdp_reshard, fsdp_prefetch; precision mixed-bf16 for FSDP2's
-  MixedPrecisionPolicy) are applied here.
+  wrapping choices (axes fsdp_reshard, fsdp_prefetch, fsdp_optimizer; precision mixed-bf16 for
+  FSDP2's MixedPrecisionPolicy) are applied here.
 
 The rank's process around the step (process group, state file, gathering every rank's numbers)
 is measure/distributed.py, which imports the step; the step imports only this.
@@ -17,7 +17,8 @@ is measure/distributed.py, which imports the step; the step imports only this.
 
 from __future__ import annotations
 
-from stepbench.measure.options import compile_mode, compile_model, decoder_layers
+from stepbench.measure.options import (allow_a_graph_per_layer, compile_mode, compile_model,
+                                       decoder_layers)
 
 
 def rank() -> int:
@@ -61,6 +62,8 @@ def shard(setup, model):
                                    cast_forward_inputs=False)
               if setup.dtype == "mixed-bf16" else MixedPrecisionPolicy())
     layers = decoder_layers(model, "--parallel fsdp2")
+    if setup.mode == "compile":
+        allow_a_graph_per_layer(len(layers))
     for i, layer in enumerate(layers):
         if setup.mode == "compile":
             # A compiled wrapper in the layer's place: FSDP2's hooks run around it, eagerly.
@@ -77,3 +80,4 @@ def shard(setup, model):
             before.set_modules_to_forward_prefetch([after])
             after.set_modules_to_backward_prefetch([before])
     return model
+

@@ -52,6 +52,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     # The CPU baseline is read before the build.
     memory = CudaMemory(setup.uses_cudagraphs) if cuda else CpuMemory()
     progress("building")
+    if setup.mode == "compile":
+        compile_info.watch_recompile_limit()
     model, step, tokens, optimizer = build(setup, device)
     result["params"] = sum(p.numel() for p in model.parameters())
     sync = torch.cuda.synchronize if cuda else (lambda: None)

@@ -262,7 +262,7 @@ def _main_table(changes: list[Change], labels: tuple[str, str],
              "per-process means)."]
     rows = [r for c in changes for r in (c.before, c.after)]
     notes += mark_notes((r.noise_flags for r in rows),
-                        compiled=any(r.graph_breaks or r.recompiles for r in rows))
+                        compiled=any(r.compile_marked for r in rows))
     if fail_above is not None:
         notes.append(f"--fail-above {fail_above:g}: a setup slower by more than {fail_above:g}% "
                      "outside the noise, or that ran before and fails now, fails the "

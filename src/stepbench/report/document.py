@@ -231,7 +231,7 @@ def marks(row: Row) -> str:
     torch.compile did."""
     found = [DEPARTS_MARK] if row.departs else []
     found += noise_marks(row.noise_flags)
-    if row.graph_breaks or row.recompiles:
+    if row.compile_marked:
         found.append(COMPILE_MARK[0])
     return "".join(dict.fromkeys(found))
 
@@ -267,7 +267,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     names = _row_names(rows)
     notes += _combined_notes(rows, names)
     notes += mark_notes((r.noise_flags for r in rows),
-                        compiled=any(r.graph_breaks or r.recompiles for r in rows))
+                        compiled=any(r.compile_marked for r in rows))
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags
@@ -454,10 +454,12 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
      lambda r: _signed_percent(r.flop_counter_diff)),
     ("Compile cache", "l", lambda r: r.compile_cache is not None,
      lambda r: r.compile_cache or "-"),
-    ("Graph breaks", "r", lambda r: bool(r.graph_breaks or r.recompiles),
+    ("Graph breaks", "r", lambda r: r.compile_marked,
      lambda r: "-" if r.graph_breaks is None else str(r.graph_breaks)),
-    ("Recompiles", "r", lambda r: bool(r.graph_breaks or r.recompiles),
+    ("Recompiles", "r", lambda r: r.compile_marked,
      lambda r: "-" if r.recompiles is None else str(r.recompiles)),
+    ("Left eager at the recompile limit", "r", lambda r: bool(r.recompile_limit_hits),
+     lambda r: str(r.recompile_limit_hits)),
     ("First step warm (s)", "r", lambda r: r.first_step_warm_s is not None,
      lambda r: table.num(r.first_step_warm_s, 1)),
     ("J/token", "r", lambda r: r.joules_per_token is not None,
@@ -522,7 +524,8 @@ DETAIL_TABLES = [
      ["TFLOP/s", "MFU (measured)", "MFU (datasheet)", "FLOP counter diff"],
      lambda rows: [_flops_note(rows), _peaks_note(rows), _flop_counter_note(rows)]),
     ("Details: torch.compile",
-     ["Compile cache", "Graph breaks", "Recompiles", "First step warm (s)"],
+     ["Compile cache", "Graph breaks", "Recompiles", "Left eager at the recompile limit",
+      "First step warm (s)"],
      lambda rows: []),
     ("Details: losses", ["Loss guard"], lambda rows: [LOSS_GUARD_NOTE]),
     ("Details: scaling",

@@ -44,8 +44,8 @@ def disturbed(flags: Iterable[str]) -> bool:
 
 # What torch.compile did beyond one graph compiled once (not noise: a property of the setup
 # that the details and the record explain).
-COMPILE_MARK = ("¶", "torch.compile split the model at graph breaks or recompiled it after the "
-                "first step (counts in the details)")
+COMPILE_MARK = ("¶", "torch.compile split the model at graph breaks, recompiled it after the "
+                "first step, or left code eager at its recompile limit (counts in the details)")
 # A row the loss guard flagged (stepbench.guard): its losses left its reference's tolerance.
 DEPARTS_MARK = "!"
 

@@ -82,6 +82,7 @@ class Row:
     # torch.compile: most graph breaks and recompilations (after the first step) of any process.
     graph_breaks: int | None = None
     recompiles: int | None = None
+    recompile_limit_hits: int | None = None
     break_reasons: list[str] = field(default_factory=list)
     tokens_per_kwh: float | None = None
     joules_per_token: float | None = None
@@ -116,6 +117,12 @@ class Row:
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.step_ms is not None
+
+    @property
+    def compile_marked(self) -> bool:
+        """torch.compile did more than one graph compiled once: graph breaks, recompilations
+        after the first step, or code left eager at the recompile limit."""
+        return bool(self.graph_breaks or self.recompiles or self.recompile_limit_hits)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -174,6 +181,7 @@ class Row:
             "first_step_warm_s": self.first_step_warm_s, "compile_cache": self.compile_cache,
             "first_step_cache": self.first_step_cache,
             "graph_breaks": self.graph_breaks, "recompiles": self.recompiles,
+            "recompile_limit_hits": self.recompile_limit_hits,
             "break_reasons": self.break_reasons,
             "mfu": self.mfu, "mfu_source": self.mfu_source,
             "achieved_tflops": self.achieved_tflops, "mfu_measured": self.mfu_measured,
@@ -448,6 +456,7 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
     compiled = [r.compile for r in ok if r.compile]
     row.graph_breaks = _most(c.get("graph_breaks") for c in compiled)
     row.recompiles = _most(c.get("recompiles") for c in compiled)
+    row.recompile_limit_hits = _most(c.get("recompile_limit_hits") for c in compiled)
     row.break_reasons = list(dict.fromkeys(b for c in compiled
                                            for b in c.get("break_reasons") or []))
     caches = Counter(_cache(r) for r in ok if _cache(r))
