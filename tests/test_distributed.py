@@ -69,15 +69,16 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
     assert "1 process" in by_parallel["fsdp2"]["scaling_baseline"]
 
     # FSDP2's wrapping choices, all at once, into the same file: its mixed precision on fp32
-    # weights, layers kept gathered from the forward to the backward, explicit prefetching.
+    # weights, layers kept gathered from the forward to the backward, both layers in one unit,
+    # explicit prefetching.
     proc = run_cli("run", *TINY, "--nproc", "2", "--parallel", "fsdp2", "--precision", "mixed-bf16",
-                   "--fsdp-reshard", "off", "--fsdp-prefetch", "on", "--out", out,
+                   "--fsdp-reshard", "off", "--fsdp-unit", "2", "--fsdp-prefetch", "on", "--out", out,
                    "--profile", traces, "--format", "json", check_json=True)
     (mixed,) = proc.records
     assert mixed["status"] == "ok", mixed["error"]
-    assert mixed["setup"]["name"] == "eager+sdpa+no-reshard+prefetch"
-    assert (mixed["setup"]["dtype"], mixed["setup"]["fsdp_reshard"], mixed["setup"]["fsdp_prefetch"]) \
-        == ("mixed-bf16", False, True)
+    assert mixed["setup"]["name"] == "eager+sdpa+no-reshard+unit2+prefetch"
+    assert (mixed["setup"]["dtype"], mixed["setup"]["fsdp_reshard"], mixed["setup"]["fsdp_unit"],
+            mixed["setup"]["fsdp_prefetch"]) == ("mixed-bf16", False, 2, True)
     # Its baseline is one process in bf16; its first forward runs on bf16 copies of the same
     # fp32 weights as the bf16 job's, and training on fp32 master weights moves apart after.
     assert mixed["scaling"]["baseline"]["run_id"] == single["run_id"]
@@ -85,8 +86,8 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
     assert mixed["losses"] != fsdp2["losses"]
 
     # Every process of a job profiled one more step; the traces show the wrapping at work: a
-    # layer resharded after its forward is gathered twice a step, a kept one once; explicit
-    # prefetching has spans of its own.
+    # layer resharded after its forward is gathered twice a step, a kept one once; a unit of two
+    # layers is gathered as one; explicit prefetching has spans of its own.
     def fsdp_events(record, rank=0):
         trace = Path(record["profile"]["trace"])
         assert trace.name.endswith(f"_rank{rank}.json.gz") and trace.parent == traces
@@ -94,9 +95,11 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
         return [e["name"] for e in events if e.get("name", "").startswith("FSDP::")]
 
     assert fsdp_events(ddp) == []
-    for record, gathers, prefetch in ((fsdp2, 2, False), (mixed, 1, True)):
+    for record, unit, gathers, prefetch in ((fsdp2, "model.layers.0", 2, False),
+                                            (mixed, "model.layers.0, model.layers.1", 1, True)):
         names = fsdp_events(record)
-        assert names.count("FSDP::all_gather (model.layers.0)") == gathers, names
+        assert names.count(f"FSDP::all_gather ({unit})") == gathers, names
+        assert names.count("FSDP::all_gather (model.layers.1)") == (2 if record is fsdp2 else 0)
         assert any(n.startswith("FSDP::forward_prefetch") for n in names) is prefetch
         assert fsdp_events({"profile": {"trace": record["profile"]["trace"].replace("_rank0", "_rank1")}}, 1)
         table = Path(record["profile"]["table"]).read_text()
@@ -107,8 +110,8 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
 
     assert main(["report", str(out), "--format", "markdown"]) == 0
     text = capsys.readouterr().out
-    assert ("| fsdp2 x2 | per layer + root, no reshard, explicit prefetch, fp32 params, bf16 "
-            "compute, fp32 reduce, optimizer on local shards |") in text
+    assert ("| fsdp2 x2 | per 2 layers + root, no reshard, explicit prefetch, fp32 params, bf16 "
+            "compute, fp32 reduce, optimizer on DTensors |") in text
     assert "eager+sdpa (bf16), 1 process (1 run in this report)" in text
 
     # Jobs of one process (FSDP2 at world size 1), with a foreach AdamW over the local shards
@@ -118,9 +121,9 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
                    "--fsdp-optimizer", "local,dtensor", "--steps", "4", "--out", out,
                    "--format", "json", check_json=True)
     local, dtensor = proc.records
-    assert fsdp2["setup"]["fsdp_optimizer"] == local["setup"]["fsdp_optimizer"] == "local"
-    assert (local["setup"]["name"], dtensor["setup"]["name"]) == ("eager+sdpa+foreach",
-                                                                "eager+sdpa+foreach+dtensor-optim")
+    assert "fsdp_optimizer" not in fsdp2["setup"] and local["setup"]["fsdp_optimizer"] == "local"
+    assert (local["setup"]["name"], dtensor["setup"]["name"]) == ("eager+sdpa+foreach+local-optim",
+                                                                "eager+sdpa+foreach")
     for alone in (local, dtensor):
         assert alone["status"] == "ok", alone["error"]
         assert "nproc" not in alone["setup"]
@@ -175,8 +178,7 @@ def test_the_report_of_real_two_gpu_jobs_pays_for_every_gpu_and_shows_scaling(tm
         assert row["gpus"] == 2
         # Two GPUs at 3.50 $/h each: the job's tokens per dollar of both.
         assert row["m_tokens_per_dollar"] == pytest.approx(row["tokens_per_s"] * 3600 / 7.0 / 1e6)
-        # These fsdp2 jobs stepped AdamW over DTensors (named so); their baseline has no wrapper.
-        base = single[row["setup"].removesuffix("+dtensor-optim")]
+        base = single[row["setup"]]
         assert row["scaling_efficiency"] == pytest.approx(row["tokens_per_s"] / 2 / base["tokens_per_s"])
     assert all(r["scaling_efficiency"] > 0.9 for r in rows if r["parallel"] == "ddp")
     # Without the baseline in the report, the efficiency recorded at run time is shown, named.
@@ -215,20 +217,21 @@ def test_fsdp2_records_written_before_the_wrapping_axes_keep_their_keys_and_meet
         # The key is the setup as written, less its name: no new field shows in it.
         assert setup.key() == json.dumps({k: v for k, v in fields.items() if k != "name"},
                                          sort_keys=True)
-        assert setup.to_dict() == dict(fields, name=setup.name)
-        assert setup.name == fields["name"] + "+dtensor-optim"   # what they stepped over, named
+        assert setup.to_dict() == fields
         assert setup.fsdp_reshard is True and setup.fsdp_prefetch is False
         assert setup.fsdp_optimizer == "dtensor"
     keys = {s.key() for s in old}
-    # Today's default steps AdamW over the local shards: not what they ran, so not resumed.
-    assert not {s.key() for s in _planned("--parallel", "fsdp2", "--nproc", "2")} & keys
-    today = _planned("--parallel", "fsdp2", "--nproc", "2", "--fsdp-optimizer", "dtensor")
-    # Their wrapping, eager, is resumed, not measured again. A compiled fsdp2 setup now says it
-    # compiles per layer, so the old record (scope left out) is not taken for it.
+    today = _planned("--parallel", "fsdp2", "--nproc", "2")
+    # Today's wrapping, eager, is what they ran: resumed, not measured again. A compiled fsdp2
+    # setup now says it compiles per layer, so the old record (scope left out) is not taken for it.
     eager, compiled = today
     assert eager.key() in keys
-    assert compiled.compile_scope == "layer" and compiled.name == "compile/layer+sdpa+dtensor-optim"
+    assert compiled.compile_scope == "layer" and compiled.name == "compile/layer+sdpa"
     assert compiled.key() not in keys
+    # AdamW over the local shards is a setup of its own.
+    (local,) = _planned("--parallel", "fsdp2", "--nproc", "2", "--modes", "eager",
+                        "--fsdp-optimizer", "local")
+    assert local.key() not in keys and local.name == "eager+sdpa+local-optim"
     # Each new wrapping choice is a setup of its own.
     variants = _planned("--parallel", "fsdp2", "--nproc", "2", "--fsdp-reshard", "off,on",
                         "--fsdp-prefetch", "off,on", "--optimizer", "fused,foreach")
@@ -248,7 +251,7 @@ def test_a_job_is_held_to_one_gpu_compiled_whole_in_bf16():
     assert (twin.parallel, twin.nproc, twin.compile_scope, twin.dtype) == ("none", 1, "model", "bf16")
     assert twin.key() == _planned("--modes", "compile")[0].key()
     assert job.wrapping == ("per layer + root, no reshard, implicit prefetch, fp32 params, "
-                            "bf16 compute, fp32 reduce, optimizer on local shards, layers compiled")
+                            "bf16 compute, fp32 reduce, optimizer on DTensors, layers compiled")
     (ddp,) = _planned("--parallel", "ddp", "--nproc", "2", "--modes", "compile",
                       "--compile-scope", "layer")
     assert ddp.name == "compile/layer+sdpa" and ddp.wrapping == "DDP, layers compiled"

@@ -397,18 +397,24 @@ AXES: list[Axis] = [
          "the root unit is kept either way; comma list of off, on",
          many=True, choices=(False, True), legacy=True, applies=sharded, name_slot=2,
          text=lambda v: "" if v else "no-reshard", variant=True, nest=72),
+    Axis("fsdp_unit", int, (1,),
+         "with --parallel fsdp2: decoder layers per FSDP2 unit, each unit gathered and reduced "
+         "as one (fewer, larger units run FSDP2's hooks fewer times and hold more gathered "
+         "weights at once); comma list",
+         many=True, least=1, legacy=1, applies=sharded, name_slot=2,
+         text=lambda v: "" if v == 1 else f"unit{v}", variant=True, nest=73),
     Axis("fsdp_prefetch", bool, (False,),
          "with --parallel fsdp2: explicit prefetching, each layer's forward gathering the next "
          "layer's weights and each backward the previous layer's (on), or FSDP2's implicit "
          "order (off); comma list of off, on",
          many=True, choices=(False, True), legacy=False, applies=sharded, name_slot=2,
          text=lambda v: "prefetch" if v else "", variant=True, nest=74),
-    Axis("fsdp_optimizer", str, ("local",),
-         "with --parallel fsdp2: AdamW over each rank's local shards (local: the same update "
-         "without DTensor's dispatch per op) or over the DTensor parameters (dtensor: as "
-         "torchtitan does, and every fsdp2 record before this axis); comma list",
-         many=True, choices=("local", "dtensor"), legacy="dtensor", applies=sharded,
-         name_slot=2, text=lambda v: "" if v == "local" else "dtensor-optim", variant=True,
+    Axis("fsdp_optimizer", str, ("dtensor",),
+         "with --parallel fsdp2: AdamW over the DTensor parameters (dtensor: as torchtitan does) "
+         "or over each rank's local shards (local: the same update without DTensor's dispatch "
+         "per op); comma list",
+         many=True, choices=("dtensor", "local"), legacy="dtensor", applies=sharded,
+         name_slot=2, text=lambda v: "local-optim" if v == "local" else "", variant=True,
          nest=76),
 ]
 

@@ -384,7 +384,7 @@ class RunSettings:
                                        "one-GPU baseline, bf16, in a run of its own)")
         if "fsdp2" in v["parallel"]:
             return
-        for key in ("fsdp_reshard", "fsdp_prefetch", "fsdp_optimizer"):
+        for key in ("fsdp_reshard", "fsdp_unit", "fsdp_prefetch", "fsdp_optimizer"):
             if tuple(v[key]) != by_key(key).default:
                 raise o.error(key, f"{o.name(key)} is a choice of FSDP2's wrapping: add "
                                    f"{o.name('parallel', key)} fsdp2 or drop {o.name(key)}")

@@ -181,7 +181,8 @@ class SetupMethods:
             return ""
         params = ("fp32 params, bf16 compute, fp32 reduce" if self.dtype == "mixed-bf16"
                   else f"{self.dtype} params")
-        return ", ".join(["per layer + root", "reshard" if self.fsdp_reshard else "no reshard",
+        units = "per layer" if self.fsdp_unit == 1 else f"per {self.fsdp_unit} layers"
+        return ", ".join([f"{units} + root", "reshard" if self.fsdp_reshard else "no reshard",
                           "explicit prefetch" if self.fsdp_prefetch else "implicit prefetch",
                           params, f"optimizer on {OPTIMIZER_ON[self.fsdp_optimizer]}"]
                          + (["layers compiled"] if self.mode == "compile" else []))

@@ -105,16 +105,15 @@ class LocalShards:
     """AdamW over each rank's local shards of FSDP2's parameters (axis fsdp_optimizer "local").
 
     torch.optim over the DTensor parameters themselves (value "dtensor", what torchtitan and
-    FSDP2's documentation do) sends every optimizer op through DTensor's dispatch: on an H200,
-    torch 2.11, the post's model's step took 189 ms under FSDP2 at world size 1 against 97 ms
-    plain, its kernels 89 ms against 86 ms, and the profile's optimizer step spent 330 ms of CPU
-    in DTensor's dispatch (benchmarks/README.md, section e; pytorch/pytorch#134191: the fused
-    path's per-step scalar tensors miss the sharding-propagation cache). AdamW is elementwise and
-    FSDP2 shards every parameter on dim 0, so the same update on the local tensors (views of
-    the sharded storage FSDP2 all-gathers from) is the same arithmetic in the same kernel, with
-    no dispatch per op: the gradients' local tensors are handed over before each step.
-    Made at the first step, once FSDP2's lazy init has settled the sharded storage; a shard
-    replaced later is an error, never a silently untrained parameter.
+    FSDP2's documentation do) sends every optimizer op through DTensor's dispatch, whose CPU cost
+    grows with the number of parameters (pytorch/pytorch#134191; the fused path's per-step scalar
+    tensors miss the sharding-propagation cache, #188174). AdamW is elementwise and FSDP2 shards
+    every parameter on dim 0, so the same update on the local tensors (views of the sharded
+    storage FSDP2 all-gathers from) is the same arithmetic in the same kernel without that
+    dispatch: the gradients' local tensors are handed over before each step. Made at the first
+    step, once FSDP2's lazy init has settled the sharded storage; a shard replaced later is an
+    error, never a silently untrained parameter. What it changes on a GPU: benchmarks/README.md,
+    section e.
     """
 
     def __init__(self, params, make):

@@ -8,8 +8,8 @@ The wrappers are the ones the field uses, set up as torchtitan does:
   layer: tied embeddings stay in one unit), whose gathered weights stay until the backward, as
   torchtitan keeps its last units; compiled, each decoder layer is compiled on its own before
   sharding (scope layer), so FSDP2's hooks stay outside the compiled regions. The setup's
-  wrapping choices (axes fsdp_reshard, fsdp_prefetch, fsdp_optimizer; precision mixed-bf16 for
-  FSDP2's MixedPrecisionPolicy) are applied here.
+  wrapping choices (axes fsdp_reshard, fsdp_unit, fsdp_prefetch, fsdp_optimizer; precision
+  mixed-bf16 for FSDP2's MixedPrecisionPolicy) are applied here.
 
 The rank's process around the step (process group, state file, gathering every rank's numbers)
 is measure/distributed.py, which imports the step; the step imports only this.
@@ -64,20 +64,26 @@ def shard(setup, model):
     layers = decoder_layers(model, "--parallel fsdp2")
     if setup.mode == "compile":
         allow_a_graph_per_layer(len(layers))
-    for i, layer in enumerate(layers):
-        if setup.mode == "compile":
+    if setup.mode == "compile":
+        for i, layer in enumerate(layers):
             # A compiled wrapper in the layer's place: FSDP2's hooks run around it, eagerly.
-            layer = layers[i] = torch.compile(layer, mode=compile_mode(setup))
-        fully_shard(layer, mp_policy=policy, reshard_after_forward=setup.fsdp_reshard)
+            layers[i] = torch.compile(layer, mode=compile_mode(setup))
+    # Units of fsdp_unit consecutive layers: fully_shard on a list makes them one unit (one
+    # all-gather before the first's forward, one reduce-scatter after the first's backward).
+    units = [list(layers[i:i + setup.fsdp_unit]) for i in range(0, len(layers), setup.fsdp_unit)]
+    for unit in units:
+        fully_shard(unit if len(unit) > 1 else unit[0], mp_policy=policy,
+                    reshard_after_forward=setup.fsdp_reshard)
     # The root's weights (embeddings, final norm, output layer) are needed again as soon as the
     # backward starts: kept, as FSDP2's own default for the root does.
     fully_shard(model, mp_policy=policy, reshard_after_forward=False)
     if setup.fsdp_prefetch:
-        # One unit ahead, in the order the forward and the backward run them.
-        model.set_modules_to_forward_prefetch([layers[0]])
-        model.set_modules_to_backward_prefetch([layers[-1]])
-        for before, after in zip(layers, layers[1:]):
-            before.set_modules_to_forward_prefetch([after])
-            after.set_modules_to_backward_prefetch([before])
+        # One unit ahead, in the order the forward and the backward run them: a unit's forward
+        # starts at its first layer, its backward at its last.
+        model.set_modules_to_forward_prefetch([units[0][0]])
+        model.set_modules_to_backward_prefetch([units[-1][-1]])
+        for before, after in zip(units, units[1:]):
+            before[-1].set_modules_to_forward_prefetch([after[0]])
+            after[0].set_modules_to_backward_prefetch([before[-1]])
     return model
 
