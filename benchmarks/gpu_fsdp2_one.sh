@@ -9,12 +9,12 @@
 # plain setup compiled), into one results file, in this order (each group only while the
 # deadline leaves room for it):
 #   1. plain (no wrapper): eager, compiled whole, compiled per layer; --profile
-#   2. fsdp2 --nproc 1 (torchrun, one process) with today's wrapping, AdamW over the local shards
-#      and over the DTensors (--fsdp-optimizer local,dtensor): eager and compiled (per layer);
-#      --profile
+#   2. fsdp2 --nproc 1 (torchrun, one process) with today's wrapping, for each of $UNITS (layers
+#      per unit, default 1) and $OPTIMIZERS (default local,dtensor: AdamW over the local shards and
+#      over the DTensors): eager and compiled (per layer); --profile
 #   3. the wrapping variants, compiled, one at a time: --fsdp-reshard off, --fsdp-prefetch on,
 #      --precision mixed-bf16, --optimizer foreach
-#   4. the same variants eager, if time is left
+#   4. the same variants eager, if time is left (VARIANTS=0 skips 3 and 4)
 # Every process of groups 1 and 2 profiles one more step after its timed ones (run --profile):
 # trace (.json.gz) and key_averages table (.txt, top 40 by device time).
 # $OUT gets (at most 8 files): fsdp2-one.jsonl (the records), table.txt (benchmarks/fsdp2_table.py),
@@ -25,6 +25,7 @@ set -uo pipefail
 out=${OUT:?set OUT to a folder}
 model=${MODEL:-llama-468m}; device=${DEVICE:-cuda}; seq=${SEQ:-2048}; batch=${BATCH:-4}
 steps=${STEPS:-20}; modes=${MODES:-eager,compile}; deadline=${DEADLINE_S:-540}
+units=${UNITS:-1}; optimizers=${OPTIMIZERS:-local,dtensor}
 work=$(mktemp -d /tmp/fsdp2-one.XXXXXX)
 mkdir -p "$out" "$work/logs"
 trap 'rm -rf "$work"' EXIT      # what matters is copied to $OUT first
@@ -43,16 +44,18 @@ room() {  # SECONDS: whether the deadline leaves that much
 {
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>/dev/null || echo "no GPU"
   python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)"
-  echo "model $model device $device batch $batch seq $seq steps $steps modes $modes"
+  echo "model $model device $device batch $batch seq $seq steps $steps modes $modes units $units optimizers $optimizers"
 } >"$work/env.txt" 2>&1
 has_compile=0; [[ ,$modes, == *,compile,* ]] && has_compile=1
 scopes=model; (( has_compile )) && scopes=model,layer
 
 sb plain --modes "$modes" --compile-scope "$scopes" --profile "$work/profiles"
 room 90 "fsdp2 x1" && sb fsdp2-x1 --modes "$modes" --parallel fsdp2 --nproc 1 \
-  --fsdp-optimizer local,dtensor --profile "$work/profiles"
+  --fsdp-unit "$units" --fsdp-optimizer "$optimizers" --profile "$work/profiles"
 variant_modes=compile; (( has_compile )) || variant_modes=eager
+[[ ${VARIANTS:-1} == 0 ]] && variant_modes=none
 for pass in "$variant_modes" eager; do
+  [[ $pass == none ]] && break
   for variant in "--fsdp-reshard off" "--fsdp-prefetch on" "--precision mixed-bf16" "--optimizer foreach"; do
     room 70 "$pass $variant" || break 2
     # shellcheck disable=SC2086

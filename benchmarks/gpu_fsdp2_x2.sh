@@ -11,8 +11,9 @@
 #   1. the one-GPU baselines: eager and compiled whole, bf16, one per GPU at once (--gpus all)
 #   2. --parallel ddp,fsdp2 --nproc 2 with today's wrapping (each record's scaling.efficiency is
 #      taken against group 1's record of the same mode, as stepbench's runner does)
-#   3. FSDP2 variants: VARIANTS, a ';'-separated list of flag sets (default: "--fsdp-reshard off
-#      --fsdp-prefetch on;--precision mixed-bf16"); pick them from gpu_fsdp2_one.sh's table
+#   3. FSDP2 variants: VARIANTS, a ';'-separated list of flag sets (default: "--fsdp-unit 4;
+#      --fsdp-unit 24;--fsdp-unit 4 --fsdp-optimizer local", from gpu_fsdp2_one.sh's tables of
+#      2026-12-02, benchmarks/README.md section e)
 #   4. torchtitan's recipe (benchmarks/torchtitan_fsdp2.py), TT_PRECISIONS (default mixed-bf16,
 #      torchtitan's default training), eager and compiled. torchtitan itself is used where it
 #      imports: carry its wheels in .whl (see benchmarks/README.md, section e); else the script
@@ -24,7 +25,7 @@ set -uo pipefail
 out=${OUT:?set OUT to a folder}
 model=${MODEL:-llama-468m}; device=${DEVICE:-cuda}; seq=${SEQ:-2048}; batch=${BATCH:-4}
 steps=${STEPS:-20}; modes=${MODES:-eager,compile}; deadline=${DEADLINE_S:-540}
-variants=${VARIANTS:---fsdp-reshard off --fsdp-prefetch on;--precision mixed-bf16}
+variants=${VARIANTS:---fsdp-unit 4;--fsdp-unit 24;--fsdp-unit 4 --fsdp-optimizer local}
 tt_precisions=${TT_PRECISIONS:-mixed-bf16}
 work=$(mktemp -d /tmp/fsdp2-x2.XXXXXX)
 mkdir -p "$out" "$work/logs"

@@ -153,6 +153,11 @@ def titan_wrap(setup, model, choice: str):
     for name, value in view.items():            # lent, not registered: no second module path
         object.__setattr__(model, name, value)
     compiled = setup.mode == "compile"
+    if compiled:
+        # The step hands every layer Hugging Face's KV cache, guarded per layer: one graph per
+        # layer, past dynamo's recompile limit, as stepbench's own per-layer compile allows
+        # (measure/options.py); at the limit, torchtitan's fullgraph=True would raise.
+        options.allow_a_graph_per_layer(len(view["layers"]))
     try:
         recipe = package_recipe if choice == "package" else copied_recipe
         if choice == "auto":
