@@ -117,6 +117,25 @@ def test_the_peak_key_needs_the_driver(folder, monkeypatch):
     assert peaks.peak_cache_key("bf16") is None
 
 
+def test_a_probe_takes_the_matmul_rate_from_the_cache_or_goes_without(folder, monkeypatch):
+    # What a search's probe asks (measure=False): never a measurement; with no key (no driver),
+    # none; with a cached rate for this GPU's key, that rate.
+    from stepbench.measure import peaks
+
+    def refuse(*args):
+        raise AssertionError("a probe measured the matmul rate")
+
+    monkeypatch.setattr(peaks, "measure_matmul_tflops", refuse)
+    monkeypatch.setattr(peaks, "PEAK_CACHE", JsonCache("peaks", max_age=timedelta(days=7)))
+    monkeypatch.setattr(peaks, "peak_cache_key", lambda dtype, index=0: None)
+    assert peaks.cached_matmul_tflops("bf16", measure=False) is None
+    monkeypatch.setattr(peaks, "peak_cache_key", lambda dtype, index=0: KEY)
+    assert peaks.cached_matmul_tflops("bf16", measure=False) is None
+    peaks.PEAK_CACHE.put(KEY, 791.0)
+    tflops, at = peaks.cached_matmul_tflops("bf16", measure=False)
+    assert tflops == 791.0 and at
+
+
 def test_an_unwritable_cache_never_fails_the_measurement(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -144,9 +163,13 @@ def test_flops_are_counted_once_per_model_shape(folder):
 
     setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=2, seq=32, device="cpu")
     model, _, tokens, _ = step.build(setup, torch.device("cpu"))
+    path = folder / "flops.json"
+    # A search's probe counts nothing: the cached count or none.
+    assert step.flop_counter_per_sequence(setup, model, tokens, count=False) is None
+    assert not path.exists()
     counted = step.flop_counter_per_sequence(setup, model, tokens)
     assert counted > 1e6
-    path = folder / "flops.json"
+    assert step.flop_counter_per_sequence(setup, model, tokens, count=False) == counted
     data = json.loads(path.read_text())
     assert [e["value"] for e in data["entries"]] == [counted]
     assert data["entries"][0]["key"]["seq"] == 32 and data["entries"][0]["key"]["attn"] == "sdpa"

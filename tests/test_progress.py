@@ -5,6 +5,7 @@ left. The real Runner drives the real Display; the executor starts no process (f
 so each process's wall time is the test's."""
 
 import io
+import json
 import re
 
 from stepbench.execute.executor import Outcome
@@ -188,3 +189,22 @@ def test_a_tune_counts_its_processes_by_stage_and_says_the_budget_left(tmp_path)
         minutes = left / 60
         said = f"{left:.0f} s" if left < 90 else f"{minutes:.0f} min"
         assert line.endswith(f"; {said} of the budget left"), line
+
+
+def test_a_searchs_probes_ask_for_the_cached_matmul_rate_and_flop_count_only(tmp_path):
+    # A probe (a short run that decides something) must not pay the per-machine measurements a
+    # full run caches; the same setup measured in full, or in a plain run, asks for them.
+    asked = []
+
+    class Recording(InProcess):
+        def run(self, job, slot, timeout_s, on_message):
+            asked.append((job.setup.batch, json.loads(job.payload()).get("probe", False)))
+            return super().run(job, slot, timeout_s, on_message)
+
+    runner = Runner(Recording(steady), ResultsFile(tmp_path / "r.jsonl"))
+    runner.run([setup("eager", 1)], timeout_s=60,
+               tag={"kind": "max_batch", "role": "probe", "start_batch": 1, "step": 0})
+    runner.run([setup("eager", 2)], timeout_s=60,
+               tag={"kind": "max_batch", "role": "final", "start_batch": 1, "step": 1})
+    runner.run([setup("eager", 4)], timeout_s=60)
+    assert asked == [(1, True), (2, False), (4, False)]

@@ -50,10 +50,14 @@ class Job:
     repeat: int = 0
     measure_peak: bool = True       # the child measures (or finds cached) the GPU's matmul rate
     profile: str | None = None      # where the child writes one step's profile (a path stem)
+    # A search's probe (a short run that decides something): the GPU's matmul rate and the FLOP
+    # counter's cross-check come from their caches only, never measured in it.
+    probe: bool = False
 
     def payload(self) -> str:
         job = {"setup": self.setup.to_dict(), "measure_peak": self.measure_peak}
-        return json.dumps({**job, "profile": self.profile} if self.profile else job)
+        job.update({"profile": self.profile} if self.profile else {})
+        return json.dumps({**job, "probe": True} if self.probe else job)
 
 
 @dataclass

@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     nnodes, bundle, python = spec["nnodes"], spec["bundle"], spec["python"]
     job = Job(Setup.from_dict(spec["job"]["setup"]),
-              measure_peak=spec["job"].get("measure_peak", True))
+              measure_peak=spec["job"].get("measure_peak", True),
+              probe=spec["job"].get("probe", False))
     node_spec = {k: spec[k] for k in ("env", "dirs", "cleanup", "rank_dir", "watch_stdin")}
 
     def stop(signum, frame):

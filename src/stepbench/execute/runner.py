@@ -146,8 +146,9 @@ class Runner:
             # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
         with stop_signals():
-            self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j)))
-                           for i, j in todo], records, call)
+            probe = (call.tag or {}).get("role") == "probe"
+            self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j),
+                                   probe)) for i, j in todo], records, call)
         return [records[i] for i in sorted(records)]
 
     def profile_stem(self, job: Job) -> str | None:

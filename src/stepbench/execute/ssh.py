@@ -302,7 +302,7 @@ class SSHExecutor:
         setup = job.setup
         # The child reads the model config where it was copied; the record keeps the user's path.
         remote = dataclasses.replace(setup, model=self.info["models"].get(setup.model, setup.model))
-        payload = json.dumps({"setup": remote.to_dict(), "measure_peak": job.measure_peak})
+        payload = json.dumps({**json.loads(job.payload()), "setup": remote.to_dict()})
         env, dirs = {"PYTHONUNBUFFERED": "1"}, []
         if setup.mode == "compile":
             cache, kind = self._cache_for(setup)

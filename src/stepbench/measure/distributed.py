@@ -198,7 +198,8 @@ def main(argv: list[str]) -> int:
         channel.send("start", machine=machine.machine_info(setup.device, local_rank),
                      software=machine.software_info())
         phases.lap("device_init")       # with the process group's rendezvous
-        peak = worker.matmul_peak(setup, channel, local_rank) if job.get("measure_peak") else None
+        peak = (worker.matmul_peak(setup, channel, local_rank, cached_only=bool(job.get("probe")))
+                if job.get("measure_peak") else None)
         phases.lap("peak")
         worker.limit_memory(setup)
         # Every rank profiles the extra step (its collectives need them all), each to its own files.

@@ -285,11 +285,15 @@ def peak_cache_key(dtype: str, index: int = 0) -> dict | None:
             "repeats": DEFAULT_REPEATS["cuda"]}
 
 
-def cached_matmul_tflops(dtype: str, index: int = 0) -> tuple[float, str]:
+def cached_matmul_tflops(dtype: str, index: int = 0,
+                         measure: bool = True) -> tuple[float, str] | None:
     """(TFLOP/s, when it was measured) for CUDA device `index`: the cached burst rate when one
     matches this GPU, driver, torch and dtype and is under a week old, else measured now (under a second
-    on a big GPU) and cached. Runs in the setup's own process, before its model is
-    built: never beside a timed step."""
+    on a big GPU) and cached; without `measure`, None instead. Runs in the setup's own process,
+    before its model is built: never beside a timed step."""
+    if not measure:
+        hit = PEAK_CACHE.cached(peak_cache_key(dtype, index), valid=positive_number)
+        return None if hit is None else (float(hit[0]), hit[1])
     tflops, measured_at = PEAK_CACHE.fetch(peak_cache_key(dtype, index),
                                            lambda: measure_matmul_tflops(f"cuda:{index}", dtype),
                                            valid=positive_number)

@@ -37,12 +37,13 @@ Progress = Callable[..., None]
 
 def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | None = None, *,
             peak_tflops_measured: float | None = None, cache_label: str | None = None,
-            profile: str | None = None) -> None:
+            profile: str | None = None, probe: bool = False) -> None:
     """Build, compile if asked, and time `setup`; write every measured value into `result`.
 
     `phases` times each stage of the process (measure/phases.py); `peak_tflops_measured` is the
     device's matmul rate (for mfu_measured); `cache_label` says how the inductor cache started
-    (worker.compile_cache_label); `profile`: where one more step's profile goes (`profile_step`).
+    (worker.compile_cache_label); `profile`: where one more step's profile goes (`profile_step`);
+    `probe`: a search's short run, whose FLOP counter cross-check comes from its cache only.
     """
     phases = phases or Phases(result)
     device = torch.device(setup.device)
@@ -125,7 +126,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     if not cuda and not setup.distributed:
         result.update(memory.tensors_peak(step, held_tensors(model, optimizer, tokens)))
         phases.lap("memory")
-    result.update(flop_fields(setup, model, tokens, result["tokens_per_s"], peak_tflops_measured))
+    result.update(flop_fields(setup, model, tokens, result["tokens_per_s"], peak_tflops_measured,
+                              count=not probe))
     phases.lap("flops")
 
 
@@ -226,8 +228,9 @@ def timed_steps(step, steps: int, cuda: bool, losses: list) -> list[float]:
 
 
 def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
-                peak_tflops_measured: float | None) -> dict:
-    """FLOPs per token, achieved TFLOP/s and MFU, and FlopCounterMode's count as a cross-check."""
+                peak_tflops_measured: float | None, count: bool = True) -> dict:
+    """FLOPs per token, achieved TFLOP/s and MFU, and FlopCounterMode's count as a cross-check
+    (without `count`, only where it is cached)."""
     fields = flops.mfu_fields(config=model.config, seq=setup.seq, tokens_per_s=tokens_per_s,
                               gpu_name=machine.gpu_name(setup.device), dtype=setup.compute_dtype,
                               params_non_embedding=flops.non_embedding_params(model),
@@ -238,8 +241,9 @@ def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
         # Compiled layers (scope "layer") run eagerly here: the count is the model's, and it
         # must not compile the layers again under the counting mode.
         with torch.compiler.set_stance("force_eager"), options.forward_context(setup):
-            fields["flop_counter_per_step"] = setup.batch * flop_counter_per_sequence(setup, model,
-                                                                                      tokens)
+            per_sequence = flop_counter_per_sequence(setup, model, tokens, count)
+        if per_sequence is not None:
+            fields["flop_counter_per_step"] = setup.batch * per_sequence
     except Exception as exc:  # noqa: BLE001 - a cross-check must not cost the measurement
         print(f"stepbench: FlopCounterMode cross-check failed: {exc}", file=sys.stderr)
     return fields
@@ -251,13 +255,16 @@ def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
 FLOP_CACHE = JsonCache("flops")
 
 
-def flop_counter_per_sequence(setup: Setup, model, tokens) -> float:
+def flop_counter_per_sequence(setup: Setup, model, tokens, count: bool = True) -> float | None:
     """FlopCounterMode's FLOPs for one sequence's forward + backward: cached, else one counted
     pass at batch 1 (exact: FLOPs are linear in the batch, and it needs no more memory than a
-    batch-1 step)."""
+    batch-1 step); without `count`, None where it is not cached."""
     key = {"model": config_dict(setup.model), "seq": setup.seq, "attn": setup.attn,
            "precision": setup.dtype, "kernels": setup.kernels, "checkpointing": setup.checkpointing,
            "torch": torch.__version__, "transformers": machine.software_info()["transformers"]}
+    if not count:
+        hit = FLOP_CACHE.cached(key, valid=positive_number)
+        return None if hit is None else float(hit[0])
     counted, _ = FLOP_CACHE.fetch(key, lambda: flops.flop_counter_step(model, tokens[:1]),
                                   valid=positive_number)
     return float(counted)

@@ -76,12 +76,13 @@ def main(argv: list[str]) -> int:
         channel.measured["threads"] = {"intra_op": step.torch.get_num_threads(),
                                        "inter_op": step.torch.get_num_interop_threads()}
         phases.lap("device_init")
-        peak = matmul_peak(setup, channel) if job.get("measure_peak") else None
+        probe = bool(job.get("probe"))
+        peak = matmul_peak(setup, channel, cached_only=probe) if job.get("measure_peak") else None
         phases.lap("peak")
         limit_memory(setup)
         step.measure(setup, channel.measured, channel.progress, phases,
                      peak_tflops_measured=peak, cache_label=compile_cache_label(setup),
-                     profile=job.get("profile"))
+                     profile=job.get("profile"), probe=probe)
     except BaseException as exc:  # noqa: BLE001 - every failure is a result, never a lost setup
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -94,17 +95,20 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def matmul_peak(setup, channel: Channel, index: int = 0) -> float | None:
+def matmul_peak(setup, channel: Channel, index: int = 0, cached_only: bool = False) -> float | None:
     """The GPU's matmul rate for mfu_measured: cached, or measured here before the model exists
-    (and before --memory-limit-gb applies, which is about the setup, not this). A failure costs
-    only mfu_measured."""
+    (and before --memory-limit-gb applies, which is about the setup, not this); `cached_only`
+    (a search's probe): the cached rate or None. A failure costs only mfu_measured."""
     if setup.device != "cuda":
         return None
     from stepbench.measure import peaks
 
     channel.progress("peak")
     try:
-        tflops, measured_at = peaks.cached_matmul_tflops(setup.compute_dtype, index)
+        found = peaks.cached_matmul_tflops(setup.compute_dtype, index, measure=not cached_only)
+        if found is None:
+            return None
+        tflops, measured_at = found
     except Exception as exc:  # noqa: BLE001 - the setup runs on without mfu_measured
         print(f"stepbench: measuring the matmul rate failed: {exc}", file=sys.stderr)
         return None
