@@ -16,6 +16,7 @@ agree to within a megabyte, so the checks below compare like with like.
 
 import json
 import math
+import os
 
 import pytest
 
@@ -37,8 +38,11 @@ def fixed_malloc_threshold():
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     out = tmp_path_factory.mktemp("max-batch") / "results.jsonl"
+    # Caches of its own: what the probes find there is what this search left.
+    caches = tmp_path_factory.mktemp("max-batch-caches")
     proc = run_cli("run", *SEARCH, "--batch", "16", "--max-batch", "--out", out,
-                   "--format", "json", check_json=True)
+                   "--format", "json", check_json=True,
+                   env=dict(os.environ, STEPBENCH_CACHE_DIR=str(caches)))
     return proc, out
 
 
@@ -71,6 +75,11 @@ def test_the_search_measures_the_largest_batch_that_fits(searched):
     assert tag["margin"] is None
     assert batch == tag["largest_fit"] or tag["stepped_down_from"]
     assert "stepbench: max-batch eager+sdpa at seq 128: largest batch seen to fit" in proc.stderr
+    # The probes counted no FLOPs (that is the full measurement's, cached per machine for the
+    # next search); the full measurement did.
+    assert [p["flop_counter_per_step"] for p in probes if p["status"] == "ok"] == \
+        [None] * len([p for p in probes if p["status"] == "ok"])
+    assert final["flop_counter_per_step"] > 0
 
 
 def test_the_chosen_batch_fits_and_half_again_as_big_does_not(searched, tmp_path):

@@ -191,9 +191,10 @@ def test_a_tune_counts_its_processes_by_stage_and_says_the_budget_left(tmp_path)
         assert line.endswith(f"; {said} of the budget left"), line
 
 
-def test_a_searchs_probes_ask_for_the_cached_matmul_rate_and_flop_count_only(tmp_path):
-    # A probe (a short run that decides something) must not pay the per-machine measurements a
-    # full run caches; the same setup measured in full, or in a plain run, asks for them.
+def test_a_searchs_measurements_before_its_finals_ask_for_cached_peak_and_flops_only(tmp_path):
+    # A search's processes before its finals (max-batch's probes, a tune's ladder and other
+    # stages) must not pay the per-machine measurements that full runs cache; its finals, and a
+    # plain run, ask for them.
     asked = []
 
     class Recording(InProcess):
@@ -207,4 +208,8 @@ def test_a_searchs_probes_ask_for_the_cached_matmul_rate_and_flop_count_only(tmp
     runner.run([setup("eager", 2)], timeout_s=60,
                tag={"kind": "max_batch", "role": "final", "start_batch": 1, "step": 1})
     runner.run([setup("eager", 4)], timeout_s=60)
-    assert asked == [(1, True), (2, False), (4, False)]
+    runner.run([setup("eager", 8)], timeout_s=60,
+               tag={"kind": "tune", "stage": "ladder", "role": "reference"})
+    runner.run([setup("eager", 16)], timeout_s=60,
+               tag={"kind": "tune", "stage": "final", "role": "candidate"})
+    assert asked == [(1, True), (2, False), (4, False), (8, True), (16, False)]

@@ -50,8 +50,8 @@ class Job:
     repeat: int = 0
     measure_peak: bool = True       # the child measures (or finds cached) the GPU's matmul rate
     profile: str | None = None      # where the child writes one step's profile (a path stem)
-    # A search's probe (a short run that decides something): the GPU's matmul rate and the FLOP
-    # counter's cross-check come from their caches only, never measured in it.
+    # A search's measurement before its finals (runner.before_finals): the GPU's matmul rate
+    # and the FLOP counter's cross-check come from their caches only, never measured in it.
     probe: bool = False
 
     def payload(self) -> str:

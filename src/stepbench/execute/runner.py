@@ -58,6 +58,14 @@ class NullDisplay:
     def close(self) -> None: ...
 
 
+
+def before_finals(tag: dict | None) -> bool:
+    """Whether a search's measurement comes before its finals (max-batch's probes; a tune's
+    ladder, compiled, explore stages): its process takes the GPU's matmul rate and the FLOP
+    counter's cross-check from their per-machine caches only (Job.probe), so that the search's
+    first process does not pay for them; its finals (the winner's processes) measure them."""
+    return bool(tag) and tag.get("role") != "final" and tag.get("stage") != "final"
+
 class Runner:
     """Runs plans on one executor into one results file. What changes from one plan to the next
     (repeats, timeout, why a search asked, where progress shows) is given to each `run`."""
@@ -146,7 +154,7 @@ class Runner:
             # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
         with stop_signals():
-            probe = (call.tag or {}).get("role") == "probe"
+            probe = before_finals(call.tag)
             self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j),
                                    probe)) for i, j in todo], records, call)
         return [records[i] for i in sorted(records)]

@@ -43,7 +43,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     `phases` times each stage of the process (measure/phases.py); `peak_tflops_measured` is the
     device's matmul rate (for mfu_measured); `cache_label` says how the inductor cache started
     (worker.compile_cache_label); `profile`: where one more step's profile goes (`profile_step`);
-    `probe`: a search's short run, whose FLOP counter cross-check comes from its cache only.
+    `probe`: a search's measurement before its finals, whose FLOP counter cross-check comes
+    from its cache only.
     """
     phases = phases or Phases(result)
     device = torch.device(setup.device)

@@ -98,7 +98,8 @@ def main(argv: list[str]) -> int:
 def matmul_peak(setup, channel: Channel, index: int = 0, cached_only: bool = False) -> float | None:
     """The GPU's matmul rate for mfu_measured: cached, or measured here before the model exists
     (and before --memory-limit-gb applies, which is about the setup, not this); `cached_only`
-    (a search's probe): the cached rate or None. A failure costs only mfu_measured."""
+    (a search's measurement before its finals): the cached rate or None. A failure costs only
+    mfu_measured."""
     if setup.device != "cuda":
         return None
     from stepbench.measure import peaks
