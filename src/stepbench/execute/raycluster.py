@@ -52,6 +52,7 @@ ACCELERATOR = "accelerator_type:"
 # by default); past this the log stream is given up on.
 STOP_WAIT_S = 2 * KILL_GRACE_S + 20
 SETTLE_S = 3.0              # Ray's job manager looks at a job's supervisor about once a second
+DELETE_POLL_S = 0.25        # an ended job's status, until it is deleted and stays deleted
 LOCAL_READY_S = 120         # `--ray local`: until its Jobs API answers
 NODE_TMP = "/tmp"           # on the nodes: a job's own files (rank states, a private cache)
 
@@ -534,7 +535,10 @@ class RayExecutor:
             return None
 
     def _forget(self, job_id: str) -> None:
-        """Delete the job (once it ended) in a thread of its own, joined by close()."""
+        """Delete the job (once it ended) in a thread of its own, joined by close(); not on a
+        `--ray local` cluster, which ends with the run, its jobs with it."""
+        if self.cluster.local is not None:
+            return
         thread = threading.Thread(target=self._delete, args=(job_id,), daemon=True,
                                   name=f"delete {job_id}")
         thread.start()
@@ -545,7 +549,8 @@ class RayExecutor:
         """Remove the job from the cluster's list once it ended (Ray deletes only ended jobs),
         then watch it a little: Ray's job manager, which looks at a job's supervisor about once
         a second, writes FAILED ("supervisor actor died") into a job deleted before it saw the
-        supervisor end, and that job is deleted again."""
+        supervisor end, and stops watching that job. Such a job is deleted again, and then stays
+        deleted; one not written again within SETTLE_S of its deletion stays deleted too."""
         from ray.job_submission import JobStatus
 
         deadline, deleted_at = time.monotonic() + STOP_WAIT_S, None
@@ -561,8 +566,10 @@ class RayExecutor:
                     self.cluster.client.delete_job(job_id)
                 except Exception:  # noqa: BLE001 - deleted meanwhile
                     pass
+                if deleted_at is not None:
+                    return          # Ray's late FAILED came, and comes once
                 deleted_at = time.monotonic()
-            time.sleep(0.5)
+            time.sleep(DELETE_POLL_S)
 
     def _lose(self, reason: str) -> None:
         """The cluster cannot run this run's jobs: no job starts after this one."""
