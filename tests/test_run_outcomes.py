@@ -176,8 +176,8 @@ def test_model_from_a_config_folder(tmp_path):
 def test_a_signal_stops_the_run_keeps_finished_results_and_leaves_no_process(tmp_path, sig, code,
                                                                              said):
     # Ctrl-C, `timeout 120 stepbench run ...` (SIGTERM) and a closed terminal (SIGHUP) alike.
-    # Ctrl-C comes after a setup of this run finished (batch 1 takes seconds; batch 64 x 400
-    # steps would take minutes: interrupt it): the finished setup's row is on stdout, before the
+    # Ctrl-C comes after a setup of this run finished (batch 1 x 50 steps takes a second; batch 64
+    # x 50 steps would take half a minute: interrupt it): the finished setup's row is on stdout, before the
     # one line on stderr. SIGTERM and SIGHUP come to a run of batch 64 alone whose results file
     # already holds finished records (0.1's): they stay as they were. Every process the run
     # started (its process server, the setup's process forked from it) carries a mark in its
@@ -191,7 +191,7 @@ def test_a_signal_stops_the_run_keeps_finished_results_and_leaves_no_process(tmp
     env = dict(os.environ, PYTHONPATH=SRC, STEPBENCH_TEST_MARK=mark)
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
                              "--modes", "eager", "--attn", "sdpa", "--batch", "1,64" if fresh else "64",
-                             "--warmup", "2", "--steps", "400", "--repeats", "1", "--out", str(out)],
+                             "--warmup", "2", "--steps", "50", "--repeats", "1", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         seen = wait_for(proc, f"{'[2/2]' if fresh else '[1/1]'} eager+sdpa batch 64 seq 64: warm-up")
