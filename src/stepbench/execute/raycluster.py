@@ -547,10 +547,10 @@ class RayExecutor:
 
     def _delete(self, job_id: str) -> None:
         """Remove the job from the cluster's list once it ended (Ray deletes only ended jobs),
-        then watch it a little: Ray's job manager, which looks at a job's supervisor about once
-        a second, writes FAILED ("supervisor actor died") into a job deleted before it saw the
-        supervisor end, and stops watching that job. Such a job is deleted again, and then stays
-        deleted; one not written again within SETTLE_S of its deletion stays deleted too."""
+        then watch it for SETTLE_S: Ray's job manager (each node's that was asked about the job
+        has one), which looks at a job's supervisor about once a second, writes FAILED
+        ("supervisor actor died") into a job deleted before it saw the supervisor end; such a
+        job is deleted again."""
         from ray.job_submission import JobStatus
 
         deadline, deleted_at = time.monotonic() + STOP_WAIT_S, None
@@ -566,9 +566,7 @@ class RayExecutor:
                     self.cluster.client.delete_job(job_id)
                 except Exception:  # noqa: BLE001 - deleted meanwhile
                     pass
-                if deleted_at is not None:
-                    return          # Ray's late FAILED came, and comes once
-                deleted_at = time.monotonic()
+                deleted_at = deleted_at or time.monotonic()
             time.sleep(DELETE_POLL_S)
 
     def _lose(self, reason: str) -> None:
