@@ -122,7 +122,7 @@ def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):
     # take a core from the other test worker for the server's imports too.
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": SRC}
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq",
-                             "64", "--warmup", "1", "--steps", "3", "--modes", "eager", "--attn",
+                             "64", "--warmup", "0", "--steps", "2", "--modes", "eager", "--attn",
                              "sdpa", "--repeats", "2", "--out", str(tmp_path / "r.jsonl")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     loops = []
