@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, SRC, read_jsonl, wait_for
+from conftest import SMALL, SRC, default_sigint, read_jsonl, wait_for
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
 
@@ -52,10 +52,6 @@ def ray_cli(cluster, *args, timeout=600) -> subprocess.CompletedProcess:
 def client_env() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
                 RAY_AUTH_MODE="disabled")
-
-
-def default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def nothing_left(cluster) -> None:

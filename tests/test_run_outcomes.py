@@ -14,7 +14,7 @@ import uuid
 import psutil
 import pytest
 
-from conftest import SMALL, SRC, read_jsonl, run_cli, wait_for
+from conftest import SMALL, SRC, default_sigint, read_jsonl, run_cli, wait_for
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -192,7 +192,8 @@ def test_a_signal_stops_the_run_keeps_finished_results_and_leaves_no_process(tmp
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
                              "--modes", "eager", "--attn", "sdpa", "--batch", "1,64" if fresh else "64",
                              "--warmup", "2", "--steps", "50", "--repeats", "1", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     try:
         seen = wait_for(proc, f"{'[2/2]' if fresh else '[1/1]'} eager+sdpa batch 64 seq 64: warm-up")
         marked = [p for p in psutil.process_iter() if _marked(p, mark) and p.pid != proc.pid]
