@@ -12,6 +12,7 @@ stepbench's functions in those processes as they are imported.
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,13 @@ def with_hooks(env) -> dict:
     and every process beneath it, loads the tests' fault hooks (tests/hooks/sitecustomize.py)."""
     path = [HOOKS, SRC, env.get("PYTHONPATH")]
     return dict(env, PYTHONPATH=os.pathsep.join(filter(None, path)))
+
+
+def default_sigint() -> None:
+    """A Popen preexec_fn: SIGINT's default action in the child, so that Python there turns it
+    into KeyboardInterrupt as a terminal's Ctrl-C does. A shell's background job (and so pytest
+    started as one, and everything it starts) inherits SIGINT ignored, and Python keeps it so."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(proc: subprocess.Popen, text: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, SRC, read_jsonl, wait_for
+from conftest import SMALL, SRC, default_sigint, read_jsonl, wait_for
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
 
@@ -54,17 +54,13 @@ def client_env() -> dict:
                 RAY_AUTH_MODE="disabled")
 
 
-def default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def nothing_left(cluster) -> None:
     """No setup's process, torchrun, hostside (a job's, or a process server) or job driver is
     left on the cluster, and no job of ours."""
     for text in ("stepbench.measure", "torch.distributed.run", "stepbench.execute.hostside",
                  "stepbench.execute.ray"):
         assert cluster.processes(text) == [], text
-    assert [j for j in cluster.jobs() if j["id"].startswith("stepbench-")] == []
+    assert [j for j in cluster.jobs() if (j["id"] or "").startswith("stepbench-")] == []
 
 
 # ---------------------------------------------------------------- GPUs
@@ -83,11 +79,18 @@ SCRIPTED = textwrap.dedent("""
     child = ProtocolChild(Path(folder), sleep_s=1.0, together=2, gpu="fake GPU")
 
     class Scripted(RayExecutor):
+        broken = False      # then a job fails before any setup's process starts
+
         def worker_argv(self, job):
             return [self.python, "-c", *map(str, child(job))]
 
         def torchrun_argv(self, job):       # the scripted child in torchrun's place
             return self.worker_argv(job)
+
+        def _entrypoint(self, job, job_id):
+            if self.broken:
+                return "echo 'no python here' >&2; exit 127"
+            return super()._entrypoint(job, job_id)
 
     cluster = Cluster(address)
     plan = [Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=b, seq=64, device="cuda")
@@ -96,35 +99,33 @@ SCRIPTED = textwrap.dedent("""
                  parallel="ddp", nproc=2)
     gpus = check_cluster(cluster, "cuda", gpu_type, None, plan + [pair])
     store = ResultsFile(Path(folder) / "r.jsonl")
-    for attempt in range(2):        # the second resumes: every record is there
-        executor = Scripted(cluster, "cuda", gpus=gpus, gpu_type=gpu_type, run_id=f"t{attempt}")
-        try:
-            records = Runner(executor, store, measure_peak=False).run(plan, timeout_s=120)
-        finally:
-            executor.close()
-        print(json.dumps({"gpus": gpus, "records": [r.to_dict() for r in records]}), flush=True)
-
-    # --nproc 2: one job of two GPUs.
-    executor = Scripted(cluster, "cuda", gpus=gpus, gpu_type=gpu_type, run_id="t3")
+    # One executor (one run's jobs, deleted while the next runs) for the plan, then --nproc 2,
+    # then the broken job, which ends its run.
+    executor = Scripted(cluster, "cuda", gpus=gpus, gpu_type=gpu_type, run_id="t0")
     try:
+        records = Runner(executor, store, measure_peak=False).run(plan, timeout_s=120)
+        print(json.dumps({"gpus": gpus, "records": [r.to_dict() for r in records]}), flush=True)
+        # --nproc 2: one job of two GPUs.
         [record] = Runner(executor, ResultsFile(Path(folder) / "pair.jsonl"),
                           measure_peak=False).run([pair], timeout_s=120)
-    finally:
-        executor.close()
-    print(json.dumps(record.to_dict()), flush=True)
-
-    class Unstartable(RayExecutor):     # the job fails before any setup's process starts
-        def _entrypoint(self, job, job_id):
-            return "echo 'no python here' >&2; exit 127"
-
-    executor = Unstartable(cluster, "cuda", gpus=gpus, run_id="t2")
-    try:
+        print(json.dumps(record.to_dict()), flush=True)
+        # No GPU type asked: the stored records (of FAKE-GPU) are done; the fourth setup's job
+        # fails before its process starts.
+        executor.broken, executor.gpu_type = True, None
         records = Runner(executor, store, measure_peak=False).run(
             plan + [Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=4, seq=64,
                           device="cuda")], timeout_s=120)
+        print(json.dumps({"lost": executor.lost, "records": len(records)}), flush=True)
     finally:
         executor.close()
-    print(json.dumps({"lost": executor.lost, "records": len(records)}), flush=True)
+
+    # A rerun resumes: every record is there.
+    executor = Scripted(cluster, "cuda", gpus=gpus, gpu_type=gpu_type, run_id="t1")
+    try:
+        records = Runner(executor, store, measure_peak=False).run(plan, timeout_s=120)
+    finally:
+        executor.close()
+    print(json.dumps({"gpus": gpus, "records": [r.to_dict() for r in records]}), flush=True)
 """)
 
 
@@ -139,7 +140,7 @@ def test_ray_gives_gpus_0_and_1_a_third_waits_a_rerun_resumes_and_nproc_2_gets_b
         [sys.executable, "-c", SCRIPTED, ray_cluster.address, str(tmp_path), GPU_TYPE]),
         capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
-    first, second, pair, broken = (json.loads(line) for line in proc.stdout.splitlines())
+    first, pair, broken, second = (json.loads(line) for line in proc.stdout.splitlines())
     assert first["gpus"] == 2                   # the cluster's GPUs (of the type asked for)
     entries = ProtocolChild(tmp_path).entries()
     log = sorted((e for e in entries if e["batch"] != 5), key=lambda e: e["start"])
@@ -164,11 +165,11 @@ def test_ray_gives_gpus_0_and_1_a_third_waits_a_rerun_resumes_and_nproc_2_gets_b
     assert pair["status"] == "ok" and pair["setup"]["nproc"] == 2
     assert pair["placement"]["cuda_visible_devices"] == ran["seen"]
     assert sorted(pair["placement"]["gpus"]) == [0, 1]
-    assert pair["placement"]["ray"]["job_id"] == "stepbench-t3-1"
+    assert pair["placement"]["ray"]["job_id"] == "stepbench-t0-4"
     # A job that ends before its process starts is no measurement: nothing is recorded, no job
     # starts after it, and the run's one line says why.
     assert broken["records"] == 3          # the three stored ones: the fourth was not recorded
-    assert broken["lost"].startswith("Ray job stepbench-t2-1 ended FAILED before its process "
+    assert broken["lost"].startswith("Ray job stepbench-t0-5 ended FAILED before its process "
                                      "started: ")
     assert "Job entrypoint command failed with exit code 127" in broken["lost"]
     assert len(read_jsonl(tmp_path / "r.jsonl")) == 3
@@ -216,15 +217,15 @@ def test_the_matrix_through_ray_ctrl_c_a_rerun_resumes_and_a_timeout(ray_cluster
     assert ray["job_id"].startswith("stepbench-") and len(ray["node_id"]) == 56
     # The same command again, with a timeout the second setup cannot keep: the finished setup
     # is resumed (a timeout is not part of a setup, nor is how its process starts), the stopped
-    # one runs and is stopped at 3 s. (--start fresh: a setup alone does not pay for starting
+    # one runs and is stopped at 1 s. (--start fresh: a setup alone does not pay for starting
     # a process server on every node.)
-    again = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *MATRIX, "--timeout", "3",
+    again = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *MATRIX, "--timeout", "1",
                     "--start", "fresh", "--out", out, "--format", "json")
     assert again.returncode == 0, again.stderr
     records = json.loads(again.stdout)
     assert records[0] == kept and records[1]["setup"]["attn"] == "eager"
     assert records[1]["status"] == "timeout"
-    assert records[1]["error"].startswith("no result after 3 s (last phase: ")
+    assert records[1]["error"].startswith("no result after 1 s (last phase: ")
     assert records[1]["placement"]["ray"]["job_id"] != ray["job_id"]
     assert read_jsonl(out) == records
     nothing_left(ray_cluster)
@@ -247,11 +248,14 @@ def test_max_batch_and_tune_go_through_ray(ray_cluster, tmp_path):
         [("probe", 1), ("final", 1)]
     assert json.loads(proc.stdout) == records[-1:]
     assert all(r["status"] == "ok" and r["placement"]["ray"]["node_id"] for r in records)
+    # A search of one setup (the fit objective keeps the batch; one value of every axis): what
+    # the search decides is tests/test_tune.py's; here, that its processes are Ray jobs.
     tuned = tmp_path / "tune.jsonl"
     proc = ray_cli(ray_cluster, "tune", "--ray", ray_cluster.address, "--device", "cpu",
-                   "--start", "fresh",
+                   "--start", "fresh", "--objective", "fit", "--memory-limit-gb", "8",
                    "--model", "llama-tiny", "--seq", "32", "--batch", "1", "--modes", "eager",
-                   "--attn", "sdpa", "--repeats", "1", "--warmup", "1", "--steps", "2",
+                   "--attn", "sdpa", "--optimizer", "fused", "--checkpointing", "off",
+                   "--precision", "bf16", "--repeats", "1", "--warmup", "1", "--steps", "2",
                    "--budget", "25s", "--format", "json", "--out", tuned)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

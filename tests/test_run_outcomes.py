@@ -14,7 +14,7 @@ import uuid
 import psutil
 import pytest
 
-from conftest import SMALL, SRC, read_jsonl, run_cli, wait_for
+from conftest import SMALL, SRC, default_sigint, read_jsonl, run_cli, wait_for
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -122,7 +122,7 @@ def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):
     # take a core from the other test worker for the server's imports too.
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": SRC}
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq",
-                             "64", "--warmup", "1", "--steps", "3", "--modes", "eager", "--attn",
+                             "64", "--warmup", "0", "--steps", "2", "--modes", "eager", "--attn",
                              "sdpa", "--repeats", "2", "--out", str(tmp_path / "r.jsonl")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     loops = []
@@ -176,8 +176,8 @@ def test_model_from_a_config_folder(tmp_path):
 def test_a_signal_stops_the_run_keeps_finished_results_and_leaves_no_process(tmp_path, sig, code,
                                                                              said):
     # Ctrl-C, `timeout 120 stepbench run ...` (SIGTERM) and a closed terminal (SIGHUP) alike.
-    # Ctrl-C comes after a setup of this run finished (batch 1 takes seconds; batch 64 x 400
-    # steps would take minutes: interrupt it): the finished setup's row is on stdout, before the
+    # Ctrl-C comes after a setup of this run finished (batch 1 x 50 steps takes a second; batch 64
+    # x 50 steps would take half a minute: interrupt it): the finished setup's row is on stdout, before the
     # one line on stderr. SIGTERM and SIGHUP come to a run of batch 64 alone whose results file
     # already holds finished records (0.1's): they stay as they were. Every process the run
     # started (its process server, the setup's process forked from it) carries a mark in its
@@ -191,8 +191,9 @@ def test_a_signal_stops_the_run_keeps_finished_results_and_leaves_no_process(tmp
     env = dict(os.environ, PYTHONPATH=SRC, STEPBENCH_TEST_MARK=mark)
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
                              "--modes", "eager", "--attn", "sdpa", "--batch", "1,64" if fresh else "64",
-                             "--warmup", "2", "--steps", "400", "--repeats", "1", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             "--warmup", "2", "--steps", "50", "--repeats", "1", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_sigint)
     try:
         seen = wait_for(proc, f"{'[2/2]' if fresh else '[1/1]'} eager+sdpa batch 64 seq 64: warm-up")
         marked = [p for p in psutil.process_iter() if _marked(p, mark) and p.pid != proc.pid]

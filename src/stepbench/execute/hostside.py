@@ -43,6 +43,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from stepbench import protocol
 from stepbench.execute import oom
@@ -265,12 +266,12 @@ def _forked(spec: dict, env: dict, own=None):
         return None
 
 
-def serve(path: str, preload: str) -> int:
-    """This host's process server for one run, listening at `path` (execute/server.py)."""
-    from stepbench.execute.server import serve_at
+def serve(path: str, preload: str) -> NoReturn:
+    """This host's process server for one run, listening at `path` (execute/server.py); this
+    process ends once it has ended what it forked (server.ended)."""
+    from stepbench.execute.server import ended, serve_at
 
-    serve_at(path, json.loads(preload))
-    return 0
+    ended(lambda: serve_at(path, json.loads(preload)))
 
 
 def _pass_through(proc: subprocess.Popen, out, watch_stdin: bool = True) -> float | None:
@@ -317,7 +318,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["run"] and len(argv) == 2:
         return run(json.loads(argv[1]))
     if argv[:1] == ["serve"] and len(argv) == 3:
-        return serve(argv[1], argv[2])
+        serve(argv[1], argv[2])
     print("usage: python -m stepbench.execute.hostside probe DEVICE | run SPEC | serve PATH "
           "PRELOAD", file=sys.stderr)
     return 2

@@ -11,10 +11,13 @@ One setup (one repeat) is one Ray job, through Ray's Jobs API (the `ray` extra):
     starts there, not while the job waits for a GPU), a "ranks" line for a torchrun job and an
     "exit" line;
   - `tail_job_logs` carries those lines back (stdout and stderr share the job's log: what is
-    not a protocol line is the stderr tail);
+    not a protocol line is the stderr tail), up to hostside's exit line, its last: by then the
+    setup's process group has ended and its output is all in the log (Ray's own stream ends a
+    second or more after the job does);
   - `stop_job` at the timeout and on Ctrl-C, SIGTERM and SIGHUP: Ray sends SIGTERM to the
     entrypoint and every process below it, then SIGKILL; hostside ends the setup's group itself;
-  - `delete_job` once it ended.
+  - `delete_job` once it ended, in the background (the next job does not wait for it; the run's
+    end does).
 A job over several nodes (`--nnodes`) runs `python -m stepbench.execute.raynodes SPEC` instead:
 a placement group, one task per node (execute/raynodes.py).
 
@@ -49,6 +52,7 @@ ACCELERATOR = "accelerator_type:"
 # by default); past this the log stream is given up on.
 STOP_WAIT_S = 2 * KILL_GRACE_S + 20
 SETTLE_S = 3.0              # Ray's job manager looks at a job's supervisor about once a second
+DELETE_POLL_S = 0.25        # an ended job's status, until it is deleted and stays deleted
 LOCAL_READY_S = 120         # `--ray local`: until its Jobs API answers
 NODE_TMP = "/tmp"           # on the nodes: a job's own files (rank states, a private cache)
 
@@ -255,6 +259,7 @@ class RayExecutor:
         self._servers_job: str | None = None
         self._server_path: str | None = None
         self._servers_lock = threading.Lock()
+        self._deleting: list[threading.Thread] = []     # _forget's, joined by close()
         self.loop = loop or EventLoop()
         self._own_loop = loop is None
         self._count = 0
@@ -333,7 +338,7 @@ class RayExecutor:
             rank_verdict(outcome, follow.ranks)
         if outcome.result_at is not None:
             outcome.exit_s = (end.at or time.monotonic()) - outcome.result_at
-        self._delete(job_id, settle=outcome.stopped or outcome.timed_out or setup.nnodes > 1)
+        self._forget(job_id)
         outcome.wall_s = time.monotonic() - start
         outcome.finished_at = now_iso()
         return outcome
@@ -506,8 +511,15 @@ class RayExecutor:
         return timed_out, stopped
 
     async def _tail(self, job_id: str, follow: "_Follow") -> None:
-        async for chunk in self.cluster.client.tail_job_logs(job_id):
-            follow.feed(chunk)
+        """The job's log into `follow`, until hostside's exit line (its last) or the log's end."""
+        logs = self.cluster.client.tail_job_logs(job_id)
+        try:
+            async for chunk in logs:
+                follow.feed(chunk)
+                if follow.exit is not None:
+                    return
+        finally:
+            await logs.aclose()
         follow.feed("\n")
 
     def _stop_job(self, job_id: str) -> None:
@@ -522,11 +534,23 @@ class RayExecutor:
         except Exception:  # noqa: BLE001 - the record says what arrived
             return None
 
-    def _delete(self, job_id: str, settle: bool = False) -> None:
-        """Remove the ended job from the cluster's list (Ray deletes only ended jobs). `settle`:
-        a job that was stopped (or ran a Ray driver) is watched a little after its deletion:
-        Ray writes FAILED ("supervisor actor died") into a job deleted right after it stopped,
-        and that job is deleted again."""
+    def _forget(self, job_id: str) -> None:
+        """Delete the job (once it ended) in a thread of its own, joined by close(); not on a
+        `--ray local` cluster, which ends with the run, its jobs with it."""
+        if self.cluster.local is not None:
+            return
+        thread = threading.Thread(target=self._delete, args=(job_id,), daemon=True,
+                                  name=f"delete {job_id}")
+        thread.start()
+        with self._lock:
+            self._deleting = [t for t in self._deleting if t.is_alive()] + [thread]
+
+    def _delete(self, job_id: str) -> None:
+        """Remove the job from the cluster's list once it ended (Ray deletes only ended jobs),
+        then watch it for SETTLE_S: Ray's job manager (each node's that was asked about the job
+        has one), which looks at a job's supervisor about once a second, writes FAILED
+        ("supervisor actor died") into a job deleted before it saw the supervisor end; such a
+        job is deleted again."""
         from ray.job_submission import JobStatus
 
         deadline, deleted_at = time.monotonic() + STOP_WAIT_S, None
@@ -542,10 +566,8 @@ class RayExecutor:
                     self.cluster.client.delete_job(job_id)
                 except Exception:  # noqa: BLE001 - deleted meanwhile
                     pass
-                if not settle:
-                    return
-                deleted_at = time.monotonic()
-            time.sleep(0.5)
+                deleted_at = deleted_at or time.monotonic()
+            time.sleep(DELETE_POLL_S)
 
     def _lose(self, reason: str) -> None:
         """The cluster cannot run this run's jobs: no job starts after this one."""
@@ -561,8 +583,12 @@ class RayExecutor:
     def close(self) -> None:
         if self._servers_job is not None:       # the servers end what they forked still running
             self._stop_job(self._servers_job)
-            self._delete(self._servers_job, settle=True)
+            self._forget(self._servers_job)
             self._servers_job = None
+        with self._lock:
+            deleting, self._deleting = self._deleting, []
+        for thread in deleting:
+            thread.join()
         if self._own_loop:
             self.loop.close()
 

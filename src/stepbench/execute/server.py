@@ -43,6 +43,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
+
+from stepbench.process import exit_now
 
 START_METHODS = ("server", "fresh")
 # The server's startup (imports) may be slow on a busy host; past this it is given up on.
@@ -59,8 +62,7 @@ SERVER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
 SOCKET_PATH_MAX = 100
 # The server's command: this module's main as the imported module (not a `__main__` copy), so
 # that what wraps its functions as it is imported (the tests' hooks) wraps the ones that run.
-SERVER_MAIN = ("import sys; from stepbench.execute import server; "
-               "sys.exit(server.main(sys.argv[1:]))")
+SERVER_MAIN = "import sys; from stepbench.execute import server; server.main(sys.argv[1:])"
 # What a fresh process's torch would set and see: its intra- and inter-op threads and its GPU
 # count, measured once per machine and cached (see FreshThreads).
 THREADS_PROBE = ("import json, torch; print(json.dumps([torch.get_num_threads(), "
@@ -649,11 +651,7 @@ class Server:
 
             traceback.print_exc()
         finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
+            exit_now(code)
 
 
 def _kill_group(pid: int) -> None:
@@ -683,12 +681,28 @@ def as_fresh(threads: list[int]) -> None:
             config.worker_start_method = config.decide_worker_start_method()
 
 
-def main(argv: list[str]) -> int:
+def ended(serving) -> NoReturn:
+    """Run `serving` (a server's whole life), then end this process at once (exit_now): what it
+    forked is ended by then. A signal (Server._stop) ends it with code 0, as a closed socket or
+    stdin does; an error with its traceback on stderr and code 1."""
+    code = 1
+    try:
+        serving()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+    except BaseException:  # noqa: BLE001 - said on stderr (the server's log), then ended
+        import traceback
+
+        traceback.print_exc()
+    exit_now(code)
+
+
+def main(argv: list[str]) -> NoReturn:
     from stepbench.process import die_with_parent
 
     die_with_parent(signal.SIGTERM)     # the parent's end is the server's
     sock = socket.socket(fileno=int(os.environ.pop("STEPBENCH_SERVER_FD")))
     parent_env = json.loads(os.environ.pop("STEPBENCH_SERVER_PARENT_ENV"))
-    serve(sock, json.loads(argv[0]), parent_env)
-    return 0
+    ended(lambda: serve(sock, json.loads(argv[0]), parent_env))
 

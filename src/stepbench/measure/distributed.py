@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
-from stepbench.process import die_with_parent
+from stepbench.process import die_with_parent, exit_now
 
 RANK_DIR_ENV = "STEPBENCH_RANK_DIR"
 
@@ -151,7 +151,7 @@ def enter_phase(state: RankState, phase: str, *args) -> None:
     state.write(phase=phase, args=list(args))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> NoReturn:
     die_with_parent()   # torchrun is the parent
     from stepbench.measure import worker
     from stepbench.setup import Setup
@@ -222,12 +222,10 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
         channel.send("result", status=status, error=f"rank {global_rank}: {error}",
                      measured=channel.measured)
-        sys.stdout.flush()
-        sys.stderr.flush()
         # Non-zero, so that torchrun stops the other ranks (stuck in a collective by now); no
         # clean-up that could wait on them.
-        os._exit(1)
+        exit_now(1)
     state.write(status="ok")
     channel.send("result", status=status, error=error, measured=channel.measured)
     dist.destroy_process_group()
-    return 0
+    exit_now(0)         # as a setup's process: no interpreter teardown (process.exit_now)

@@ -197,10 +197,9 @@ def memory_in_use_gb(device: str) -> float | None:
 
 
 if __name__ == "__main__":
+    from stepbench.process import exit_now
+
     code = main(sys.argv[1:])
-    # The result is sent: end now, without the interpreter's teardown (module clean-up, inductor's
-    # compile-worker pool shutdown, CUDA context destructors), which took seconds of every setup's
-    # wall time and measures nothing. The parent ends whatever the process group still holds.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    # The result is sent: end now, without the interpreter's teardown, which took seconds of every
+    # setup's wall time and measures nothing. The parent ends whatever the process group still holds.
+    exit_now(code)
