@@ -31,8 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from conftest import HOOKS
-from hooks.stepbench_test_hooks import RAY_POLL_ENV
+from conftest import HOOKS, RAY_POLL_ENV
 
 HOLDER = """
 import os, subprocess, sys, time

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, SRC, default_sigint, read_jsonl, wait_for
+from conftest import RAY_POLL_ENV, SMALL, SRC, default_sigint, read_jsonl, wait_for, with_hooks
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
 
@@ -351,8 +351,9 @@ def test_ray_local_starts_a_cluster_for_the_run_and_stops_it(tmp_path):
               f"--start fresh --modes eager --attn sdpa --out {out}; echo exit=$?; ps -eo args")
     # Ray's own files (its session logs, the token it makes for a local cluster) go to a folder
     # of the test's (short: Ray's Unix socket paths), not to /tmp/ray and ~/.ray.
+    # Its dashboard polls as the test cluster's does (tests/raynet.py, RAY_POLL_ENV).
     home = tempfile.mkdtemp(prefix="sbray-")
-    env = dict(client_env(), HOME=home, RAY_TMPDIR=home)
+    env = dict(with_hooks(client_env()), HOME=home, RAY_TMPDIR=home, **{RAY_POLL_ENV: "0.1"})
     del env["RAY_AUTH_MODE"]        # as a user runs it: token authentication on
     try:
         proc = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc",
