@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from hooks.stepbench_test_hooks import (DIVERGE_ENV, FAULT_ENV, SERVER_THREAD_ENV,  # noqa: F401
-                                        SETUP_FAULT_ENV)
+from hooks.stepbench_test_hooks import (DIVERGE_ENV, FAULT_ENV, RAY_POLL_ENV,  # noqa: F401
+                                        SERVER_THREAD_ENV, SETUP_FAULT_ENV)
 
 # Two pytest workers share two cores (pyproject's addopts): one torch thread per process, so that
 # processes never wait on each other's spinning OpenMP threads (a 2-thread step on a core that

@@ -7,6 +7,11 @@ namespace too (and a mount namespace for its /proc): every process Ray starts (d
 `ray start`, so never this process's children) is inside it, and killing the namespace's first
 process ends them all; no `ray stop`, which would end every Ray process on the machine by name.
 
+Ray's own processes (and so the jobs' processes) have tests/hooks on their PYTHONPATH: with
+RAY_POLL_ENV its dashboard streams a job's log polling every 0.1 s, not every second (once to
+find the job's node, again after it, and then for every new line): about 2 s less per job, the
+same lines (tests/hooks/sitecustomize.py).
+
 The namespaces are held by a small Python process (HOLDER: it brings loopback up and reaps
 orphans as the namespace's init). Commands enter them with nsenter: `ray start` the network, PID
 and mount namespaces; a stepbench client (`client_argv`) only the network namespace, so that it
@@ -25,6 +30,8 @@ import tempfile
 from pathlib import Path
 
 import psutil
+
+from conftest import HOOKS, RAY_POLL_ENV
 
 HOLDER = """
 import os, subprocess, sys, time
@@ -121,8 +128,11 @@ class RayCluster(Namespaced):
         # nodes have one Python with torch and Ray.
         # No token authentication: the namespace has only loopback, and a token would be read
         # from (or, by ray.init, written to) the user's ~/.ray.
-        self.env = dict(env or os.environ, PATH=os.pathsep.join([bin_dir, os.environ["PATH"]]),
-                        RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+        env = env or os.environ
+        self.env = dict(env, PATH=os.pathsep.join([bin_dir, os.environ["PATH"]]),
+                        PYTHONPATH=os.pathsep.join(filter(None, [HOOKS, env.get("PYTHONPATH")])),
+                        RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
+                        **{RAY_POLL_ENV: "0.1"})
         self.holder = subprocess.Popen(["unshare", "--net", "--pid", "--fork", "--mount-proc",
                                         "--kill-child", sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL,

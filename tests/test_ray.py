@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, SRC, default_sigint, read_jsonl, wait_for
+from conftest import RAY_POLL_ENV, SMALL, SRC, default_sigint, read_jsonl, wait_for, with_hooks
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
 
@@ -45,8 +45,23 @@ def ray_cluster():
 
 def ray_cli(cluster, *args, timeout=600) -> subprocess.CompletedProcess:
     """`stepbench ARGS` in the cluster's network namespace."""
-    return subprocess.run(cluster.client_argv([sys.executable, "-m", "stepbench", *map(str, args)]),
-                          capture_output=True, text=True, timeout=timeout, env=client_env())
+    return finished(ray_start(cluster, *args), timeout)
+
+
+def ray_start(cluster, *args) -> subprocess.Popen:
+    """`stepbench ARGS` started in the cluster's network namespace (finished(): its end)."""
+    return subprocess.Popen(cluster.client_argv([sys.executable, "-m", "stepbench",
+                                                 *map(str, args)]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=client_env())
+
+
+def finished(proc: subprocess.Popen, timeout=600) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def client_env() -> dict:
@@ -235,28 +250,34 @@ def test_the_matrix_through_ray_ctrl_c_a_rerun_resumes_and_a_timeout(ray_cluster
 
 
 def test_max_batch_and_tune_go_through_ray(ray_cluster, tmp_path):
-    # --start fresh: two jobs each, where starting the run's process servers costs more than it
-    # saves (the matrix's test runs them).
-    out = tmp_path / "mb.jsonl"
-    proc = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *SMALL, "--start", "fresh",
-                   "--modes", "eager",
-                   "--attn", "sdpa", "--batch", "1", "--max-batch", "--max-batch-limit", "1",
-                   "--memory-limit-gb", "8", "--out", out, "--format", "json")
-    assert proc.returncode == 0, proc.stderr
-    records = read_jsonl(out)
-    assert [(r["search"]["role"], r["setup"]["batch"]) for r in records] == \
-        [("probe", 1), ("final", 1)]
-    assert json.loads(proc.stdout) == records[-1:]
-    assert all(r["status"] == "ok" and r["placement"]["ray"]["node_id"] for r in records)
-    # A search of one setup (the fit objective keeps the batch; one value of every axis): what
-    # the search decides is tests/test_tune.py's; here, that its processes are Ray jobs.
-    tuned = tmp_path / "tune.jsonl"
-    proc = ray_cli(ray_cluster, "tune", "--ray", ray_cluster.address, "--device", "cpu",
-                   "--start", "fresh", "--objective", "fit", "--memory-limit-gb", "8",
-                   "--model", "llama-tiny", "--seq", "32", "--batch", "1", "--modes", "eager",
-                   "--attn", "sdpa", "--optimizer", "fused", "--checkpointing", "off",
-                   "--precision", "bf16", "--repeats", "1", "--warmup", "1", "--steps", "2",
-                   "--budget", "25s", "--format", "json", "--out", tuned)
+    # Both at once, as two users' runs (the cluster has a CPU for each one's job). --start fresh:
+    # two jobs and one, where starting a run's process servers costs more than it saves (the
+    # matrix's test runs them).
+    out, tuned = tmp_path / "mb.jsonl", tmp_path / "tune.jsonl"
+    max_batch = ray_start(ray_cluster, "run", "--ray", ray_cluster.address, *SMALL, "--start",
+                          "fresh", "--modes", "eager", "--attn", "sdpa", "--batch", "1",
+                          "--max-batch", "--max-batch-limit", "1", "--memory-limit-gb", "8",
+                          "--out", out, "--format", "json")
+    # A search of one setup (the fit objective keeps the batch; one value of every axis; the
+    # budget only bounds its process's timeout): what the search decides is
+    # tests/test_tune.py's; here, that its processes are Ray jobs.
+    tune = ray_start(ray_cluster, "tune", "--ray", ray_cluster.address, "--device", "cpu",
+                     "--start", "fresh", "--objective", "fit", "--memory-limit-gb", "8",
+                     "--model", "llama-tiny", "--seq", "32", "--batch", "1", "--modes", "eager",
+                     "--attn", "sdpa", "--optimizer", "fused", "--checkpointing", "off",
+                     "--precision", "bf16", "--repeats", "1", "--warmup", "1", "--steps", "2",
+                     "--budget", "60s", "--format", "json", "--out", tuned)
+    try:
+        proc = finished(max_batch)
+        assert proc.returncode == 0, proc.stderr
+        records = read_jsonl(out)
+        assert [(r["search"]["role"], r["setup"]["batch"]) for r in records] == \
+            [("probe", 1), ("final", 1)]
+        assert json.loads(proc.stdout) == records[-1:]
+        assert all(r["status"] == "ok" and r["placement"]["ray"]["node_id"] for r in records)
+        proc = finished(tune)
+    finally:
+        tune.kill()
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["winner"]["setup"]["attn"] == "sdpa"
@@ -330,8 +351,9 @@ def test_ray_local_starts_a_cluster_for_the_run_and_stops_it(tmp_path):
               f"--start fresh --modes eager --attn sdpa --out {out}; echo exit=$?; ps -eo args")
     # Ray's own files (its session logs, the token it makes for a local cluster) go to a folder
     # of the test's (short: Ray's Unix socket paths), not to /tmp/ray and ~/.ray.
+    # Its dashboard polls as the test cluster's does (tests/raynet.py, RAY_POLL_ENV).
     home = tempfile.mkdtemp(prefix="sbray-")
-    env = dict(client_env(), HOME=home, RAY_TMPDIR=home)
+    env = dict(with_hooks(client_env()), HOME=home, RAY_TMPDIR=home, **{RAY_POLL_ENV: "0.1"})
     del env["RAY_AUTH_MODE"]        # as a user runs it: token authentication on
     try:
         proc = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc",

@@ -16,6 +16,13 @@ FAULT_ENV = "STEPBENCH_TEST_FAULT"
 SETUP_FAULT_ENV = "STEPBENCH_TEST_SETUP_FAULT"
 # Set: the process server starts a thread after its imports (it must then refuse to fork).
 SERVER_THREAD_ENV = "STEPBENCH_TEST_SERVER_THREAD"
+# Seconds (the test Ray cluster's, tests/raynet.py): Ray's dashboard polls at this interval where
+# it polls once a second while it streams a job's log (RAY_POLLS).
+RAY_POLL_ENV = "STEPBENCH_TEST_RAY_POLL_S"
+# Ray's dashboard's polling intervals (Ray 2.60): the job manager's, reading a job's log file to
+# stream it (on the node of the job's driver); the job head's, waiting for the job's supervisor
+# to say that node (it sleeps once more after it did).
+RAY_POLLS = ("LOG_TAIL_SLEEP_S", "WAIT_FOR_SUPERVISOR_ACTOR_INTERVAL_S")
 
 
 def spoil_weights(apply_options):
@@ -107,12 +114,26 @@ def thread_after_preload(preload):
     return preload_then_thread
 
 
-# module -> (function name, wrapper factory)
+def poll_faster(cls):
+    """A class of Ray's dashboard with its RAY_POLLS at RAY_POLL_ENV seconds, where set (read as
+    the module is imported: the dashboard imports it once, at its start). Where Ray has renamed
+    them, nothing changes: its log streams then only come later."""
+    seconds = os.environ.get(RAY_POLL_ENV)
+    if seconds:
+        for name in RAY_POLLS:
+            if hasattr(cls, name):
+                setattr(cls, name, float(seconds))
+    return cls
+
+
+# module -> (function or class name, wrapper factory)
 PATCHES = {
     "stepbench.measure.options": ("apply_options", spoil_weights),
     "stepbench.measure.distributed": ("enter_phase", fail_on_entry),
     "stepbench.measure.step": ("measure", fail_in_setup),
     "stepbench.execute.server": ("preload", thread_after_preload),
+    "ray.dashboard.modules.job.job_manager": ("JobManager", poll_faster),
+    "ray.dashboard.modules.job.job_head": ("JobHead", poll_faster),
 }
 
 
