@@ -50,7 +50,7 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # a file left last that takes minutes would keep one worker busy while the other idles. A new
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
-    "test_ray.py": 235, "test_run_outcomes.py": 123, "test_distributed.py": 80, "test_run.py": 74,
+    "test_ray.py": 160, "test_run_outcomes.py": 94, "test_distributed.py": 91, "test_run.py": 74,
     "test_server.py": 64, "test_remote.py": 44, "test_max_batch.py": 43,
     "test_remote_stops.py": 38, "test_slurm.py": 34, "test_tune.py": 33, "test_rent.py": 28,
     "test_axes.py": 25, "test_runner.py": 17, "test_gpu_pool.py": 11, "test_hooks.py": 9,
