@@ -56,8 +56,11 @@ class Job:
 
     def payload(self) -> str:
         job = {"setup": self.setup.to_dict(), "measure_peak": self.measure_peak}
-        job.update({"profile": self.profile} if self.profile else {})
-        return json.dumps({**job, "probe": True} if self.probe else job)
+        if self.profile:
+            job["profile"] = self.profile
+        if self.probe:
+            job["probe"] = True
+        return json.dumps(job)
 
 
 @dataclass

@@ -58,13 +58,13 @@ class NullDisplay:
     def close(self) -> None: ...
 
 
-
 def before_finals(tag: dict | None) -> bool:
     """Whether a search's measurement comes before its finals (max-batch's probes; a tune's
     ladder, compiled, explore stages): its process takes the GPU's matmul rate and the FLOP
     counter's cross-check from their per-machine caches only (Job.probe), so that the search's
     first process does not pay for them; its finals (the winner's processes) measure them."""
     return bool(tag) and tag.get("role") != "final" and tag.get("stage") != "final"
+
 
 class Runner:
     """Runs plans on one executor into one results file. What changes from one plan to the next

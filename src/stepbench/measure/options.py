@@ -165,9 +165,9 @@ def allow_a_graph_per_layer(count: int) -> None:
     The layers share one forward's code, and the step's forward passes each layer Hugging Face's
     KV cache (the model makes one in every forward, as the post's step does); the cache's entry
     for the layer's index is guarded, so layer i fails the guards of layer i-1's graph and
-    recompiles. Past dynamo's recompile limit (8 per code object) the remaining layers ran
-    eagerly, silently: the post's 24-layer model ran 8 layers compiled (H200 profile,
-    benchmarks/README.md section e). The identical graphs after the first hit inductor's cache.
+    recompiles. Past dynamo's recompile limit (8 per code object) the remaining layers would run
+    eagerly, silently (benchmarks/README.md section e). The identical graphs after the first hit
+    inductor's cache.
     """
     import torch._dynamo
 

@@ -64,7 +64,6 @@ def shard(setup, model):
     layers = decoder_layers(model, "--parallel fsdp2")
     if setup.mode == "compile":
         allow_a_graph_per_layer(len(layers))
-    if setup.mode == "compile":
         for i, layer in enumerate(layers):
             # A compiled wrapper in the layer's place: FSDP2's hooks run around it, eagerly.
             layers[i] = torch.compile(layer, mode=compile_mode(setup))
@@ -86,4 +85,3 @@ def shard(setup, model):
             before[-1].set_modules_to_forward_prefetch([after[0]])
             after[0].set_modules_to_backward_prefetch([before[-1]])
     return model
-
