@@ -50,11 +50,11 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # a file left last that takes minutes would keep one worker busy while the other idles. A new
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
-    "test_ray.py": 160, "test_run_outcomes.py": 94, "test_distributed.py": 91, "test_run.py": 74,
-    "test_server.py": 64, "test_remote.py": 44, "test_max_batch.py": 43,
-    "test_remote_stops.py": 38, "test_slurm.py": 34, "test_tune.py": 33, "test_rent.py": 28,
-    "test_axes.py": 25, "test_runner.py": 17, "test_gpu_pool.py": 11, "test_hooks.py": 9,
-    "test_plan.py": 8, "test_oom_kill.py": 6,
+    "test_ray.py": 125, "test_run_outcomes.py": 93, "test_distributed.py": 91, "test_run.py": 82,
+    "test_server.py": 63, "test_remote.py": 43, "test_slurm.py": 33, "test_rent.py": 33,
+    "test_remote_stops.py": 31, "test_max_batch.py": 31, "test_tune.py": 30, "test_axes.py": 26,
+    "test_runner.py": 19, "test_plan.py": 9, "test_gpu_pool.py": 7, "test_hooks.py": 6,
+    "test_oom_kill.py": 6,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps, one
 # process per setup (run's default of 2, and a third where they disagree, would double the

@@ -8,9 +8,11 @@ namespace too (and a mount namespace for its /proc): every process Ray starts (d
 process ends them all; no `ray stop`, which would end every Ray process on the machine by name.
 
 Ray's own processes (and so the jobs' processes) have tests/hooks on their PYTHONPATH: with
-RAY_POLL_ENV its dashboard streams a job's log polling every 0.1 s, not every second (once to
-find the job's node, again after it, and then for every new line): about 2 s less per job, the
-same lines (tests/hooks/sitecustomize.py).
+RAY_POLL_ENV its dashboard streams a job's log polling every 0.1 s, not every second (to find
+the job's node, once more after it, and twice at the log file's end for every new line): a
+job's first line comes about 2.5 s sooner, every later one up to 2 s sooner; the same lines
+(tests/hooks/sitecustomize.py). Ray's job manager still looks at a job's supervisor once a
+second (what stepbench's deletion of an ended job waits for, execute/raycluster.py).
 
 The namespaces are held by a small Python process (HOLDER: it brings loopback up and reaps
 orphans as the namespace's init). Commands enter them with nsenter: `ray start` the network, PID

@@ -20,9 +20,9 @@ its functions with a version that reads its variable at call time:
 - SERVER_THREAD_ENV set: the process server's `preload` starts a thread (it must then refuse
   to fork).
 - RAY_POLL_ENV = seconds: Ray's dashboard (the test Ray cluster's processes have this folder on
-  their PYTHONPATH, tests/raynet.py) polls a job's log and its supervisor at that interval
-  instead of once a second, so that a job's lines reach stepbench sooner (a class attribute,
-  set as its module is imported).
+  their PYTHONPATH, tests/raynet.py) polls a job's log file and its supervisor at that interval
+  instead of once a second, so that a job's lines reach stepbench sooner (two class attributes,
+  and the log reader's module's asyncio.sleep, set as their modules are imported).
 
 Because the variables are read at call time, a process forked from a long-lived one after these
 modules were imported there (a process server's child) is reached too, with the variables of its

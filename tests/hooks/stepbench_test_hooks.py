@@ -19,9 +19,11 @@ SERVER_THREAD_ENV = "STEPBENCH_TEST_SERVER_THREAD"
 # Seconds (the test Ray cluster's, tests/raynet.py): Ray's dashboard polls at this interval where
 # it polls once a second while it streams a job's log (RAY_POLLS).
 RAY_POLL_ENV = "STEPBENCH_TEST_RAY_POLL_S"
-# Ray's dashboard's polling intervals (Ray 2.60): the job manager's, reading a job's log file to
-# stream it (on the node of the job's driver); the job head's, waiting for the job's supervisor
-# to say that node (it sleeps once more after it did).
+# Ray's dashboard's polling intervals (Ray 2.60): the job manager's, between its reads of a job's
+# log file to stream it (on the node of the job's driver); the job head's, waiting for the job's
+# supervisor to say that node (it sleeps once more after it did). The log file's reader
+# (job/utils.py's file_tail_iterator) sleeps a second of its own at the file's end: that
+# module's asyncio is one whose sleep lasts at most RAY_POLL_ENV seconds (quick_sleeps).
 RAY_POLLS = ("LOG_TAIL_SLEEP_S", "WAIT_FOR_SUPERVISOR_ACTOR_INTERVAL_S")
 
 
@@ -126,7 +128,24 @@ def poll_faster(cls):
     return cls
 
 
-# module -> (function or class name, wrapper factory)
+def quick_sleeps(asyncio_module):
+    """A module's `asyncio` whose sleep lasts at most RAY_POLL_ENV seconds, where set."""
+    seconds = os.environ.get(RAY_POLL_ENV)
+    if not seconds:
+        return asyncio_module
+
+    class QuickSleeps:
+        def __getattr__(self, name):
+            return getattr(asyncio_module, name)
+
+        @staticmethod
+        async def sleep(delay, result=None):
+            return await asyncio_module.sleep(min(delay, float(seconds)), result)
+
+    return QuickSleeps()
+
+
+# module -> (name of a function, class or module it uses; wrapper factory)
 PATCHES = {
     "stepbench.measure.options": ("apply_options", spoil_weights),
     "stepbench.measure.distributed": ("enter_phase", fail_on_entry),
@@ -134,6 +153,7 @@ PATCHES = {
     "stepbench.execute.server": ("preload", thread_after_preload),
     "ray.dashboard.modules.job.job_manager": ("JobManager", poll_faster),
     "ray.dashboard.modules.job.job_head": ("JobHead", poll_faster),
+    "ray.dashboard.modules.job.utils": ("asyncio", quick_sleeps),
 }
 
 
