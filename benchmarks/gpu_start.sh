@@ -18,8 +18,16 @@
 #     1. fresh, 2. server: the default matrix with --repeats 1, each with its own empty caches (no
 #        shared inductor cache: every compiled setup compiles cold, stepbench's caches empty);
 #     3. tune: a short eager tune (--start server), for its probes' walls against their steps.
+#   MODE=probes OUT=dir bash benchmarks/gpu_start.sh
+#     an eager tune of llama-468m, then of llama-135m, each with empty caches of its own (the
+#     first probe finds no matmul peak or FLOP count cached); `probe_walls.py` prints each
+#     process's wall against its first step, warm-up and timed steps.
+#   MODE=modes OUT=dir SEED=path/to/seed_train.py bash benchmarks/gpu_start.sh
+#     eager+sdpa alone, ROUNDS (default 4) rounds of: a --start fresh process, a --start server
+#     process (the order alternates by round), the post's script; `start_modes.py` prints every
+#     process's step time by start method (is the slow mode the start method's?).
 set -uo pipefail
-out=${OUT:?set OUT to a folder}; mode=${MODE:?set MODE to warm or cold}
+out=${OUT:?set OUT to a folder}; mode=${MODE:?set MODE to warm, cold, probes or modes}
 mkdir -p "$out"
 export PYTHONPATH=${SRC:-$PWD/src} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$out/env.txt"
@@ -55,6 +63,25 @@ if [ "$mode" = warm ]; then
   if [ "$(left)" -gt 100 ]; then
     timed default sb --start server --out "$out/warm-default.jsonl"
   fi
+elif [ "$mode" = probes ]; then
+  for model in llama-468m llama-135m; do
+    STEPBENCH_CACHE_DIR=$work/$model-cache timed "tune_$model" python3 -m stepbench tune \
+      --model "$model" --budget "${PROBE_BUDGET:-100}s" --modes eager --attn sdpa,eager \
+      --compile-cache "$work/$model-inductor" --out "$out/probes-$model.jsonl"
+  done
+elif [ "$mode" = modes ]; then
+  export STEPBENCH_CACHE_DIR=$work/stepbench-cache
+  one() { python3 -m stepbench run --timeout 300 --modes eager --attn sdpa --repeats 1 \
+    --start "$1" --out "$out/modes-$1-$2.jsonl"; }   # a file per process: one file would resume
+  seed_one() { timeout 300 python3 "$SEED" eager sdpa >>"$out/modes-seed.jsonl"; }
+  for round in $(seq "${ROUNDS:-4}"); do
+    if [ $((round % 2)) = 1 ]; then order="fresh server"; else order="server fresh"; fi
+    for start in $order; do timed "${start}_$round" one "$start" "$round"; done
+    [ -n "${SEED:-}" ] && timed "seed_$round" seed_one
+  done
+  for start in fresh server; do   # one file per start method, in round order (8 files come back)
+    cat "$out"/modes-"$start"-*.jsonl >"$out/modes-$start.jsonl" && rm "$out"/modes-"$start"-*.jsonl
+  done
 else
   for start in fresh server; do
     STEPBENCH_CACHE_DIR=$work/$start-cache timed "cold_$start" python3 -m stepbench run \
