@@ -18,19 +18,22 @@
 #      torchtitan's default training), eager and compiled. torchtitan itself is used where it
 #      imports: carry its wheels in .whl (see benchmarks/README.md, section e); else the script
 #      makes the same calls and says so (table.txt's wrapping column, the line's recipe.source).
-# $OUT gets: fsdp2-x2.jsonl (stepbench's records), torchtitan.jsonl, table.txt
-# (benchmarks/fsdp2_table.py), report.md, env.txt, fsdp2-x2.tar.gz (all of it and the logs).
+# $OUT gets: fsdp2-x$NPROC.jsonl (stepbench's records), torchtitan.jsonl, table.txt
+# (benchmarks/fsdp2_table.py), report.md, env.txt, fsdp2-x$NPROC.tar.gz (all of it and the logs).
+# NPROC=1 (nvidia-h200): the same at world size 1 (group 2 without DDP), where torchtitan's recipe
+# and stepbench's wrapping meet without the link, e.g. VARIANTS="--precision mixed-bf16"
+# TT_PRECISIONS="mixed-bf16 bf16": both wrappings at both precisions.
 # On a CPU, to check the script: MODEL=llama-tiny DEVICE=cpu SEQ=64 STEPS=3 MODES=eager OUT=...
 set -uo pipefail
 out=${OUT:?set OUT to a folder}
 model=${MODEL:-llama-468m}; device=${DEVICE:-cuda}; seq=${SEQ:-2048}; batch=${BATCH:-4}
 steps=${STEPS:-20}; modes=${MODES:-eager,compile}; deadline=${DEADLINE_S:-540}
 variants=${VARIANTS:---fsdp-unit 4;--fsdp-unit 24;--fsdp-unit 4 --fsdp-optimizer local}
-tt_precisions=${TT_PRECISIONS:-mixed-bf16}
-work=$(mktemp -d /tmp/fsdp2-x2.XXXXXX)
+tt_precisions=${TT_PRECISIONS:-mixed-bf16}; nproc=${NPROC:-2}; name=fsdp2-x$nproc
+work=$(mktemp -d /tmp/$name.XXXXXX)
 mkdir -p "$out" "$work/logs"
 trap 'rm -rf "$work"' EXIT      # what matters is copied to $OUT first
-results=$work/fsdp2-x2.jsonl; titan=$work/torchtitan.jsonl
+results=$work/$name.jsonl; titan=$work/torchtitan.jsonl
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
 sb() {   # LOG ARGS...: one stepbench run into the results file
   local log=$1; shift
@@ -47,7 +50,7 @@ room() {  # SECONDS WHAT: whether the deadline leaves that much
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>/dev/null
   env | grep -E '^(NCCL_|TORCH_SYMM|NVSHMEM_|CUDA_VISIBLE)' | sort
   python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)"
-  echo "model $model device $device batch $batch seq $seq steps $steps modes $modes"
+  echo "model $model device $device batch $batch seq $seq steps $steps modes $modes processes $nproc"
   echo "variants: $variants; torchtitan precisions: $tt_precisions"
 } >"$work/env.txt" 2>&1
 tt_path=src
@@ -59,17 +62,18 @@ echo "torchtitan's path: $tt_path" >>"$work/env.txt"
 
 pool=(); [[ $device == cuda ]] && pool=(--gpus all)
 sb one-gpu --modes "$modes" "${pool[@]}"
-room 150 "ddp,fsdp2" && sb x2 --modes "$modes" --parallel ddp,fsdp2 --nproc 2
+parallels=ddp,fsdp2; (( nproc == 1 )) && parallels=fsdp2   # DDP of one process is no wrapping
+room 150 "$parallels" && sb "x$nproc" --modes "$modes" --parallel "$parallels" --nproc "$nproc"
 IFS=';' read -ra sets <<<"$variants"
 for flags in "${sets[@]}"; do
   room 110 "variant $flags" || break
   # shellcheck disable=SC2086
-  sb "x2-$(echo $flags | tr -d ' -')" --modes "$modes" --parallel fsdp2 --nproc 2 $flags
+  sb "x$nproc-$(echo $flags | tr -d ' -')" --modes "$modes" --parallel fsdp2 --nproc "$nproc" $flags
 done
 for precision in $tt_precisions; do
   for mode in ${modes//,/ }; do
     room 80 "torchtitan $precision $mode" || break 2
-    PYTHONPATH=$tt_path timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
+    PYTHONPATH=$tt_path timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" \
       benchmarks/torchtitan_fsdp2.py --device "$device" --model "$model" --seq "$seq" --batch "$batch" \
       --steps "$steps" --modes "$mode" --precision "$precision" --out "$titan" --baseline "$results" \
       2>&1 | quiet >>"$work/logs/torchtitan-$precision-$mode.log"
@@ -83,6 +87,6 @@ grep -h "torchtitan recipe" "$work"/logs/torchtitan-*.log >>"$work/env.txt" 2>/d
 echo "wall ${SECONDS} s" >>"$work/env.txt"
 cp "$work/table.txt" "$work/report.md" "$work/env.txt" "$out/"
 cp "$results" "$titan" "$out/" 2>/dev/null || echo "a results file is missing" >>"$out/env.txt"
-tar -czf "$out/fsdp2-x2.tar.gz" -C "$work" --exclude inductor --exclude tt-site .
+tar -czf "$out/$name.tar.gz" -C "$work" --exclude inductor --exclude tt-site .
 cat "$out/table.txt"
 tail -n 25 "$out/env.txt"
