@@ -67,3 +67,38 @@ def test_layers_left_eager_at_the_limit_are_counted_and_said(eager_backend):
     assert info["graphs"] == 8
     assert info["recompile_limit_hits"] > hits_before
     assert any("recompile limit hit" in reason for reason in info["break_reasons"])
+
+
+def test_a_per_layer_record_from_before_the_fix_is_measured_again_and_replaced(tmp_path):
+    """A stored per-layer compile record without `compile.recompile_limit_hits` (written when
+    layers past the limit ran eagerly) is not resumed: the run measures it again, says so once,
+    and the new record replaces it; whole-model and current per-layer records resume."""
+    import io
+
+    from fakes import InProcess
+
+    from stepbench.execute.progress import Display
+    from stepbench.execute.runner import Runner
+    from stepbench.record import Machine, Record, ResultsFile
+
+    def tiny(**kw) -> Setup:
+        return Setup(**{"model": "llama-tiny", "mode": "compile", "attn": "sdpa", "batch": 1,
+                        "seq": 64, "device": "cpu", **kw})
+
+    layer, whole, current = tiny(compile_scope="layer"), tiny(), tiny(compile_scope="layer", batch=2)
+    out = ResultsFile(tmp_path / "r.jsonl")
+    stored = {layer: {"graphs": 8}, whole: {"graphs": 1},
+              current: {"graphs": 10, "recompile_limit_hits": 0}}
+    for setup, compiled in stored.items():
+        out.append(Record(run_id="old", repeat=0, setup=setup, status="ok", error=None,
+                          step_ms=50.0, compile=compiled, machine=Machine(gpu="cpu")))
+    assert [r.compiled_too_few_layers for r in out.read()] == [True, False, False]
+
+    executor, stream = InProcess(lambda job: [70.0, 70.0]), io.StringIO()
+    Runner(executor, out).run([layer, whole, current], repeats=1, timeout_s=60,
+                              display=Display(stream, clock=lambda: 0.0))
+    assert executor.ran == [(1, 0)]                        # the old per-layer record alone
+    assert stream.getvalue().count("of per-layer compile measured again") == 1
+    latest = {r.setup: r for r in out.latest()}
+    assert [latest[s].step_ms for s in (layer, whole, current)] == [70.0, 50.0, 50.0]
+    assert len(out.read()) == 4                            # the old line stays in the file

@@ -149,6 +149,18 @@ class Record:
     def ok(self) -> bool:
         return self.status == "ok" and self.step_ms is not None
 
+    @property
+    def compiled_too_few_layers(self) -> bool:
+        """A record of per-layer compile (`--compile-scope layer`, compiled FSDP2) written before
+        stepbench let every decoder layer have its graph (2026-12-02): past dynamo's recompile
+        limit the layers after the eighth ran eagerly (benchmarks/README.md section e). Such
+        records lack `compile.recompile_limit_hits`, which every compiled record has since; a
+        run measures them again instead of resuming them."""
+        s = self.setup
+        per_layer = s.compile_scope == "layer" or s.parallel == "fsdp2"
+        return (s.mode == "compile" and per_layer and self.ok
+                and "recompile_limit_hits" not in (self.compile or {}))
+
     def resume_key(self) -> str:
         """What makes two records the same measurement: the setup, the repeat and where it ran
         (a results file shared between machines resumes each machine's own setups; two SSH

@@ -129,6 +129,13 @@ class Runner:
         """Run `jobs` (after `offset` jobs of this plan) except those the results file has;
         their records, old and new, in the jobs' order."""
         stored = [] if self.rerun else self.store.latest()
+        stale = [r for r in stored if r.compiled_too_few_layers]
+        if stale:
+            stored = [r for r in stored if not r.compiled_too_few_layers]
+            call.display.note(
+                f"{len(stale)} stored record{'s' if len(stale) > 1 else ''} of per-layer compile "
+                "measured again: written before every decoder layer could have its own graph "
+                "(layers past dynamo's recompile limit ran eagerly)")
         done = {r.resume_key(): r for r in stored}
         # An executor that places jobs itself (a cluster) says which stored record is a job's.
         find = getattr(self.executor, "find_done", None)
