@@ -93,6 +93,14 @@ def test_a_per_layer_record_from_before_the_fix_is_measured_again_and_replaced(t
         out.append(Record(run_id="old", repeat=0, setup=setup, status="ok", error=None,
                           step_ms=50.0, compile=compiled, machine=Machine(gpu="cpu")))
     assert [r.compiled_too_few_layers for r in out.read()] == [True, False, False]
+    # A report of the old file marks that row (¶, a details cell, a reason in its JSON).
+    from stepbench.report.rows import BEFORE_LAYER_FIX, build_rows
+
+    rows = {row.setup.compile_scope + str(row.setup.batch): row
+            for row in build_rows(out.read(), {})}
+    assert [(rows[k].before_layer_fix, rows[k].compile_marked) for k in ("layer1", "model1")] \
+        == [(True, True), (False, False)]
+    assert rows["layer1"].as_dict()["break_reasons"] == [BEFORE_LAYER_FIX]
 
     executor, stream = InProcess(lambda job: [70.0, 70.0]), io.StringIO()
     Runner(executor, out).run([layer, whole, current], repeats=1, timeout_s=60,

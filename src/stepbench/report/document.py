@@ -458,8 +458,10 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
      lambda r: "-" if r.graph_breaks is None else str(r.graph_breaks)),
     ("Recompiles", "r", lambda r: r.compile_marked,
      lambda r: "-" if r.recompiles is None else str(r.recompiles)),
-    ("Left eager at the recompile limit", "r", lambda r: bool(r.recompile_limit_hits),
-     lambda r: str(r.recompile_limit_hits)),
+    ("Left eager at the recompile limit", "r",
+     lambda r: bool(r.recompile_limit_hits) or r.before_layer_fix,
+     lambda r: str(r.recompile_limit_hits) if r.recompile_limit_hits else
+     "layers 9 on, before 2026-12-02" if r.before_layer_fix else "-"),
     ("First step warm (s)", "r", lambda r: r.first_step_warm_s is not None,
      lambda r: table.num(r.first_step_warm_s, 1)),
     ("J/token", "r", lambda r: r.joules_per_token is not None,

@@ -83,6 +83,9 @@ class Row:
     graph_breaks: int | None = None
     recompiles: int | None = None
     recompile_limit_hits: int | None = None
+    # Per-layer compile measured before every decoder layer had its graph: the layers past
+    # dynamo's recompile limit ran eagerly (Record.compiled_too_few_layers).
+    before_layer_fix: bool = False
     break_reasons: list[str] = field(default_factory=list)
     tokens_per_kwh: float | None = None
     joules_per_token: float | None = None
@@ -122,7 +125,8 @@ class Row:
     def compile_marked(self) -> bool:
         """torch.compile did more than one graph compiled once: graph breaks, recompilations
         after the first step, or code left eager at the recompile limit."""
-        return bool(self.graph_breaks or self.recompiles or self.recompile_limit_hits)
+        return bool(self.graph_breaks or self.recompiles or self.recompile_limit_hits
+                    or self.before_layer_fix)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -182,6 +186,7 @@ class Row:
             "first_step_cache": self.first_step_cache,
             "graph_breaks": self.graph_breaks, "recompiles": self.recompiles,
             "recompile_limit_hits": self.recompile_limit_hits,
+            "before_layer_fix": self.before_layer_fix,
             "break_reasons": self.break_reasons,
             "mfu": self.mfu, "mfu_source": self.mfu_source,
             "achieved_tflops": self.achieved_tflops, "mfu_measured": self.mfu_measured,
@@ -412,6 +417,11 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     return row
 
 
+BEFORE_LAYER_FIX = ("measured before every decoder layer had its own graph (2026-12-02): the "
+                    "layers past dynamo's recompile limit, the ninth on, ran eagerly; run it "
+                    "again to measure it compiled")
+
+
 def _cache(record: Record) -> str | None:
     return (record.compile or {}).get("cache")
 
@@ -459,6 +469,9 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
     row.recompile_limit_hits = _most(c.get("recompile_limit_hits") for c in compiled)
     row.break_reasons = list(dict.fromkeys(b for c in compiled
                                            for b in c.get("break_reasons") or []))
+    row.before_layer_fix = any(r.compiled_too_few_layers for r in ok)
+    if row.before_layer_fix:
+        row.break_reasons.append(BEFORE_LAYER_FIX)
     caches = Counter(_cache(r) for r in ok if _cache(r))
     if set(caches) == {"shared"}:
         kinds = {starts[id(r)] for r in ok if _cache(r)}
