@@ -24,8 +24,9 @@
 #     process's wall against its first step, warm-up and timed steps.
 #   MODE=modes OUT=dir SEED=path/to/seed_train.py bash benchmarks/gpu_start.sh
 #     eager+sdpa alone, ROUNDS (default 4) rounds of: a --start fresh process, a --start server
-#     process (the order alternates by round), the post's script; `start_modes.py` prints every
-#     process's step time by start method (is the slow mode the start method's?).
+#     process (the order alternates by round), the post's script; `compare_starts.py
+#     --processes` prints every process's step time by start method (is the slow mode the start
+#     method's?).
 set -uo pipefail
 out=${OUT:?set OUT to a folder}; mode=${MODE:?set MODE to warm, cold, probes or modes}
 mkdir -p "$out"
