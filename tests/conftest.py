@@ -175,6 +175,20 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def resumed_and_timed_out(again, kept: dict, out: Path, cluster: str) -> list[dict]:
+    """Checks a cluster's second run of MATRIX (`again`, --format json) with --timeout 1: the
+    first setup's record `kept` resumed as it was, the second stopped at 1 s in a job of its own
+    (`placement[cluster]["job_id"]`), and the file holding just those two; returns them."""
+    assert again.returncode == 0, again.stderr
+    records = json.loads(again.stdout)
+    assert records[0] == kept and records[1]["setup"]["attn"] == "eager"
+    assert records[1]["status"] == "timeout"
+    assert records[1]["error"].startswith("no result after 1 s (last phase: ")
+    assert records[1]["placement"][cluster]["job_id"] != kept["placement"][cluster]["job_id"]
+    assert read_jsonl(out) == records
+    return records
+
+
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
     """A real OpenSSH server on 127.0.0.1 with its client config (tests/sshd.py); one per test

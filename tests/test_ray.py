@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RAY_POLL_ENV, SMALL, SRC, default_sigint, read_jsonl, wait_for, with_hooks
+from conftest import RAY_POLL_ENV, SMALL, SRC, default_sigint, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
 
@@ -236,13 +236,7 @@ def test_the_matrix_through_ray_ctrl_c_a_rerun_resumes_and_a_timeout(ray_cluster
     # a process server on every node.)
     again = ray_cli(ray_cluster, "run", "--ray", ray_cluster.address, *MATRIX, "--timeout", "1",
                     "--start", "fresh", "--out", out, "--format", "json")
-    assert again.returncode == 0, again.stderr
-    records = json.loads(again.stdout)
-    assert records[0] == kept and records[1]["setup"]["attn"] == "eager"
-    assert records[1]["status"] == "timeout"
-    assert records[1]["error"].startswith("no result after 1 s (last phase: ")
-    assert records[1]["placement"]["ray"]["job_id"] != ray["job_id"]
-    assert read_jsonl(out) == records
+    resumed_and_timed_out(again, kept, out, "ray")
     nothing_left(ray_cluster)
     # The run's process server took its socket file with it (the nodes' /tmp is shared).
     tag = ray["job_id"].rsplit("-", 1)[0]

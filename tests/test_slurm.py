@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from conftest import SETUP_FAULT_ENV, SMALL, SRC, read_jsonl, wait_for, with_hooks
+from conftest import SETUP_FAULT_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]   # every test here runs Slurm jobs
 
@@ -222,11 +222,5 @@ def test_the_matrix_through_slurm_ctrl_c_a_rerun_resumes_and_a_timeout(slurm_clu
     # setup), the stopped one runs and its job is cancelled at 1 s.
     again = slurm_cli(slurm_cluster, "run", "--slurm", *MATRIX, "--start", "fresh",
                       "--timeout", "1", "--out", out, "--format", "json")
-    assert again.returncode == 0, again.stderr
-    records = json.loads(again.stdout)
-    assert records[0] == kept and records[1]["setup"]["attn"] == "eager"
-    assert records[1]["status"] == "timeout"
-    assert records[1]["error"].startswith("no result after 1 s (last phase: ")
-    assert records[1]["placement"]["slurm"]["job_id"] != slurm["job_id"]
-    assert read_jsonl(out) == records
+    resumed_and_timed_out(again, kept, out, "slurm")
     nothing_left(slurm_cluster, out)
