@@ -34,17 +34,7 @@ work=$(mktemp -d /tmp/$name.XXXXXX)
 mkdir -p "$out" "$work/logs"
 trap 'rm -rf "$work"' EXIT      # what matters is copied to $OUT first
 results=$work/$name.jsonl; titan=$work/torchtitan.jsonl
-quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
-sb() {   # LOG ARGS...: one stepbench run into the results file
-  local log=$1; shift
-  PYTHONPATH=src python3 -m stepbench run --device "$device" --model "$model" --seq "$seq" \
-    --batch "$batch" --steps "$steps" --attn sdpa --repeats 1 --no-peak --timeout 240 \
-    --compile-cache "$work/inductor" --out "$results" "$@" 2>&1 | quiet >>"$work/logs/$log.log"
-  echo "$log: exit ${PIPESTATUS[0]} at ${SECONDS} s" >>"$work/env.txt"
-}
-room() {  # SECONDS WHAT: whether the deadline leaves that much
-  if (( SECONDS + $1 > deadline )); then echo "skipped $2 at ${SECONDS} s" >>"$work/env.txt"; return 1; fi
-}
+source "$(dirname "$0")/fsdp2_lib.sh"   # quiet, sb, room
 {
   nvidia-smi topo -m 2>/dev/null || echo "no GPU"
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>/dev/null
