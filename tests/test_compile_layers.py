@@ -102,6 +102,11 @@ def test_a_per_layer_record_from_before_the_fix_is_measured_again_and_replaced(t
         == [(True, True), (False, False)]
     assert rows["layer1"].as_dict()["break_reasons"] == [BEFORE_LAYER_FIX]
 
+    # A plan without that setup measures nothing and says nothing of it.
+    executor, stream = InProcess(lambda job: [70.0, 70.0]), io.StringIO()
+    Runner(executor, out).run([whole, current], repeats=1, timeout_s=60,
+                              display=Display(stream, clock=lambda: 0.0))
+    assert executor.ran == [] and "measured again" not in stream.getvalue()
     executor, stream = InProcess(lambda job: [70.0, 70.0]), io.StringIO()
     Runner(executor, out).run([layer, whole, current], repeats=1, timeout_s=60,
                               display=Display(stream, clock=lambda: 0.0))

@@ -129,34 +129,29 @@ class Runner:
         """Run `jobs` (after `offset` jobs of this plan) except those the results file has;
         their records, old and new, in the jobs' order."""
         stored = [] if self.rerun else self.store.latest()
+        # Per-layer compile from before every layer had its graph is measured again.
         stale = [r for r in stored if r.compiled_too_few_layers]
-        if stale:
-            stored = [r for r in stored if not r.compiled_too_few_layers]
-            call.display.note(
-                f"{len(stale)} stored record{'s' if len(stale) > 1 else ''} of per-layer compile "
-                "measured again: written before every decoder layer could have its own graph "
-                "(layers past dynamo's recompile limit ran eagerly)")
-        done = {r.resume_key(): r for r in stored}
+        stored = [r for r in stored if not r.compiled_too_few_layers]
+        done, stale_done = ({r.resume_key(): r for r in rs} for rs in (stored, stale))
         # An executor that places jobs itself (a cluster) says which stored record is a job's.
         find = getattr(self.executor, "find_done", None)
         records: dict[int, Record] = {}
-        todo = []
+        todo, again = [], 0
         call.display.plan(jobs, len(self.executor.slots))
         for index, job in enumerate(jobs, start=offset):
-            if find is not None:
-                found = find(job, stored)
-            else:
-                # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
-                keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s),
-                                   self.host)
-                        for s in self.executor.slots}
-                found = next((done[k] for k in keys if k in done), None)
+            found = self._stored(job, stored, done, find)
             if found is not None:
                 records[index] = found
                 self._keep(found)
                 call.display.skip(job, found)
             else:
                 todo.append((index, job))
+                again += bool(stale) and self._stored(job, stale, stale_done, find) is not None
+        if again:
+            call.display.note(
+                f"{again} stored record{'s' if again > 1 else ''} of per-layer compile measured "
+                "again: written before every decoder layer could have its own graph (layers past "
+                "dynamo's recompile limit ran eagerly)")
         if len(self.executor.slots) > 1:
             # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
@@ -165,6 +160,16 @@ class Runner:
             self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j),
                                    probe)) for i, j in todo], records, call)
         return [records[i] for i in sorted(records)]
+
+    def _stored(self, job: Job, stored: list[Record], by_key: dict[str, Record],
+                find) -> Record | None:
+        """The record of `stored` (`by_key`: the same by resume key) that is `job`'s, or None."""
+        if find is not None:
+            return find(job, stored)
+        # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
+        keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s), self.host)
+                for s in self.executor.slots}
+        return next((by_key[k] for k in keys if k in by_key), None)
 
     def profile_stem(self, job: Job) -> str | None:
         """Where `job`'s process writes its profile (--profile), less the suffixes: the
