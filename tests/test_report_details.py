@@ -13,7 +13,7 @@ import pytest
 from stepbench.report import render
 from stepbench.cli import main
 from test_report_errors import assert_user_error
-from test_report_stats import DATA, H200, rec, report_text, row, run_report
+from test_report_stats import DATA, H200, rec, report_text, row, run_report, texts
 
 TOKENS = 4 * 2048
 FLOPS_PER_TOKEN = 3216807936.0          # 6*N' + 12*L*d*T, L = 24, d = 1024, T = 2048
@@ -281,3 +281,31 @@ def test_terminal_splits_a_table_wider_than_itself():
     assert max(len(line) for line in out.splitlines()) <= render.TERMINAL_WIDTH
     assert out.count("NVIDIA H200   compile+sdpa") == 2          # GPU and setup repeated
     assert out.count("a note") == 1 and out.rstrip().endswith("a note")
+
+
+def test_gpu_busy_from_run_profile_tells_the_steps_that_waited_for_the_host(capsys, tmp_path):
+    """`run --profile`'s kernel time against the median step, per row, and the finding: real H200
+    runs, one of FSDP2 at world size 1 beside plain setups, one of eager+sdpa's five processes
+    (two of them slow)."""
+    results = DATA.parent.parent / "benchmarks" / "results"
+    out = report_text(capsys, "markdown", results / "h200-2026-12-02-fsdp2-one-call3.jsonl")
+    (busy,) = [t for t in details_tables(out) if t[0][-1] == "GPU busy (profiled)"]
+    cells = {r[1]: r[2] for r in busy[1:]}
+    assert cells["compile+sdpa (1 process)"] == "95%"
+    assert cells["compile/layer+sdpa (fsdp2 x1)"] == "38%"
+    assert "The GPU waited for the host" in out
+    # Only the rows under 85% are named: the plain setups (95-96%) and unit 24 eager (90%) not.
+    finding = next(line for line in out.splitlines() if "The GPU waited for the host (" in line)
+    assert "compile/layer+sdpa (fsdp2 x1) 38%, eager+sdpa (fsdp2 x1) 62%" in finding
+    assert "(1 process)" not in finding and "eager+sdpa+unit24" not in finding
+
+    doc, _ = run_report(capsys, tmp_path, [json.loads(line) for line in (
+        results / "h200-2026-12-02-eager-sdpa-wander.jsonl").read_text().splitlines()])
+    (only,) = doc["rows"]
+    assert only["gpu_busy"] == pytest.approx(0.95, abs=0.005)      # median of five processes
+    assert only["gpu_busy_low"] == pytest.approx(86.03 / 109.8, abs=0.005)   # the slowest
+    assert "eager+sdpa 95% (78% in its slowest process)" in texts(doc, "host_bound")
+
+    # Without a profile: no column, no finding.
+    plain = report_text(capsys, "markdown", results / "h200-2026-12-02-default-run.jsonl")
+    assert "GPU busy" not in plain and "waited for the host" not in plain

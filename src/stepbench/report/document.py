@@ -452,6 +452,7 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
      lambda r: _percent(r.mfu_datasheet)),
     ("FLOP counter diff", "r", lambda r: r.flop_counter_diff is not None,
      lambda r: _signed_percent(r.flop_counter_diff)),
+    ("GPU busy (profiled)", "r", lambda r: r.gpu_busy is not None, lambda r: _busy(r)),
     ("Compile cache", "l", lambda r: r.compile_cache is not None,
      lambda r: r.compile_cache or "-"),
     ("Graph breaks", "r", lambda r: r.compile_marked,
@@ -489,6 +490,19 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
 
 def _percent(fraction: float | None) -> str:
     return "-" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def _busy(row) -> str:
+    """"96%", or "95% (lowest 78%)" where a process was well below the row's median."""
+    text = _percent(row.gpu_busy)
+    if row.gpu_busy_low is not None and row.gpu_busy - row.gpu_busy_low >= 0.02:
+        text += f" (lowest {_percent(row.gpu_busy_low)})"
+    return text
+
+
+GPU_BUSY_NOTE = ("GPU busy: the kernel time of the one step `run --profile` profiled, over the "
+                 "process's median timed step; the rest of the step the GPU waited for the host "
+                 "(Python, dispatch, kernel launches, hooks). The median over the row's processes.")
 
 
 def _signed_percent(fraction: float | None) -> str:
@@ -529,6 +543,7 @@ DETAIL_TABLES = [
      ["Compile cache", "Graph breaks", "Recompiles", "Left eager at the recompile limit",
       "First step warm (s)"],
      lambda rows: []),
+    ("Details: the GPU or the host", ["GPU busy (profiled)"], lambda rows: [GPU_BUSY_NOTE]),
     ("Details: losses", ["Loss guard"], lambda rows: [LOSS_GUARD_NOTE]),
     ("Details: scaling",
      ["Processes", "Wrapping", "Tokens/s per GPU", "Rank spread", "Scaling efficiency",

@@ -618,6 +618,33 @@ def mfu(rows: list[Row]) -> list[Finding]:
     return [Finding("mfu", "Best model FLOPs utilization: " + join(items) + ".")]
 
 
+# A process whose GPU ran kernels less of its step than this waited on the host. On one H200,
+# profiled plain steps of the post's model ran 94-96% of their step (compiled whole or per
+# layer, eager+sdpa in its fast processes), host-bound ones 38-79% (FSDP2 at world size 1,
+# eager+sdpa's slow processes; benchmarks/README.md sections e and h).
+HOST_BOUND = 0.85
+
+
+def host_bound(rows: list[Row]) -> list[Finding]:
+    """The setups whose GPU waited for the host (`run --profile`'s kernel time against the
+    median step), in some process or in all, per GPU."""
+    waited = [r for r in rows if r.gpu_busy_low is not None and r.gpu_busy_low < HOST_BOUND]
+    if not waited:
+        return []
+    per_gpu: dict[str, list[str]] = {}
+    for r in sorted(waited, key=lambda r: r.gpu_busy_low):
+        name = r.name + (f" ({r.setup.parallel_label})" if r.setup.distributed else "")
+        share = f"{r.gpu_busy * 100:.0f}%"
+        if r.gpu_busy >= HOST_BOUND:
+            share += f" ({r.gpu_busy_low * 100:.0f}% in its slowest process)"
+        per_gpu.setdefault(r.gpu, []).append(f"{name} {share}")
+    where = "; ".join(f"on {gpu}, {join(items)}" for gpu, items in per_gpu.items())
+    return [Finding("host_bound", "The GPU waited for the host (the share of the median step "
+                    f"its kernels took, profiled): {where}. There the host's Python, dispatch, "
+                    "kernel launches and hooks set the pace; fewer, larger kernels and launches "
+                    "(torch.compile, CUDA graphs, fewer FSDP2 units) shorten it.")]
+
+
 def energy(rows: list[Row]) -> list[Finding]:
     """Most tokens per kWh per GPU."""
     best = _best_per_gpu(rows, lambda r: r.tokens_per_kwh)
@@ -748,4 +775,4 @@ def untested(rows: list[Row]) -> list[Finding]:
 
 RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory,
          compile_cost, compile_payback, fit, attention_speed, attention_vs_compile, gpus,
-         untested, loss_guard_agreed, mfu, energy, testing]
+         untested, loss_guard_agreed, mfu, host_bound, energy, testing]

@@ -69,6 +69,11 @@ class Row:
     # FlopCounterMode's count per step over the convention's (flops_per_token x batch x seq),
     # minus 1: +0.031 = the counter counted 3.1% more.
     flop_counter_diff: float | None = None
+    # `run --profile` on a GPU: the profiled step's kernel time over the process's median timed
+    # step, a fraction (below 1 where the GPU waited for the host); the median over the row's
+    # processes, and the lowest.
+    gpu_busy: float | None = None
+    gpu_busy_low: float | None = None
     compile_cache: str | None = None
     # Under a cache shared by every process ("shared": run --compile-cache, tune), what inductor's
     # cache counters say it was for this row's processes: "cold" (no hits), "warm" (only hits),
@@ -186,6 +191,7 @@ class Row:
             "first_step_cache": self.first_step_cache,
             "graph_breaks": self.graph_breaks, "recompiles": self.recompiles,
             "recompile_limit_hits": self.recompile_limit_hits,
+            "gpu_busy": self.gpu_busy, "gpu_busy_low": self.gpu_busy_low,
             "before_layer_fix": self.before_layer_fix,
             "break_reasons": self.break_reasons,
             "mfu": self.mfu, "mfu_source": self.mfu_source,
@@ -495,6 +501,19 @@ def _combine_details(row: Row, ok: list[Record]) -> None:
     row.flops_convention = next((r.flops_convention for r in ok if r.flops_convention), None)
     row.flop_counter_diff = _median(_flop_counter_diff(r) for r in ok)
     row.loss_last = _median(_last_loss(r) for r in ok)
+    busy = [b for b in map(gpu_busy, ok) if b is not None]
+    if busy:
+        row.gpu_busy, row.gpu_busy_low = _median(busy), min(busy)
+
+
+def gpu_busy(record: Record) -> float | None:
+    """The share of a typical step the GPU ran kernels: `run --profile`'s kernel time of its
+    one profiled step over the record's median timed step (at most 1; the profiler slows the
+    host, not the kernels). None without a GPU profile."""
+    device_s = (record.profile or {}).get("device_s")
+    if not device_s or not record.step_ms_median:
+        return None
+    return min(1.0, device_s * 1000 / record.step_ms_median)
 
 
 def _flop_counter_diff(record: Record) -> float | None:
