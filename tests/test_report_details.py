@@ -306,6 +306,14 @@ def test_gpu_busy_from_run_profile_tells_the_steps_that_waited_for_the_host(caps
     assert only["gpu_busy_low"] == pytest.approx(86.03 / 109.8, abs=0.005)   # the slowest
     assert "eager+sdpa 95% (78% in its slowest process)" in texts(doc, "host_bound")
 
+    # CUDA graphs' kernels reach the profiler: compile mode reduce-overhead reads busy, and the
+    # smaller model's eager step waits for the host half its time.
+    doc, _ = run_report(capsys, tmp_path, [json.loads(line) for line in (
+        results / "h200-2026-12-02-gpu-busy-135m.jsonl").read_text().splitlines()])
+    busy = {r["setup"]: round(r["gpu_busy"], 2) for r in doc["rows"]}
+    assert busy == {"eager+sdpa": 0.5, "compile+sdpa": 0.92, "compile:reduce-overhead+sdpa": 0.98}
+    assert "on NVIDIA H200, eager+sdpa 50%." in texts(doc, "host_bound")
+
     # Without a profile: no column, no finding.
     plain = report_text(capsys, "markdown", results / "h200-2026-12-02-default-run.jsonl")
     assert "GPU busy" not in plain and "waited for the host" not in plain
