@@ -5,13 +5,20 @@ past dynamo's recompile limit (8) the layers used to run eagerly without a word 
 what is checked is dynamo's choice to compile or to give up, which the backend does not change.
 """
 
+import io
+
 import pytest
 import torch
 import torch._dynamo
+from fakes import InProcess
 from torch._dynamo.utils import counters
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from stepbench.execute.progress import Display
+from stepbench.execute.runner import Runner
 from stepbench.measure import compile_info, options
+from stepbench.record import Machine, Record, ResultsFile
+from stepbench.report.rows import BEFORE_LAYER_FIX, build_rows
 from stepbench.setup import Setup
 
 LAYERS = 10
@@ -73,14 +80,6 @@ def test_a_per_layer_record_from_before_the_fix_is_measured_again_and_replaced(t
     """A stored per-layer compile record without `compile.recompile_limit_hits` (written when
     layers past the limit ran eagerly) is not resumed: the run measures it again, says so once,
     and the new record replaces it; whole-model and current per-layer records resume."""
-    import io
-
-    from fakes import InProcess
-
-    from stepbench.execute.progress import Display
-    from stepbench.execute.runner import Runner
-    from stepbench.record import Machine, Record, ResultsFile
-
     def tiny(**kw) -> Setup:
         return Setup(**{"model": "llama-tiny", "mode": "compile", "attn": "sdpa", "batch": 1,
                         "seq": 64, "device": "cpu", **kw})
@@ -94,8 +93,6 @@ def test_a_per_layer_record_from_before_the_fix_is_measured_again_and_replaced(t
                           step_ms=50.0, compile=compiled, machine=Machine(gpu="cpu")))
     assert [r.compiled_too_few_layers for r in out.read()] == [True, False, False]
     # A report of the old file marks that row (¶, a details cell, a reason in its JSON).
-    from stepbench.report.rows import BEFORE_LAYER_FIX, build_rows
-
     rows = {row.setup.compile_scope + str(row.setup.batch): row
             for row in build_rows(out.read(), {})}
     assert [(rows[k].before_layer_fix, rows[k].compile_marked) for k in ("layer1", "model1")] \

@@ -128,11 +128,12 @@ class Runner:
     def _run_jobs(self, jobs: list[Job], call: "_Call", offset: int = 0) -> list[Record]:
         """Run `jobs` (after `offset` jobs of this plan) except those the results file has;
         their records, old and new, in the jobs' order."""
-        stored = [] if self.rerun else self.store.latest()
         # Per-layer compile from before every layer had its graph is measured again.
-        stale = [r for r in stored if r.compiled_too_few_layers]
-        stored = [r for r in stored if not r.compiled_too_few_layers]
-        done, stale_done = ({r.resume_key(): r for r in rs} for rs in (stored, stale))
+        stored, stale = [], []
+        for r in [] if self.rerun else self.store.latest():
+            (stale if r.compiled_too_few_layers else stored).append(r)
+        done = {r.resume_key(): r for r in stored}
+        stale_done = {r.resume_key(): r for r in stale}
         # An executor that places jobs itself (a cluster) says which stored record is a job's.
         find = getattr(self.executor, "find_done", None)
         records: dict[int, Record] = {}
@@ -146,7 +147,8 @@ class Runner:
                 call.display.skip(job, found)
             else:
                 todo.append((index, job))
-                again += bool(stale) and self._stored(job, stale, stale_done, find) is not None
+                if stale and self._stored(job, stale, stale_done, find) is not None:
+                    again += 1
         if again:
             call.display.note(
                 f"{again} stored record{'s' if again > 1 else ''} of per-layer compile measured "
