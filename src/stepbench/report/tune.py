@@ -18,7 +18,7 @@ from stepbench.report.findings import change
 from stepbench.report.layout import Document, Table
 from stepbench.report.marks import mark_notes, noise_marks
 from stepbench.search.gains import source_kind
-from stepbench.search.tune import TuneResult, label, stage_of
+from stepbench.search.tune.results import TuneResult, label, stage_of
 from stepbench.setup import Setup
 from stepbench.units import duration
 
@@ -26,7 +26,7 @@ COLUMNS = ["Stage", "Setup", "Batch", "Precision", "Status", "Tokens/s", "Step (
            "Peak memory", "First step (s)", "Loss guard"]
 ALIGN = "llrllrrrrl"
 # (stage, record): what a tune used, in the order it used it. The stage is one of
-# search.tune.STAGES (an earlier tune's: screen, batch, option, reference, final reference or
+# search.tune.results.STAGES (an earlier tune's: screen, batch, option, reference, final reference or
 # final).
 Entry = tuple[str, Record]
 
