@@ -510,10 +510,32 @@ def test_a_replay_of_a_measured_host_reaches_95_percent_of_the_best_within_8_min
 
 
 def test_the_committed_gain_table_is_what_the_committed_results_give():
-    gain_table = load_benchmark("gain_table")
-    from stepbench.search import committed_gains
+    # The shipped data file is byte for byte what benchmarks/gain_table.py writes from the
+    # committed results, and the package's loader reads back every observation it holds.
+    from importlib.resources import files
 
-    assert gain_table.source() == Path(committed_gains.__file__).read_text()
+    from stepbench.search.gains import COMMITTED_DATA, COMMITTED_FILES, committed_observations
+
+    gain_table = load_benchmark("gain_table")
+    shipped = files("stepbench.search").joinpath(COMMITTED_DATA).read_text()
+    assert gain_table.source() == shipped
+    results = Path(__file__).parent.parent / "benchmarks" / "results"
+    expected = committed_observations(results)
+    assert committed() == expected and len(expected) > 100
+    assert {o.gpu for o in expected} == {"NVIDIA H200"}
+    assert json.loads(shipped)["files"] == list(COMMITTED_FILES)
+
+
+def test_the_gain_table_is_declared_package_data():
+    # A wheel carries only the data files pyproject.toml declares: the gain table must be one.
+    import fnmatch
+    import tomllib
+
+    from stepbench.search.gains import COMMITTED_DATA
+
+    config = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["stepbench.search"]
+    assert any(fnmatch.fnmatch(COMMITTED_DATA, p) for p in patterns)
 
 
 def load_benchmark(name: str):
