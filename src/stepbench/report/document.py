@@ -14,7 +14,7 @@ import sys
 from stepbench import record as store
 from stepbench.errors import command_name, first_line, warning_line
 from stepbench.guard import DEPARTS, OK, Verdict
-from stepbench.record import Record
+from stepbench.record import LAYER_GRAPHS, Record
 from stepbench.report import meta as about
 from stepbench.report import searches, table, tune
 from stepbench.report.findings import findings_for, key_findings
@@ -462,7 +462,7 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
     ("Left eager at the recompile limit", "r",
      lambda r: bool(r.recompile_limit_hits) or r.before_layer_fix,
      lambda r: str(r.recompile_limit_hits) if r.recompile_limit_hits else
-     "layers 9 on, before 2026-12-02" if r.before_layer_fix else "-"),
+     f"layers 9 on, before {LAYER_GRAPHS.since}" if r.before_layer_fix else "-"),
     ("First step warm (s)", "r", lambda r: r.first_step_warm_s is not None,
      lambda r: table.num(r.first_step_warm_s, 1)),
     ("J/token", "r", lambda r: r.joules_per_token is not None,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from stepbench.axes import AXES
 from stepbench.guard import Verdict, loss_verdicts
 from stepbench.noise import peaks_disagree, processes_disagree
-from stepbench.record import Record
+from stepbench.record import LAYER_GRAPHS, Record
 from stepbench import stats
 from stepbench.report.meta import row_fields
 from stepbench.report.prices import price_for
@@ -423,9 +423,10 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     return row
 
 
-BEFORE_LAYER_FIX = ("measured before every decoder layer had its own graph (2026-12-02): the "
-                    "layers past dynamo's recompile limit, the ninth on, ran eagerly; run it "
-                    "again to measure it compiled")
+# A per-layer compiled record older than LAYER_GRAPHS, in the report's words.
+BEFORE_LAYER_GRAPHS = (f"measured before every decoder layer had its own graph "
+                       f"({LAYER_GRAPHS.since}): the layers past dynamo's recompile limit, the "
+                       "ninth on, ran eagerly; run it again to measure it compiled")
 
 
 def _cache(record: Record) -> str | None:
@@ -477,7 +478,7 @@ def _combine_first_step(row: Row, ok: list[Record]) -> None:
                                            for b in c.get("break_reasons") or []))
     row.before_layer_fix = any(r.compiled_too_few_layers for r in ok)
     if row.before_layer_fix:
-        row.break_reasons.append(BEFORE_LAYER_FIX)
+        row.break_reasons.append(BEFORE_LAYER_GRAPHS)
     caches = Counter(_cache(r) for r in ok if _cache(r))
     if set(caches) == {"shared"}:
         kinds = {starts[id(r)] for r in ok if _cache(r)}
