@@ -18,7 +18,8 @@ from stepbench.execute.progress import Display
 from stepbench.execute.runner import Runner
 from stepbench.measure import compile_info, options
 from stepbench.record import Machine, Record, ResultsFile
-from stepbench.report.rows import BEFORE_LAYER_GRAPHS, build_rows
+from stepbench.report.details import BEFORE_LAYER_GRAPHS
+from stepbench.report.rows import build_rows
 from stepbench.setup import Setup
 
 LAYERS = 10
