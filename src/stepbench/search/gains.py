@@ -146,25 +146,36 @@ class Gain:
     kind: str
     source: str
     samples: tuple = ()
+    # Whether the gain may skip a candidate: measured on this machine or on its machine class
+    # (or reasoned), not on another machine class, whose gains only order the candidates.
+    decides: bool = True
 
     def then(self, other: "Gain") -> "Gain":
         return Gain(self.lo * other.lo, self.hi * other.hi, f"{self.kind}, then {other.kind}",
-                    f"{self.source}; {other.source}", self.samples + other.samples)
+                    f"{self.source}; {other.source}", self.samples + other.samples,
+                    self.decides and other.decides)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "smallest": round(self.lo, 3), "largest": round(self.hi, 3),
-                "source": self.source,
-                "observations": [{"ratio": o.ratio, "setups": o.what, "where": o.where}
-                                 for o in self.samples]}
+                "source": self.source, "may_skip": self.decides,
+                "observations": [{"ratio": o.ratio, "setups": o.what, "where": o.where,
+                                  "gpu": o.gpu} for o in self.samples]}
 
 
 def source_kind(source: str) -> str:
     """A gain's source in a few words: "this machine", "committed H200 results", "assumed" (no
     measurement), or several of them for a chain; the files and reasons stay in `source`."""
-    kinds = dict.fromkeys(THIS_MACHINE if part == THIS_MACHINE else "committed H200 results"
+    kinds = dict.fromkeys(THIS_MACHINE if part == THIS_MACHINE else part.split(" (")[0]
                           if part.startswith("committed") else "assumed"
                           for part in source.split("; "))
     return " + ".join(kinds)
+
+
+def machine_name(gpu: str | None) -> str:
+    """A machine class as a source names it: "H200" for "NVIDIA H200", "CPU" for "cpu"."""
+    if gpu is None:
+        return "unknown-machine"
+    return "CPU" if gpu == "cpu" else gpu.removeprefix("NVIDIA ")
 
 
 def describe_key(key: tuple) -> str:
@@ -185,25 +196,31 @@ def describe_key(key: tuple) -> str:
 
 class GainTable:
     """Looks changes up: among this machine's observations first, then among the committed
-    ones, each from the most specific match to the least (`_levels`)."""
+    ones of its machine class (`gpu`: the records' machine.gpu), then among the committed ones
+    of other machine classes, each from the most specific match to the least (`_levels`). A gain
+    from another machine class does not decide (`Gain.decides`): priors order the candidates,
+    measurements decide."""
 
-    def __init__(self, committed: list[Observation], machine: list[Observation] = ()):
+    def __init__(self, committed: list[Observation], machine: list[Observation] = (),
+                 gpu: str | None = None):
         self.committed = list(committed)
         self.machine = list(machine)
+        self.gpu = gpu
 
-    def with_machine(self, machine: list[Observation]) -> "GainTable":
-        return GainTable(self.committed, machine)
+    def with_machine(self, machine: list[Observation], gpu: str | None = None) -> "GainTable":
+        return GainTable(self.committed, machine, gpu)
 
     def lookup(self, key: tuple) -> Gain:
         kind = describe_key(key)
-        for pool, name in ((self.machine, THIS_MACHINE), (self.committed, None)):
+        ours = [o for o in self.committed if self.gpu is not None and o.gpu == self.gpu]
+        others = [o for o in self.committed if not (self.gpu is not None and o.gpu == self.gpu)]
+        for pool, decides in ((self.machine, True), (ours, True), (others, False)):
             for level in _levels(key):
                 found = level(pool)
                 if found:
                     ratios = [o.ratio for o in found]
-                    files = sorted({f for o in found for f in o.where.split(" + ")})
-                    where = name or "committed H200 results (" + ", ".join(files) + ")"
-                    return Gain(min(ratios), max(ratios), kind, where, tuple(found))
+                    where = THIS_MACHINE if pool is self.machine else _committed_source(found)
+                    return Gain(min(ratios), max(ratios), kind, where, tuple(found), decides)
         if key[:3] in REASONED:
             lo, hi, why = REASONED[key[:3]]
             return Gain(lo, hi, kind, why)
@@ -226,6 +243,14 @@ class GainTable:
             g = self.lookup(change_key(axis, current, step))
             gain, current = (g if gain is None else gain.then(g)), step
         return gain
+
+
+def _committed_source(found: list[Observation]) -> str:
+    """"committed H200 results (FILE, ...)": the machine classes and files observations came
+    from."""
+    names = " + ".join(dict.fromkeys(machine_name(o.gpu) for o in found))
+    files = sorted({f for o in found for f in o.where.split(" + ")})
+    return f"committed {names} results (" + ", ".join(files) + ")"
 
 
 def _doublings(start: int, end: int) -> list[int]:

@@ -16,6 +16,9 @@ from stepbench.search.prices import Price
 from stepbench.setup import Setup
 
 LADDER_SHARE = 0.25    # of the budget, at most, for the ladder
+# A candidate beats the best so far when it is faster by more than this: about the smallest
+# difference the final test has told apart (docs/architecture.md, "Measured reasons").
+BEAT = 0.01
 
 
 @dataclass

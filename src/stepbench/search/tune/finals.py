@@ -6,6 +6,7 @@ faster than (the report's test)."""
 from __future__ import annotations
 
 from stepbench.noise import processes_disagree
+from stepbench.search.tune.budget import BEAT
 from stepbench.search.tune.measured import representative
 from stepbench.search.tune.results import TuneResult, label
 from stepbench.setup import Setup
@@ -27,7 +28,7 @@ def final(tuner) -> TuneResult:
         for s in tuner.leaders():
             if tuner.reference_at(s.batch) is None:
                 tuner.reference(s.batch, "reference")
-        for s in wanted(tuner, ranked(tuner)[:2]):
+        for s in wanted(tuner, finalists(tuner)):
             tuner.measure(s, "final")
         if len(tuner.seen.tried) == before:
             break
@@ -37,21 +38,42 @@ def final(tuner) -> TuneResult:
             verdict = tuner.seen.verdict(s)
             tuner.skip(f"{label(s)}: not a finalist, the loss guard could not check it ("
                        f"{verdict.status if verdict else 'no losses'})")
+    for s in order[1:]:
+        if order and tuner.seen.faster(s, order[0]):
+            mean, best = tuner.seen.mean_tokens(s), tuner.seen.mean_tokens(order[0])
+            tuner.skip(f"{label(s)}: not the winner though its steps test faster, by the median: "
+                       f"its mean is {mean:,.0f} tokens/s against the winner's {best:,.0f} (a "
+                       "few slow steps); a tune never names a winner slower than a setup it "
+                       "measured")
     return result(tuner, order)
+
+
+def finalists(tuner) -> list[Setup]:
+    """The two setups the finals measure more of: the two best, or, where a setup that the
+    test finds faster than the best has fewer tokens/s by its mean (the test and the means
+    disagree), the best and that one, so that more processes settle which is faster."""
+    order = ranked(tuner)
+    if not order:
+        return []
+    against = next((s for s in order[1:] if tuner.seen.faster(s, order[0])), None)
+    return [order[0], against] if against is not None else order[:2]
 
 
 def ranked(tuner) -> list[Setup]:
     """The setups that may win, fastest by mean tokens/s first, except that the first is one no
     other is significantly faster than by the report's test (where the test and the means
-    disagree: a few slow steps)."""
+    disagree: a few slow steps), among those within BEAT of the most tokens/s: a tune never
+    names a winner slower than a setup it measured (by a median step that a few very slow
+    steps leave fast, under contention, the test alone would)."""
     seen = tuner.seen
     setups = sorted((s for s in seen.measured() if seen.acceptable(s)),
                     key=lambda s: -seen.mean_tokens(s))
     if tuner.objective == "fit":
         setups = [s for s in setups if s.batch == tuner.base.batch]
-    for lead in setups:
+    close = [s for s in setups if seen.mean_tokens(s) * (1 + BEAT) >= seen.mean_tokens(setups[0])]
+    for lead in close:
         # Only a setup near the lead by its median step can test faster than it.
-        near = [o for o in setups if o != lead and
+        near = [o for o in close if o != lead and
                 seen.rate_of(o) >= 0.95 * min(seen.rate_of(lead), seen.mean_tokens(lead))]
         if not any(seen.faster(o, lead) for o in near):
             return [lead] + [s for s in setups if s != lead]

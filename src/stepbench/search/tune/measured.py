@@ -58,9 +58,12 @@ class Measurements:
         return statistics.fmean(r.tokens_per_s for r in self.processes(setup))
 
     def table(self, gains: GainTable) -> GainTable:
-        """The gain table with this machine's observations (the tune's records so far)."""
+        """The gain table with this machine's observations (the tune's records so far) and its
+        machine class (the GPU its records ran on)."""
         if self._table is None:
-            self._table = gains.with_machine(observations(self.records()))
+            records = self.records()
+            self._table = gains.with_machine(observations(records),
+                                             records[0].machine.gpu if records else None)
         return self._table
 
     def verdict(self, setup: Setup):

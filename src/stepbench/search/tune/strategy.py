@@ -20,7 +20,7 @@ from stepbench.axes import AXES, axis
 from stepbench.record import Record
 from stepbench.search.gains import GainTable, committed, differences, rate, source_kind
 from stepbench.search.prices import Price, Prices
-from stepbench.search.tune.budget import LADDER_SHARE, Budget, Candidate, expected_gain
+from stepbench.search.tune.budget import BEAT, LADDER_SHARE, Budget, Candidate, expected_gain
 from stepbench.search.tune.finals import FINAL_PROCESSES, final
 from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line
 from stepbench.search.tune.results import TuneResult, is_earlier, label
@@ -28,9 +28,6 @@ from stepbench.search.tune.space import Space
 from stepbench.setup import Setup
 
 LADDER_GAIN = 0.10     # a doubling of the ladder's batch must buy this much more tokens/s
-# A candidate beats the best so far when it is faster by more than this: about the smallest
-# difference the final test has told apart (docs/architecture.md, "Measured reasons").
-BEAT = 0.01
 
 
 @dataclass
@@ -391,7 +388,7 @@ class Tuner:
             said.unmeasured.pop(pick.setup, None)
             self.note_gain(pick.gain)
             self.say(f"{stage}: next {label(pick.setup)}: about {pick.price.total:.0f} s, "
-                     f"up to {pick.parent_rate * pick.gain.hi:,.0f} tokens/s"
+                     f"up to {pick.parent_rate * pick.gain.hi:,.0f} tokens/s{prior(pick.gain)}"
                      if pick.gain else f"{stage}: next {label(pick.setup)}")
             self.measure(pick.setup, stage)
 
@@ -402,7 +399,9 @@ class Tuner:
     def assess(self, setup: Setup) -> Candidate:
         """A candidate's parent, gain, price and value, or the reason it is not worth it: a
         batch of it ran out of memory or would not fit, a change in it failed elsewhere, or
-        even its largest gain cannot beat the best so far by BEAT."""
+        even its largest gain cannot beat the best so far by BEAT, by a gain that may decide
+        (measured here or on this machine's class: another machine's gain only orders it, at
+        no value, after every candidate that may gain)."""
         c = Candidate(setup)
         family = setup.replace(batch=1).key()
         oom = self.seen.oom
@@ -425,7 +424,7 @@ class Tuner:
         if parent is not None and gain is not None:
             c.parent, c.parent_rate, c.gain = parent, self.seen.rate_of(parent), gain
             top = c.parent_rate * gain.hi
-            if best_setup is not None and top <= best * (1 + BEAT):
+            if best_setup is not None and top <= best * (1 + BEAT) and gain.decides:
                 c.why = "pruned"
                 c.reason = (f"its largest gain cannot beat the best so far: at most "
                             f"{top:,.0f} tokens/s ({gain.hi:.2f}x {label(parent)}: "
@@ -458,6 +457,15 @@ class Tuner:
             return None, None
         _, parent, gain = max(options, key=lambda item: item[0])
         return parent, gain
+
+
+def prior(gain) -> str:
+    """Where a gain measured on another machine class came from, said where it ordered a
+    candidate (it never skips one); "" for a gain that may decide."""
+    if gain.decides:
+        return ""
+    return (f" (by {source_kind(gain.source)}, another machine's: it orders the candidates, "
+            "measurements here decide)")
 
 
 def outcome(record: Record) -> str:
