@@ -108,3 +108,10 @@ def test_the_report_imports_only_the_tunes_result_types():
     used = {target for module, targets in edges.items() if module.startswith("stepbench.report")
             for target in targets if target.startswith("stepbench.search.tune")}
     assert used == {"stepbench.search.tune.results"}
+
+
+def test_no_search_or_report_module_is_over_500_lines():
+    long = [str(p.relative_to(SRC)) for folder in ("search", "report")
+            for p in (SRC / "stepbench" / folder).rglob("*.py")
+            if len(p.read_text().splitlines()) > 500]
+    assert long == []

@@ -825,14 +825,15 @@ def test_a_real_tune_keeps_its_budget_and_resumes_with_its_live_progress(tmp_pat
     # By its own count, within the budget: a process's timeout is what the budget has left (a
     # process stopped at it may take the kill's grace period more).
     assert result["spent_s"] <= 60 + KILL_GRACE_S + 2
-    # The ladder ran first, in full; eager attention was pruned (the committed gains put it at
-    # most at 0.58x eager+sdpa), and every measurement's stage is one of the tune's.
+    # The ladder ran first, in full, and every measurement's stage is one of the tune's. The
+    # committed gains (the H200's: eager attention at most 0.58x eager+sdpa) come from another
+    # machine class: on this CPU they order the candidates and skip none. The winner has the
+    # most tokens/s of what the tune measured.
     assert records[0].search["stage"] == "ladder" and records[0].setup.batch == 1
     assert all((r.setup.warmup, r.setup.steps) == (1, 3) for r in records)
-    assert result["winner"]["setup"]["name"] == "eager+sdpa"
-    assert not any(t["setup"]["name"] == "eager+eager" for t in result["tried"])
-    assert any(c["setup"]["name"] == "eager+eager" and c["why"] == "pruned"
-               for c in result["not_measured"])
+    assert not any(c["why"] == "pruned" and "H200" in c["reason"] for c in result["not_measured"])
+    assert all(not g["may_skip"] for g in result["gains"] if "committed H200" in g["source"])
+    assert_never_slower(TuneResult.from_dict(result), by_test=False)
     assert all(r.search["kind"] == "tune" and r.search["stage"] in STAGES for r in records)
     # The command it prints measures the winner's setup.
     settings = settings_of(build_parser().parse_args(result["command"].split()[1:]))

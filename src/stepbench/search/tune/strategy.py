@@ -374,7 +374,10 @@ class Tuner:
                           and s not in said.attempted]
             left = self.left_s() - self.reserve_s()
             for c in candidates:
-                if c.reason is None and c.price.total > left:
+                # A candidate the results file holds costs nothing more: a resumed tune takes
+                # what it took before, though the budget counts it spent from the start.
+                stored = (c.setup.check().key(), 0) in self.seen.stored
+                if c.reason is None and c.price.total > left and not stored:
                     c.why = "budget"
                     c.reason = (f"the budget has {max(left, 0):.0f} s left for it and it takes "
                                 f"about {c.price.total:.0f} s ({c.price.describe()})")
