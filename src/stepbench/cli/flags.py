@@ -44,9 +44,11 @@ def _text(a: Axis, value, many: bool) -> str:
 
 def add_settings(parser, settings: type) -> None:
     """One flag per setting `settings` (a settings class: RunSettings, TuneSettings) declares:
-    those of no group first, then each group's (GROUPS) in an argparse group of its own."""
+    those of no group first (`settings.flags_first` before the rest), then each group's
+    (GROUPS) in an argparse group of its own."""
     command = settings.command
-    every = declared(settings)
+    first = getattr(settings, "flags_first", ())
+    every = sorted(declared(settings), key=lambda s: s.dest not in first)
     for s in every:
         if s.group is None:
             add_setting(parser, s)

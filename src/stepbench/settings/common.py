@@ -76,7 +76,7 @@ class Common:
 
     device: Device = setting(
         Device.AUTO, "where to run: auto (CUDA when torch sees a GPU), cuda or cpu", plan=True,
-        doc="`cuda` or `cpu`; `auto` picks CUDA when torch sees a GPU; resolved: cuda or cpu")
+        doc="`cuda` or `cpu`; `auto` picks CUDA when torch sees a GPU")
     start: Start = setting(
         Start.SERVER, "how each setup's process starts: server (forked by a process server "
         "that imported torch and transformers once for the run) or fresh (a new Python that "

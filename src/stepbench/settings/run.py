@@ -69,7 +69,7 @@ class Remote:
     dir: str = setting(                  # relative to the home folder there
         ".cache/stepbench", "where stepbench keeps its environment and work files on the "
         "hosts (default ~/.cache/stepbench)", key="remote_dir", metavar="DIR",
-        empty_is_default=True)
+        empty_is_default=True, doc_default="`~/.cache/stepbench`")
 
     def checked(self) -> "Remote":
         """With the hosts of --hosts-file, each named once; the SSH config there."""

@@ -40,6 +40,7 @@ class TuneSettings(Common):
     flags narrowed, axis name -> values (the others: every value this machine runs)."""
 
     command: ClassVar[str] = TUNE
+    flags_first: ClassVar[tuple[str, ...]] = ("budget", "objective")     # in --help
 
     values: Mapping[str, Any]
     space: Mapping[str, tuple]
