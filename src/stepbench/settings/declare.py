@@ -210,10 +210,6 @@ def _resolve(s: Setting, name: str, hint, prefix, command, group, switch=False) 
                                group=s.group or group)
 
 
-def part_of(cls: type, name: str) -> Part:
-    return next(f.metadata[PART] for f in dataclasses.fields(cls) if f.name == name)
-
-
 def read(cls: type, given: Mapping[str, Any], origin, command: str | None = None) -> dict:
     """The fields of `cls` declared as settings (and parts), from `given` (settings key ->
     value; None or absent: the default), each checked; an error names a value as it was given
