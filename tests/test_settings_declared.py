@@ -5,6 +5,7 @@ docs/cli.md's table must be the one the declarations make."""
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -23,6 +24,15 @@ def test_docs_cli_md_has_the_flag_table_the_declarations_make():
     # On failure: python -m stepbench.cli.doc --write
     assert doc.written(doc.DOC.read_text()) == doc.table()
     assert doc.main(["--check"]) == 0
+
+
+def test_the_plan_files_section_names_every_plan_key():
+    from stepbench.plan import _axes, _settings
+
+    text = doc.DOC.read_text().split("### Plan files")[1].split("```toml")[0]
+    named = set(re.findall(r"`([a-z_]+)", text))
+    keys = {a.key for a in _axes().values()} | set(_settings())
+    assert keys - named == set(), "docs/cli.md's Plan files section misses these keys"
 
 
 def test_every_flag_of_run_is_declared_once():
