@@ -171,10 +171,7 @@ def _kind(hint) -> tuple[type, bool]:
 
 
 def _part_class(hint) -> type:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        [hint] = [a for a in typing.get_args(hint) if a is not type(None)]
-    return hint
+    return _kind(hint)[0]
 
 
 @functools.lru_cache(maxsize=None)
