@@ -5,7 +5,7 @@ warning one line too (errors.show_warnings); Ctrl-C
 exits 130, SIGTERM and SIGHUP 128 + their number, after the running setups were stopped. Every
 other exception is a bug and keeps its traceback. Heavy modules (torch, the report) are imported
 inside the handlers, so `--help` and `report` start fast. The axis flags come from the registry
-(axes.py), the other settings from settings.OPTIONS (cli/flags.py).
+(axes.py), the other settings from their declarations (stepbench.settings; cli/flags.py).
 """
 
 from __future__ import annotations
