@@ -17,8 +17,10 @@ optimizer      the optimizer's kernels: multi_tensor_apply (foreach, fused Adam/
 communication  NCCL collectives
 transfer       copies between host and device (bound by the host link)
 
-Besides the classes: `busy_s`, the time at least one kernel ran (the union of the kernels'
-intervals over every stream), `span_s` from the first kernel's start to the last one's end, and
+Besides the classes: how many kernels each has (`class_kernels`), the shortest kernel
+(`shortest_kernel_ms`: launch and tail latency, what no kernel goes below), `busy_s`, the time
+at least one kernel ran (the union of the kernels' intervals over every stream), `span_s` from
+the first kernel's start to the last one's end, and
 `idle_s` = span - busy: how long the GPU waited inside the profiled step. The profiler slows the
 host, so this step's idle time is larger than a timed step's (docs/predict.md takes a timed
 step's idle time as step_ms minus busy). GEMMs' FLOPs and shapes come from the launching op
@@ -91,6 +93,7 @@ def split(trace: dict) -> dict:
     ops = {e["args"]["External id"]: e for e in events
            if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
     classes = dict.fromkeys(CLASSES, 0.0)
+    counts = dict.fromkeys(CLASSES, 0)
     intervals = []
     gemms: dict[str, dict] = defaultdict(lambda: {"ms": 0.0, "calls": 0, "flops": None,
                                                  "shapes": None})
@@ -104,6 +107,7 @@ def split(trace: dict) -> dict:
         intervals.append((start, start + dur_us))
         cls = classify(e.get("name", ""))
         classes[cls] += dur_us / 1000
+        counts[cls] += 1
         count += 1
         if cls != "matmul":
             continue
@@ -127,6 +131,8 @@ def split(trace: dict) -> dict:
     return {
         "classes_ms": {k: round(v, 4) for k, v in classes.items()},
         "kernels": count,
+        "class_kernels": counts,
+        "shortest_kernel_ms": min(b - a for a, b in intervals) / 1000,
         "busy_s": busy_s,
         "span_s": span_s,
         "idle_s": max(span_s - busy_s, 0.0),
