@@ -78,6 +78,10 @@ def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Meas
            f"{POST_TORCH}): kernels, attention backends and compiled code change with versions.",
            f"Fits: the step's peak reserved memory plus {model.CONTEXT_GB:.0f} GB for the CUDA "
            "context against the GPU's memory; a step shown in parentheses does not fit."]
+    for gpu in dict.fromkeys(p.gpu for p in rows):
+        note = gpus.table()[gpu].notes
+        if note:
+            out.append(f"{gpu}: {' '.join(note.split())}.")
     for reason in sorted({p.no_basis for p in rows if p.no_basis}):
         out.append(f"Not predicted: {reason}.")
     unpriced = sorted({p.gpu for p in rows if p.price_per_hour is None})

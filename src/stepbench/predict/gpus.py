@@ -27,6 +27,7 @@ class Gpu:
     specs: dict = field(default_factory=dict)      # field -> number (absent: not given)
     sources: dict = field(default_factory=dict)    # field -> where the number comes from
     aliases: tuple = ()
+    notes: str | None = None                       # said with every prediction for it
 
     def get(self, name: str) -> float | None:
         return self.specs.get(name)
@@ -54,7 +55,7 @@ def table() -> dict[str, Gpu]:
     for name, entry in tomllib.loads(text)["gpus"].items():
         specs = {k: entry[k] for k in FIELDS if k in entry}
         gpus[name] = Gpu(name, specs, dict(entry.get("sources", {})),
-                         tuple(entry.get("aliases", ())))
+                         tuple(entry.get("aliases", ())), entry.get("notes"))
     return gpus
 
 
