@@ -59,7 +59,17 @@ def test_host_bound_time_scales_by_nothing():
 def test_fp8_on_a_gpu_without_fp8_has_no_basis():
     p = model.predict(step({"matmul": 10.0}, 10.0, dtype="float8"), gpus.lookup("H200"),
                       gpus.lookup("RTX A6000"))
-    assert p.step_ms is None and "fp8_tflops" in p.no_basis and p.tokens_per_s is None
+    assert p.step_ms is None and p.tokens_per_s is None
+    assert p.no_basis == ("matmul on NVIDIA RTX A6000 has no basis: the GPU table has no "
+                          "fp8_tflops for NVIDIA RTX A6000")
+    # Pure fp32 runs on CUDA cores, a figure the table does not hold.
+    fp32 = model.predict(step({"matmul": 10.0}, 10.0, dtype="fp32"), gpus.lookup("H200"),
+                         gpus.lookup("L40S"))
+    assert "fp32_tflops for NVIDIA H200 and NVIDIA L40S" in fp32.no_basis
+    # Attention under float8 linear layers still computes in bf16: it has a basis.
+    attn = model.predict(step({"attention": 10.0}, 10.0, dtype="float8"), gpus.lookup("H200"),
+                         gpus.lookup("RTX A6000"))
+    assert attn.step_ms == pytest.approx(10.0 * 989.4 / 154.8)
 
 
 def test_json_rows_carry_the_prediction_and_say_it_is_one(capsys):
@@ -148,3 +158,16 @@ def test_the_predict_path_never_imports_torch():
     paths = {n: p if p.exists() else p.with_suffix("") / "__init__.py" for n, p in paths.items()}
     assert "stepbench.measure.kernels" in seen
     assert [n for n, p in paths.items() if imports_torch(p)] == []
+
+
+def test_a_setup_without_basis_on_a_gpu_is_not_predicted_and_said_so(tmp_path, capsys):
+    records = [json.loads(line) for line in Path(RESULTS).read_text().splitlines()][:1]
+    records[0]["setup"]["dtype"] = "float8"
+    path = tmp_path / "fp8.jsonl"
+    path.write_text(json.dumps(records[0]) + "\n")
+    assert main(["predict", str(path), "--gpu", "RTX A6000,L40S", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    a6000, l40s = out["rows"]
+    assert a6000["step_ms"] is None and a6000["no_basis"] and l40s["step_ms"] > 0
+    assert "Not predicted: matmul on NVIDIA RTX A6000 has no basis: the GPU table has no " \
+           "fp8_tflops for NVIDIA RTX A6000." in out["notes"]

@@ -46,8 +46,12 @@ HOST_BOUND_SHARE = 0.05
 # memory (GB): a prior from the H200 (nvidia-smi's total against torch's total_memory).
 CONTEXT_GB = 1.0
 
-MATMUL_DTYPE = {"bf16": "bf16", "fp16": "fp16", "float8": "fp8", "fp8": "fp8", "fp32": "tf32",
-                "tf32": "tf32"}
+# A setup's precision -> the tensor peak its matrix products run at. fp32 runs on CUDA cores
+# (torch's default matmul precision), a figure the table does not hold: no basis.
+MATMUL_DTYPE = {"bf16": "bf16", "fp16": "fp16", "autocast-bf16": "bf16", "mixed-bf16": "bf16",
+                "float8": "fp8", "fp32": "fp32"}
+# Attention kernels compute in the activations' dtype: bf16 under float8 linear layers.
+ATTENTION_DTYPE = {**MATMUL_DTYPE, "float8": "bf16"}
 
 
 @dataclass
@@ -108,10 +112,8 @@ def bound_ratio(cls: str, source: Gpu, target: Gpu, dtype: str) -> tuple[float |
     """Source over target of the figure that bounds `cls`; None and the figure's name where
     either GPU lacks it."""
     if cls in TENSOR_CLASSES:
-        # Attention kernels compute in the activations' dtype: bf16 under float8 linears.
-        kind = MATMUL_DTYPE.get(dtype, "bf16") if cls == "matmul" else (
-            "bf16" if dtype in ("float8", "fp8") else MATMUL_DTYPE.get(dtype, "bf16"))
-        figure = f"{kind}_tflops"
+        kinds = MATMUL_DTYPE if cls == "matmul" else ATTENTION_DTYPE
+        figure = f"{kinds.get(dtype, dtype)}_tflops"
     elif cls == "communication":
         figure = "nvlink_gbs" if source.get("nvlink_gbs") and target.get("nvlink_gbs") \
             else "pcie_gbs"
@@ -121,6 +123,11 @@ def bound_ratio(cls: str, source: Gpu, target: Gpu, dtype: str) -> tuple[float |
         figure = "memory_bandwidth_gbs"
     a, b = source.get(figure), target.get(figure)
     return (a / b if a and b else None), figure
+
+
+def _lacking(figure: str, source: Gpu, target: Gpu) -> str:
+    names = dict.fromkeys(g.name for g in (source, target) if not g.get(figure))
+    return " and ".join(names)
 
 
 def memory_fit(source: Measured, target: Gpu) -> tuple[bool | None, float | None, float | None]:
@@ -149,7 +156,8 @@ def predict(source: Measured, src_gpu: Gpu, target: Gpu, price: float | None = N
     for cls, ms in classes.items():
         ratio, figure = bound_ratio(cls, src_gpu, target, source.dtype)
         if ratio is None:
-            p.no_basis = f"{cls} has no basis: {target.name} has no {figure} figure"
+            p.no_basis = (f"{cls} on {target.name} has no basis: the GPU table has no "
+                          f"{figure} for {_lacking(figure, src_gpu, target)}")
             continue
         # Each kernel's latency floor is kept unscaled.
         fixed = min(floor * counts.get(cls, 0), ms)
