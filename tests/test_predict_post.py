@@ -17,7 +17,7 @@ def predict_post():
     return load("predict_post")
 
 
-def test_predicting_opens_nothing_of_the_published_table(predict_post, monkeypatch):
+def test_predicting_opens_nothing_of_the_published_table(monkeypatch):
     opened = []
     real_open, real_io_open = builtins.open, io.open
 
@@ -30,6 +30,7 @@ def test_predicting_opens_nothing_of_the_published_table(predict_post, monkeypat
 
     monkeypatch.setattr(builtins, "open", watch(real_open))
     monkeypatch.setattr(io, "open", watch(real_io_open))
+    predict_post = load("predict_post")      # its import, too
     preds = predict_post.predict()
     monkeypatch.undo()
     assert len(preds) == 16
