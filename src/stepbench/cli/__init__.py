@@ -11,7 +11,7 @@ inside the handlers, so `--help` and `report` start fast. The axis flags come fr
 from __future__ import annotations
 
 from stepbench import __version__
-from stepbench.cli import compare, report, run, tune
+from stepbench.cli import compare, predict, report, run, tune
 from stepbench.cli.base import EXIT_INTERRUPTED, EXIT_USER_ERROR, Parser, say
 from stepbench.errors import UserError, show_warnings
 
@@ -29,6 +29,7 @@ def build_parser() -> Parser:
     compare.add(sub)
     report.add_peak(sub)
     report.add_prices(sub)
+    predict.add(sub)
     return parser
 
 
