@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from stepbench.measure import compile_info, flops, machine, options, parallel, telemetry
+from stepbench.measure import compile_info, flops, kernels, machine, options, parallel, telemetry
 from stepbench.measure.cache import JsonCache, positive_number
 from stepbench.measure.models import build_model, config_dict, synthetic_batch
 from stepbench.measure.phases import Phases
@@ -195,7 +195,8 @@ def profile_step(step, stem: str, cuda: bool) -> dict:
     head = f"# one training step ({wall_s * 1000:.1f} ms with the profiler" + (
         f"; kernels {device_s * 1000:.1f} ms" if cuda else "") + f"), key_averages by {by}\n"
     Path(table).write_text(head + averages.table(sort_by=by, row_limit=40) + "\n")
-    return {"trace": trace, "table": table, "step_s": wall_s, "device_s": device_s}
+    return {"trace": trace, "table": table, "step_s": wall_s, "device_s": device_s,
+            **kernels.split_trace(trace)}
 
 
 def held_tensors(model, optimizer, tokens) -> list[torch.Tensor]:
