@@ -1,8 +1,8 @@
 """Write the committed gain table tune values its candidates by (src/stepbench/search/
-committed_gains.py) from the H200 results in benchmarks/results (search/gains.py,
-COMMITTED_FILES): every pair of setups of one model, sequence and GPU that differ in one
-searched axis, both ways. tests/test_tune.py checks that the written table is what these files
-give now.
+committed_gains.json, a data file shipped in the package) from the H200 results in
+benchmarks/results (search/gains.py, COMMITTED_FILES): every pair of setups of one model,
+sequence and GPU that differ in one searched axis, both ways. tests/test_tune.py checks that the
+shipped file is what these files give now.
 
     PYTHONPATH=src python benchmarks/gain_table.py [--print]
 """
@@ -13,31 +13,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from stepbench.search.gains import COMMITTED_FILES, committed_observations
+from stepbench.search.gains import COMMITTED_DATA, committed_observations, to_data
 
 HERE = Path(__file__).resolve().parent
-TARGET = HERE.parent / "src" / "stepbench" / "search" / "committed_gains.py"
+TARGET = HERE.parent / "src" / "stepbench" / "search" / COMMITTED_DATA
 
 
 def source() -> str:
-    """The module's text."""
-    rows = committed_observations(HERE / "results")
-    lines = ['"""The committed gain table (search/gains.py): one observation per entry (change key,',
-             "ratio of tokens/s after to before, the setups compared, the files they are in).",
-             "Written by benchmarks/gain_table.py from these files of benchmarks/results; do not",
-             'edit, run the script again:', *[f"    {name}" for name in COMMITTED_FILES],
-             '"""', "# ruff: noqa: E501", "", "OBSERVATIONS = ["]
-    for o in rows:
-        lines.append(f"    ({o.key!r}, {o.ratio!r},")
-        lines.append(f"     {o.what!r},")
-        lines.append(f"     {o.where!r}),")
-    lines.append("]")
-    return "\n".join(lines) + "\n"
+    """The data file's text, from the committed results."""
+    return to_data(committed_observations(HERE / "results"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--print", action="store_true", help="print the module, write nothing")
+    parser.add_argument("--print", action="store_true", help="print the file, write nothing")
     args = parser.parse_args(argv)
     text = source()
     if args.print:

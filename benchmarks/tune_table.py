@@ -14,7 +14,7 @@ import sys
 
 from stepbench.report.render import render
 from stepbench.report.tune import tune_document
-from stepbench.search.tune import TuneResult
+from stepbench.search.tune.results import TuneResult
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,7 +166,7 @@ def test_the_report_marks_the_departing_setup_and_never_calls_it_fastest(axes_ru
     fastest = [f.text for _, found in doc.findings for f in found if f.kind == "fastest_setup"]
     untested = [f.text for _, found in doc.findings for f in found if f.kind == "untested"]
     # (Where other processes took the CPUs from both of the two fastest, `busy_cpu`, they are
-    # listed as untested instead: report/findings.py.)
+    # listed as untested instead: report/findings/caveats.py.)
     assert (fastest or untested) and all("eager+eager" not in t for t in fastest)
     rows = json.loads(render(doc, "json"))["rows"]
     assert {r["setup"]: r["loss_guard"] for r in rows if r["dtype"] == "bf16"

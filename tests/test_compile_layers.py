@@ -18,7 +18,8 @@ from stepbench.execute.progress import Display
 from stepbench.execute.runner import Runner
 from stepbench.measure import compile_info, options
 from stepbench.record import Machine, Record, ResultsFile
-from stepbench.report.rows import BEFORE_LAYER_FIX, build_rows
+from stepbench.report.details import BEFORE_LAYER_GRAPHS
+from stepbench.report.rows import build_rows
 from stepbench.setup import Setup
 
 LAYERS = 10
@@ -97,7 +98,7 @@ def test_a_per_layer_record_from_before_the_fix_is_measured_again_and_replaced(t
             for row in build_rows(out.read(), {})}
     assert [(rows[k].before_layer_fix, rows[k].compile_marked) for k in ("layer1", "model1")] \
         == [(True, True), (False, False)]
-    assert rows["layer1"].as_dict()["break_reasons"] == [BEFORE_LAYER_FIX]
+    assert rows["layer1"].as_dict()["break_reasons"] == [BEFORE_LAYER_GRAPHS]
 
     # A plan without that setup measures nothing and says nothing of it.
     executor, stream = InProcess(lambda job: [70.0, 70.0]), io.StringIO()

@@ -99,3 +99,19 @@ def test_the_report_never_imports_torch():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "torch" or n.startswith("torch.") for n in names), path
+
+
+def test_the_report_imports_only_the_tunes_result_types():
+    # report/ draws a tune's result; the strategy, its budget and its measurements stay in
+    # search/tune/ (the report reads TuneResult and never runs a search).
+    edges = graph()
+    used = {target for module, targets in edges.items() if module.startswith("stepbench.report")
+            for target in targets if target.startswith("stepbench.search.tune")}
+    assert used == {"stepbench.search.tune.results"}
+
+
+def test_no_search_or_report_module_is_over_500_lines():
+    long = [str(p.relative_to(SRC)) for folder in ("search", "report")
+            for p in (SRC / "stepbench" / folder).rglob("*.py")
+            if len(p.read_text().splitlines()) > 500]
+    assert long == []

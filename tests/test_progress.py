@@ -173,7 +173,7 @@ def test_a_tune_counts_its_processes_by_stage_and_says_the_budget_left(tmp_path)
     assert result.winner is not None
     lines = finished_lines(stream.getvalue())
     labels = [line.split("]")[0].removeprefix("stepbench: [") for line in lines]
-    # Numbered within each stage (search/tune.py's STAGES): "ladder 1", "ladder 2", ...
+    # Numbered within each stage (search/tune/results.py's STAGES): "ladder 1", "ladder 2", ...
     by_stage: dict[str, list[int]] = {}
     for label in labels:
         stage, number = label.rsplit(" ", 1)

@@ -5,6 +5,7 @@ write past RLIMIT_FSIZE in a child process, two processes appending at once, and
 by a results file that cannot take the next record.
 """
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -333,3 +334,25 @@ def test_a_run_whose_results_file_cannot_take_a_record_stops_with_one_line(tmp_p
     for batch, pid in started:                # the long setup was stopped with the run
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_a_record_says_its_format_by_name_and_old_files_read_back_unchanged(tmp_path):
+    # The record formats are named (record.FORMATS), oldest first; a record's compile counters
+    # show which one wrote it, and one in FORMAT_V1 is written back byte for byte.
+    from stepbench.record import FORMAT_V1, FORMATS, LAYER_GRAPHS
+
+    assert list(FORMATS) == sorted(FORMATS) and FORMATS[0] == FORMAT_V1
+    layer = Setup(model="llama-tiny", mode="compile", attn="sdpa", batch=2, seq=64,
+                  device="cpu", compile_scope="layer")
+    old = Record(run_id="r", repeat=0, setup=layer, status="ok", step_ms=10.0,
+                 tokens_per_s=1e4, compile={"graph_breaks": 0, "recompiles": 8})
+    new = dataclasses.replace(old, compile={**old.compile, "recompile_limit_hits": 0})
+    assert (old.format, new.format) == (FORMAT_V1, LAYER_GRAPHS)
+    assert old.compiled_too_few_layers and not new.compiled_too_few_layers
+    eager = dataclasses.replace(old, setup=layer.replace(mode="eager"), compile=None)
+    assert eager.format == FORMAT_V1 and not eager.compiled_too_few_layers
+    path = tmp_path / "old.jsonl"
+    text = json.dumps(old.to_dict()) + "\n"
+    path.write_text(text)
+    [back] = ResultsFile(path).read()
+    assert back.format == FORMAT_V1 and json.dumps(back.to_dict()) + "\n" == text

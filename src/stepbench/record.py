@@ -30,9 +30,36 @@ from stepbench.errors import UserError
 from stepbench.setup import Setup
 
 SCHEMA = 1
-# Record fields added after stepbench 0.1, left out of the JSON while empty (null, [], {}):
-# a record that does not use them is written as 0.1 wrote it, so old files read back unchanged.
-# Reading, a missing one takes its default.
+
+
+@dataclass(frozen=True, order=True)
+class RecordFormat:
+    """A record format stepbench has written, within one `schema` (each later one only adds
+    what an older reader ignores): `order` sorts them oldest first; `since` says when it began,
+    as the report words it; `added` what a record of it holds that older ones lack."""
+
+    order: int
+    name: str
+    since: str
+    added: str
+
+
+FORMAT_V1 = RecordFormat(0, "v1", "stepbench 0.1",
+                         "every field but LATER_FIELDS, which it never wrote")
+"""The first format: a record that leaves every LATER_FIELDS field empty is still written in
+it, byte for byte, so that files written then read back unchanged."""
+
+LAYER_GRAPHS = RecordFormat(1, "layer-graphs", "2026-12-02",
+                            "`compile.recompile_limit_hits` in every compiled record")
+"""Per-layer compile (`--compile-scope layer`, compiled FSDP2) gives every decoder layer its own
+graph. In a compiled record of an older format the layers past dynamo's recompile limit, the
+ninth on, ran eagerly (benchmarks/README.md section e)."""
+
+FORMATS = (FORMAT_V1, LAYER_GRAPHS)
+
+# Record fields added after FORMAT_V1, left out of the JSON while empty (null, [], {}): a record
+# that does not use them is written in FORMAT_V1, so old files read back unchanged. Reading, a
+# missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
                 "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads",
                 "profile")
@@ -150,16 +177,22 @@ class Record:
         return self.status == "ok" and self.step_ms is not None
 
     @property
+    def format(self) -> RecordFormat:
+        """The newest record format (FORMATS) this record's fields show: LAYER_GRAPHS where its
+        compile counters hold `recompile_limit_hits`; else FORMAT_V1, which a record without
+        compile counters (eager, failed) reads as too: nothing it holds changed since."""
+        if "recompile_limit_hits" in (self.compile or {}):
+            return LAYER_GRAPHS
+        return FORMAT_V1
+
+    @property
     def compiled_too_few_layers(self) -> bool:
-        """A record of per-layer compile (`--compile-scope layer`, compiled FSDP2) written before
-        stepbench let every decoder layer have its graph (2026-12-02): past dynamo's recompile
-        limit the layers after the eighth ran eagerly (benchmarks/README.md section e). Such
-        records lack `compile.recompile_limit_hits`, which every compiled record has since; a
-        run measures them again instead of resuming them."""
+        """A record of per-layer compile that ran in full, in a format older than LAYER_GRAPHS:
+        its layers past dynamo's recompile limit ran eagerly; a run measures it again instead
+        of resuming it."""
         s = self.setup
         per_layer = s.compile_scope == "layer" or s.parallel == "fsdp2"
-        return (s.mode == "compile" and per_layer and self.ok
-                and "recompile_limit_hits" not in (self.compile or {}))
+        return s.mode == "compile" and per_layer and self.ok and self.format < LAYER_GRAPHS
 
     def resume_key(self) -> str:
         """What makes two records the same measurement: the setup, the repeat and where it ran
@@ -172,7 +205,7 @@ class Record:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name in LATER_FIELDS and value in (None, [], {}):
-                continue        # as stepbench 0.1 wrote it: old files read back unchanged
+                continue        # as FORMAT_V1 wrote it: old files read back unchanged
             if f.name == "setup":
                 value = value.to_dict()
             elif dataclasses.is_dataclass(value):

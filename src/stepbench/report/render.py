@@ -1,8 +1,9 @@
 """A Document (document.py) laid out as a terminal table, Markdown, CSV, JSON or one HTML page.
 
-Every format shows the same cells and notes: numbers are formatted once, in document.py. The HTML
-page is self-contained (inline style, plots as base64 PNGs) because a report gets mailed and
-attached to tickets, so it opens the same anywhere, offline.
+Every format shows the same cells and notes: numbers are formatted once, in document.py and its
+tables' modules (columns.py, detail_tables.py). The HTML page is self-contained (inline style,
+plots as base64 PNGs) because a report gets mailed and attached to tickets, so it opens the same
+anywhere, offline.
 """
 
 from __future__ import annotations

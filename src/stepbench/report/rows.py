@@ -6,7 +6,8 @@ of peaks, median of the per-process details such as MFU and energy), prices (hou
 given, of electricity) are joined, and each row carries the loss guard's verdict (stepbench.guard:
 a compiled row against its eager twin where that ran).
 Rows are ordered as the original experiment's table: per GPU, per attention in order of
-appearance, eager first.
+appearance, eager first. The per-process details (first step and compile, MFU, energy) are
+combined by report/details.py.
 
 A row is one Setup identity (`Setup.key()`) on one GPU: records that differ in any setting are
 never combined, and a compiled row's eager twin is the row of `Setup.eager_twin()`. Records run
@@ -26,6 +27,7 @@ from stepbench.guard import Verdict, loss_verdicts
 from stepbench.noise import peaks_disagree, processes_disagree
 from stepbench.record import Record
 from stepbench import stats
+from stepbench.report.details import combine_details, combine_energy, combine_first_step, median
 from stepbench.report.meta import row_fields
 from stepbench.report.prices import price_for
 from stepbench.setup import Setup
@@ -357,16 +359,6 @@ def _order(records: list[Record], machine):
                         first[("attn", row.attn)], row.mode != "eager", first[("name", row.name)])
 
 
-def _median(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def _most(values) -> int | None:
-    values = [v for v in values if v is not None]
-    return max(values) if values else None
-
-
 def combine(records: list[Record], price: float | None, energy_price: float | None = None,
             gpu: str | None = None) -> Row:
     """One row from the records of one setup on one GPU (one per repeat, from any runs);
@@ -411,127 +403,16 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
         row.dollars_per_m_tokens = job_price / (row.tokens_per_s * 3600 / 1e6)
     peaks = [r.peak_memory_gb for r in ok if r.peak_memory_gb is not None]
     row.peak_memory_gb = max(peaks) if peaks else None
-    _combine_first_step(row, ok)
+    combine_first_step(row, ok)
     flags = [f for r in ok for f in r.noise_flags]       # each process's own (high_cv: its steps)
     if processes_disagree(ok):
         flags.append("process_spread")
     if peaks_disagree(ok):
         flags.append("memory_spread")
     row.noise_flags = list(dict.fromkeys(flags))
-    _combine_details(row, ok)
-    _combine_energy(row, ok, energy_price)
+    combine_details(row, ok)
+    combine_energy(row, ok, energy_price)
     return row
-
-
-BEFORE_LAYER_FIX = ("measured before every decoder layer had its own graph (2026-12-02): the "
-                    "layers past dynamo's recompile limit, the ninth on, ran eagerly; run it "
-                    "again to measure it compiled")
-
-
-def _cache(record: Record) -> str | None:
-    return (record.compile or {}).get("cache")
-
-
-def compile_start(record: Record) -> str | None:
-    """How a compiled process's first step found inductor's cache: "cold" (an empty cache of
-    its own, or a shared one from which inductor's counters say no graph came: no hits, some
-    misses), "warm" (its setup's own cache from an earlier process), "shared-warm" (a shared
-    cache that every graph came from), "shared" (a shared cache, partly or unknown), None
-    (no cache details: eager, or an older record)."""
-    cache = _cache(record)
-    if cache != "shared":
-        return cache
-    hits, misses = record.compile.get("cache_hits"), record.compile.get("cache_misses")
-    if hits == 0 and misses:
-        return "cold"
-    return "shared-warm" if hits and misses == 0 else "shared"
-
-
-def _combine_first_step(row: Row, ok: list[Record]) -> None:
-    """First step: the median over the processes whose compile was the coldest the row has:
-    cold ones (or, without any, those sharing a cache, else the warm ones); the warm ones
-    apart (first_step_warm_s). A shared cache's process counts as cold only where inductor's
-    counters say so: combining a run's records with a tune's (which share one cache), a
-    shared-cache compile of a few seconds is not a cold one. Records without cache details
-    are judged by those that have them."""
-    starts = {id(r): compile_start(r) for r in ok}
-    said = [r for r in ok if starts[id(r)] is not None] or ok
-    cold = [r for r in said if starts[id(r)] in ("cold", None)]
-    shared = [r for r in said if starts[id(r)] in ("shared", "shared-warm")]
-    warm = [r for r in said if starts[id(r)] == "warm"]
-    if cold:
-        first, row.first_step_cache = cold, "cold" if starts[id(cold[0])] else None
-        warm = warm + [r for r in shared if starts[id(r)] == "shared-warm"]
-    elif shared:
-        first, row.first_step_cache = shared, "shared"
-    else:
-        first, row.first_step_cache, warm = warm, "warm", []
-    row.first_step_s = _median(r.first_step_s for r in first)
-    row.first_step_warm_s = _median(r.first_step_s for r in warm)
-    row.warm_from_shared = any(starts[id(r)] == "shared-warm" for r in warm)
-    compiled = [r.compile for r in ok if r.compile]
-    row.graph_breaks = _most(c.get("graph_breaks") for c in compiled)
-    row.recompiles = _most(c.get("recompiles") for c in compiled)
-    row.recompile_limit_hits = _most(c.get("recompile_limit_hits") for c in compiled)
-    row.break_reasons = list(dict.fromkeys(b for c in compiled
-                                           for b in c.get("break_reasons") or []))
-    row.before_layer_fix = any(r.compiled_too_few_layers for r in ok)
-    if row.before_layer_fix:
-        row.break_reasons.append(BEFORE_LAYER_FIX)
-    caches = Counter(_cache(r) for r in ok if _cache(r))
-    if set(caches) == {"shared"}:
-        kinds = {starts[id(r)] for r in ok if _cache(r)}
-        row.shared_cache = ("cold" if kinds == {"cold"} else "warm" if kinds == {"shared-warm"}
-                            else None)
-    if len(caches) == 1:
-        row.compile_cache = next(iter(caches))
-    elif caches:
-        row.compile_cache = ", ".join(f"{n} {c}" for c, n in sorted(caches.items()))
-
-
-def _combine_details(row: Row, ok: list[Record]) -> None:
-    for name in ("achieved_tflops", "mfu_measured", "mfu_datasheet", "peak_tflops_measured",
-                 "peak_tflops_datasheet", "flops_per_token", "flops_per_token_causal"):
-        setattr(row, name, _median(getattr(r, name) for r in ok))
-    for source in ("measured", "datasheet"):
-        value = getattr(row, f"mfu_{source}")
-        if value is not None:
-            row.mfu, row.mfu_source = value, source
-            break
-    row.flops_convention = next((r.flops_convention for r in ok if r.flops_convention), None)
-    row.flop_counter_diff = _median(_flop_counter_diff(r) for r in ok)
-    row.loss_last = _median(_last_loss(r) for r in ok)
-    busy = [b for b in map(gpu_busy, ok) if b is not None]
-    if busy:
-        row.gpu_busy, row.gpu_busy_low = _median(busy), min(busy)
-
-
-def gpu_busy(record: Record) -> float | None:
-    """The share of a typical step the GPU ran kernels: `run --profile`'s kernel time of its
-    one profiled step over the record's median timed step (at most 1; the profiler slows the
-    host, not the kernels). None without a GPU profile."""
-    device_s = (record.profile or {}).get("device_s")
-    if not device_s or not record.step_ms_median:
-        return None
-    return min(1.0, device_s * 1000 / record.step_ms_median)
-
-
-def _flop_counter_diff(record: Record) -> float | None:
-    """FlopCounterMode's FLOPs per step relative to the convention's, minus 1."""
-    counted, per_token = record.flop_counter_per_step, record.flops_per_token
-    if not counted or not per_token:
-        return None
-    return counted / (per_token * record.setup.tokens_per_step) - 1
-
-
-def _combine_energy(row: Row, ok: list[Record], energy_price: float | None) -> None:
-    energies = [r.energy for r in ok if isinstance(r.energy, dict)]
-    row.tokens_per_kwh = _median(e.get("tokens_per_kwh") for e in energies)
-    row.joules_per_token = _median(e["joules_per_step"] / row.setup.tokens_per_step
-                                   for e in energies if e.get("joules_per_step") is not None)
-    row.energy_price_per_kwh = energy_price
-    if energy_price is not None and row.tokens_per_kwh:
-        row.energy_cost_per_m_tokens = 1e6 / row.tokens_per_kwh * energy_price
 
 
 def add_scaling(rows: list[Row]) -> None:
@@ -545,7 +426,7 @@ def add_scaling(rows: list[Row]) -> None:
             continue
         row.tokens_per_s_per_gpu = row.tokens_per_s / row.setup.world_size
         spreads = [(r.scaling or {}).get("rank_step_ms_spread") for r in row.records if r.ok]
-        row.rank_spread = _median(spreads)
+        row.rank_spread = median(spreads)
         twin = by_key.get((row.setup.single_process_twin().key(), row.gpu))
         if twin is not None and twin.ok:
             row.scaling_efficiency = row.tokens_per_s_per_gpu / twin.tokens_per_s
@@ -556,14 +437,10 @@ def add_scaling(rows: list[Row]) -> None:
         recorded = [r.scaling for r in row.records if r.ok and isinstance(r.scaling, dict)
                     and r.scaling.get("efficiency") is not None]
         if recorded:
-            row.scaling_efficiency = _median(s["efficiency"] for s in recorded)
+            row.scaling_efficiency = median(s["efficiency"] for s in recorded)
             base = recorded[-1].get("baseline") or {}
             row.scaling_baseline = (f"{row.name}, 1 process, as recorded at run time (run "
                                     f"{base.get('run_id', '?')})")
-
-
-def _last_loss(record: Record) -> float | None:
-    return record.losses[-1] if record.losses else record.loss_last
 
 
 def eager_twins(rows: list[Row], both_ok: bool = True) -> list[tuple[Row, Row]]:

@@ -18,7 +18,7 @@ from stepbench.report.findings import change
 from stepbench.report.layout import Document, Table
 from stepbench.report.marks import mark_notes, noise_marks
 from stepbench.search.gains import source_kind
-from stepbench.search.tune import TuneResult, label, stage_of
+from stepbench.search.tune.results import TuneResult, label, stage_of
 from stepbench.setup import Setup
 from stepbench.units import duration
 
@@ -26,7 +26,7 @@ COLUMNS = ["Stage", "Setup", "Batch", "Precision", "Status", "Tokens/s", "Step (
            "Peak memory", "First step (s)", "Loss guard"]
 ALIGN = "llrllrrrrl"
 # (stage, record): what a tune used, in the order it used it. The stage is one of
-# search.tune.STAGES (an earlier tune's: screen, batch, option, reference, final reference or
+# search.tune.results.STAGES (an earlier tune's: screen, batch, option, reference, final reference or
 # final).
 Entry = tuple[str, Record]
 
@@ -136,12 +136,21 @@ GAINS_NOTE = ("What each change was taken to multiply tokens/s by, from the smal
               "a candidate whose largest gain could not beat the best so far was not measured.")
 
 
+FOREIGN_NOTE = ("A gain measured on another machine class (\"orders only\") ordered the "
+                "candidates and skipped none: measurements on this machine decide.")
+
+
 def gains_table(gains: list[dict]) -> Table:
-    """The gains the tune chose and pruned candidates by."""
+    """The gains the tune chose and pruned candidates by, each with where it came from; a
+    gain of another machine class (`may_skip` false: an older tune's JSON lacks the key) is
+    marked as one that only ordered the candidates."""
     cells = [[g["kind"], f"{g['smallest']:.2f}x", f"{g['largest']:.2f}x",
-              source_kind(g["source"])] for g in gains]
+              source_kind(g["source"]) + ("" if g.get("may_skip", True) else
+                                          ", another machine: orders only")] for g in gains]
+    notes = [GAINS_NOTE] + ([FOREIGN_NOTE] if any(not g.get("may_skip", True) for g in gains)
+                            else [])
     return Table(["Change", "Smallest", "Largest", "From"], cells, "lrrl",
-                 "Gains the tune went by", [GAINS_NOTE])
+                 "Gains the tune went by", notes)
 
 
 def _winner(result: TuneResult) -> list[str]:

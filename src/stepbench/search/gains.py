@@ -5,14 +5,16 @@ thing: the compile mode, the attention kernel, a doubled batch, ... (`change_key
 measured setups of one model, sequence and GPU that differ in exactly one searched axis is an
 observation of that change. A candidate is valued by the changes that lead to it from a setup
 already measured: a change is looked up among this machine's records first and, where they hold
-no observation of it, among the committed H200 results (`COMMITTED`, benchmarks/gain_table.py
-writes it from benchmarks/results and a test checks it against them), from the most specific
-match (the same change in the same context) to the least (any change to the same value). Each
-looked-up gain says which records it came from, so that a decision can be traced to them.
+no observation of it, among the committed H200 results (`committed()`: the package's
+committed_gains.json, which benchmarks/gain_table.py writes from benchmarks/results and a test
+checks against them), from the most specific match (the same change in the same context) to the
+least (any change to the same value). Each looked-up gain says which records it came from, so
+that a decision can be traced to them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -50,12 +52,14 @@ def rate(record: Record) -> float:
 @dataclass(frozen=True)
 class Observation:
     """One measured change: `key` (change_key), the ratio of tokens/s after to before, the two
-    setups it compares, and where they were measured (THIS_MACHINE or results files)."""
+    setups it compares, where they were measured (THIS_MACHINE or results files) and on what
+    (`gpu`, the records' machine.gpu: "NVIDIA H200", "cpu"; None where unknown)."""
 
     key: tuple
     ratio: float
     what: str
     where: str
+    gpu: str | None = None
 
 
 def change_key(axis: str, before: Setup, after: Setup) -> tuple:
@@ -95,6 +99,7 @@ def _observations(items: Iterable[tuple[Record, str]]) -> list[Observation]:
     rates: dict[tuple, list[float]] = {}
     setups: dict[tuple, Setup] = {}
     files: dict[tuple, set] = {}
+    gpus: dict[tuple, str] = {}
     for r, where in items:
         if not r.ok or not rate(r):
             continue
@@ -102,6 +107,7 @@ def _observations(items: Iterable[tuple[Record, str]]) -> list[Observation]:
         key = (_group(r.setup, r.machine.gpu), plain.key())
         rates.setdefault(key, []).append(rate(r))
         setups[key] = plain
+        gpus[key] = r.machine.gpu
         files.setdefault(key, set()).add(where)
     out = []
     keys = sorted(rates)
@@ -118,7 +124,8 @@ def _observations(items: Iterable[tuple[Record, str]]) -> list[Observation]:
             source = " + ".join(sorted(files[ka] | files[kb]))
             for x, y, rx, ry in ((a, b, ra, rb), (b, a, rb, ra)):
                 out.append(Observation(change_key(diff[0], x, y), round(ry / rx, 4),
-                                       f"{_label(y)} / {_label(x)} ({x.model_label})", source))
+                                       f"{_label(y)} / {_label(x)} ({x.model_label})", source,
+                                       gpus[ka]))
     return out
 
 
@@ -139,25 +146,36 @@ class Gain:
     kind: str
     source: str
     samples: tuple = ()
+    # Whether the gain may skip a candidate: measured on this machine or on its machine class
+    # (or reasoned), not on another machine class, whose gains only order the candidates.
+    decides: bool = True
 
     def then(self, other: "Gain") -> "Gain":
         return Gain(self.lo * other.lo, self.hi * other.hi, f"{self.kind}, then {other.kind}",
-                    f"{self.source}; {other.source}", self.samples + other.samples)
+                    f"{self.source}; {other.source}", self.samples + other.samples,
+                    self.decides and other.decides)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "smallest": round(self.lo, 3), "largest": round(self.hi, 3),
-                "source": self.source,
-                "observations": [{"ratio": o.ratio, "setups": o.what, "where": o.where}
-                                 for o in self.samples]}
+                "source": self.source, "may_skip": self.decides,
+                "observations": [{"ratio": o.ratio, "setups": o.what, "where": o.where,
+                                  "gpu": o.gpu} for o in self.samples]}
 
 
 def source_kind(source: str) -> str:
     """A gain's source in a few words: "this machine", "committed H200 results", "assumed" (no
     measurement), or several of them for a chain; the files and reasons stay in `source`."""
-    kinds = dict.fromkeys(THIS_MACHINE if part == THIS_MACHINE else "committed H200 results"
+    kinds = dict.fromkeys(THIS_MACHINE if part == THIS_MACHINE else part.split(" (")[0]
                           if part.startswith("committed") else "assumed"
                           for part in source.split("; "))
     return " + ".join(kinds)
+
+
+def machine_name(gpu: str | None) -> str:
+    """A machine class as a source names it: "H200" for "NVIDIA H200", "CPU" for "cpu"."""
+    if gpu is None:
+        return "unknown-machine"
+    return "CPU" if gpu == "cpu" else gpu.removeprefix("NVIDIA ")
 
 
 def describe_key(key: tuple) -> str:
@@ -178,25 +196,31 @@ def describe_key(key: tuple) -> str:
 
 class GainTable:
     """Looks changes up: among this machine's observations first, then among the committed
-    ones, each from the most specific match to the least (`_levels`)."""
+    ones of its machine class (`gpu`: the records' machine.gpu), then among the committed ones
+    of other machine classes, each from the most specific match to the least (`_levels`). A gain
+    from another machine class does not decide (`Gain.decides`): priors order the candidates,
+    measurements decide."""
 
-    def __init__(self, committed: list[Observation], machine: list[Observation] = ()):
+    def __init__(self, committed: list[Observation], machine: list[Observation] = (),
+                 gpu: str | None = None):
         self.committed = list(committed)
         self.machine = list(machine)
+        self.gpu = gpu
 
-    def with_machine(self, machine: list[Observation]) -> "GainTable":
-        return GainTable(self.committed, machine)
+    def with_machine(self, machine: list[Observation], gpu: str | None = None) -> "GainTable":
+        return GainTable(self.committed, machine, gpu)
 
     def lookup(self, key: tuple) -> Gain:
         kind = describe_key(key)
-        for pool, name in ((self.machine, THIS_MACHINE), (self.committed, None)):
+        ours = [o for o in self.committed if self.gpu is not None and o.gpu == self.gpu]
+        others = [o for o in self.committed if not (self.gpu is not None and o.gpu == self.gpu)]
+        for pool, decides in ((self.machine, True), (ours, True), (others, False)):
             for level in _levels(key):
                 found = level(pool)
                 if found:
                     ratios = [o.ratio for o in found]
-                    files = sorted({f for o in found for f in o.where.split(" + ")})
-                    where = name or "committed H200 results (" + ", ".join(files) + ")"
-                    return Gain(min(ratios), max(ratios), kind, where, tuple(found))
+                    where = THIS_MACHINE if pool is self.machine else _committed_source(found)
+                    return Gain(min(ratios), max(ratios), kind, where, tuple(found), decides)
         if key[:3] in REASONED:
             lo, hi, why = REASONED[key[:3]]
             return Gain(lo, hi, kind, why)
@@ -219,6 +243,14 @@ class GainTable:
             g = self.lookup(change_key(axis, current, step))
             gain, current = (g if gain is None else gain.then(g)), step
         return gain
+
+
+def _committed_source(found: list[Observation]) -> str:
+    """"committed H200 results (FILE, ...)": the machine classes and files observations came
+    from."""
+    names = " + ".join(dict.fromkeys(machine_name(o.gpu) for o in found))
+    files = sorted({f for o in found for f in o.where.split(" + ")})
+    return f"committed {names} results (" + ", ".join(files) + ")"
 
 
 def _doublings(start: int, end: int) -> list[int]:
@@ -272,8 +304,32 @@ def committed_observations(folder) -> list[Observation]:
                          for r in ResultsFile(Path(folder) / name).read())
 
 
-def committed() -> list[Observation]:
-    from stepbench.search.committed_gains import OBSERVATIONS
+# The committed table as a data file shipped in the package (benchmarks/gain_table.py writes it
+# from COMMITTED_FILES; tests/test_tune.py checks it against them).
+COMMITTED_DATA = "committed_gains.json"
 
-    return [Observation(tuple(key), ratio, what, where)
-            for key, ratio, what, where in OBSERVATIONS]
+
+def to_data(rows: list[Observation]) -> str:
+    """The data file's text: a header, then one observation a line (a new result file shows as
+    the lines it adds)."""
+    head = {"about": "The committed gain table (stepbench/search/gains.py): one observation per "
+                     "entry (change key, ratio of tokens/s after to before, the setups compared, "
+                     "the files they are in, the GPU). Written by benchmarks/gain_table.py from "
+                     "these files of benchmarks/results; do not edit, run the script again.",
+            "files": list(COMMITTED_FILES)}
+    lines = [json.dumps({"change": list(o.key), "ratio": o.ratio, "setups": o.what,
+                         "where": o.where, "gpu": o.gpu}) for o in rows]
+    text = json.dumps(head, indent=1)[:-2]
+    return text + ',\n "observations": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
+
+
+def from_data(text: str) -> list[Observation]:
+    return [Observation(tuple(o["change"]), o["ratio"], o["setups"], o["where"], o.get("gpu"))
+            for o in json.loads(text)["observations"]]
+
+
+def committed() -> list[Observation]:
+    """The committed observations, read from the package's data file."""
+    from importlib.resources import files
+
+    return from_data(files("stepbench.search").joinpath(COMMITTED_DATA).read_text())

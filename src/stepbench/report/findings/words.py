@@ -1,0 +1,163 @@
+"""The findings' shared words and pairings: the Finding type and its tags, how two rows are
+compared (the test on their steps, or nothing where both were disturbed) and how the result is
+worded, and the pairs of rows the rules compare (eager against compiled twins, attention
+kernels, the best row per GPU)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from stepbench import stats
+from stepbench.report.marks import MEMORY_FLAG, disturbed
+from stepbench.report.rows import Row, eager_twins
+from stepbench.report.table import sig
+
+
+BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
+
+
+# Tags a rule may give its finding (what its content says, for `key_findings`).
+NOISE = "noise"                              # a comparison in it was within the noise
+
+
+FITS_ONLY_COMPILED = "fits_only_compiled"    # a setup fit in memory only with torch.compile
+
+
+WRONG_LOSS = "wrong_loss"                    # a setup's losses left its reference's tolerance
+
+
+ACROSS_GPUS = "across_gpus"                  # compares GPUs (on one GPU the fastest setup is
+                                             # also the cheapest: said once, by fastest_setup)
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str   # which rule wrote it: compile_speed, compile_memory, ... (stable, for tools)
+    text: str
+    tags: frozenset[str] = field(default=frozenset(), compare=False)
+
+
+def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
+    """Test a's step times against b's (Row.compare); None when nothing can be tested."""
+    return a.compare(b)
+
+
+def told(a: Row, b: Row) -> bool:
+    """Whether a comparison of a's and b's step times is stated: not when both rows' steps
+    were disturbed (`untested` lists those)."""
+    return not (disturbed(a.noise_flags) and disturbed(b.noise_flags))
+
+
+def memory_told(a: Row, b: Row) -> bool:
+    """The same for peak memory: not when both rows' processes disagreed on it."""
+    return not (MEMORY_FLAG in a.noise_flags and MEMORY_FLAG in b.noise_flags)
+
+
+def change(new_ms: float, old_ms: float) -> tuple[str, str]:
+    """(size, direction) of a step-time change: ("10%", "slower"), ("2.6x", "faster"), ("", "same").
+
+    Percentages are the change in step time relative to `old_ms`.
+    """
+    ratio = new_ms / old_ms
+    if ratio >= BIG_RATIO:
+        return f"{ratio:.1f}x", "slower"
+    if ratio <= 1 / BIG_RATIO:
+        return f"{1 / ratio:.1f}x", "faster"
+    pct = abs(ratio - 1) * 100
+    if pct < 0.05:
+        return "", "same"
+    return (f"{pct:.0f}%" if pct >= 1 else f"{pct:.1f}%"), ("slower" if ratio > 1 else "faster")
+
+
+def verdict(new: Row, old: Row) -> tuple[str, str]:
+    """(phrase, direction) for new's step time against old's; direction "noise" when a test on
+    their step times finds no significant difference."""
+    result = compare_rows(new, old)
+    if result is not None and result.significant is False:
+        return f"within the noise, p = {result.p_value:.2f}", "noise"
+    size, direction = change(new.step_ms, old.step_ms)
+    return (f"{size} {direction}" if size else "the same"), direction
+
+
+# A comparison within the noise is called "equally fast" only when its 95% interval rules out
+# a difference this large either way; a wider interval cannot tell the two apart, which is not
+# the same as showing them equal (two noisy CPU processes 47% apart had p = 0.30).
+EQUAL_WITHIN = 0.10
+
+
+def alike(new: Row, old: Row) -> str:
+    """How two rows that a test could not tell apart (verdict's "noise") compare, with their
+    step times (old's first) and the p-value: "equally fast within the noise (50.0 vs 50.4 ms,
+    p = 0.61)" where the ratio's interval lies within EQUAL_WITHIN of 1, else "not told apart
+    from the noise (50.9 vs 74.6 ms, p = 0.30)"."""
+    result = compare_rows(new, old)
+    low, high = result.ci if result.ci else (0.0, math.inf)
+    close = 1 / (1 + EQUAL_WITHIN) <= low and high <= 1 + EQUAL_WITHIN
+    what = "equally fast within the noise" if close else "not told apart from the noise"
+    return f"{what} ({sig(old.step_ms)} vs {sig(new.step_ms)} ms, p = {result.p_value:.2f})"
+
+
+def join(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def span(values: list[float], fmt, unit: str = "") -> str:
+    """'4.0 GB' when all values print the same, else '17.3-17.4 GB'."""
+    lo, hi = fmt(min(values)), fmt(max(values))
+    return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
+
+
+def one(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def secs(x: float) -> str:
+    return sig(x, 2)
+
+
+def every(n: int, noun: str) -> str:
+    """'both GPUs' for two, 'all 4 GPUs' for more (never 'all 2 GPUs')."""
+    return f"both {noun}" if n == 2 else f"all {n} {noun}"
+
+
+def on_gpus(gpus: list[str], total: int) -> str:
+    return f"on {every(total, 'GPUs')}" if len(gpus) == total > 1 else "on " + join(gpus)
+
+
+def compiler(compile_mode: str) -> str:
+    return "torch.compile" if compile_mode == "default" else f"torch.compile ({compile_mode})"
+
+
+def variants(rows: list[Row], both_ok: bool = True) -> dict[tuple, list[tuple[Row, Row]]]:
+    """{(attn, compile_mode): [(eager row, compiled row) per GPU]} in row order."""
+    out: dict[tuple, list[tuple[Row, Row]]] = {}
+    for row, twin in eager_twins(rows, both_ok):
+        out.setdefault((row.attn, row.compile_mode), []).append((twin, row))
+    return out
+
+
+def attention_pairs(rows: list[Row]) -> dict[tuple, list[tuple[Row, Row]]]:
+    """{(mode, compile_mode, attn a, attn b): [(row a, row b) per GPU where both ran]}."""
+    attns = list(dict.fromkeys(r.attn for r in rows))
+    out: dict[tuple, list[tuple[Row, Row]]] = {}
+    for mode in dict.fromkeys((r.mode, r.compile_mode) for r in rows):
+        same_mode = [r for r in rows if (r.mode, r.compile_mode) == mode and r.ok]
+        for a, b in combinations(attns, 2):
+            for gpu in dict.fromkeys(r.gpu for r in same_mode):
+                ra = next((r for r in same_mode if r.gpu == gpu and r.attn == a), None)
+                rb = next((r for r in same_mode if r.gpu == gpu and r.attn == b), None)
+                if ra and rb:
+                    out.setdefault((*mode, a, b), []).append((ra, rb))
+    return out
+
+
+def best_per_gpu(rows: list[Row], value) -> list[Row]:
+    best: dict[str, Row] = {}
+    for row in rows:
+        if row.ok and not row.departs and value(row) is not None and (
+                row.gpu not in best or value(row) > value(best[row.gpu])):
+            best[row.gpu] = row
+    return sorted(best.values(), key=value, reverse=True)

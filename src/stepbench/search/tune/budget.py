@@ -1,0 +1,81 @@
+"""A tune's budget and the value of its candidates: the time it may spend and has spent, what
+a candidate may add per second it costs.
+
+The budget counts the wall time of every measurement the tune used (stored ones included) plus
+this invocation's own time; what a measurement costs comes from its parts (search/prices.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from stepbench.record import Record
+from stepbench.search.gains import Gain
+from stepbench.search.prices import Price
+from stepbench.setup import Setup
+
+LADDER_SHARE = 0.25    # of the budget, at most, for the ladder
+# A candidate beats the best so far when it is faster by more than this: about the smallest
+# difference the final test has told apart (docs/architecture.md, "Measured reasons").
+BEAT = 0.01
+
+
+@dataclass
+class Budget:
+    """The time a tune may spend (`total_s`), by `clock`, from `began`; `stored_s`: what the
+    stored measurements it counts took (`counted`: their setup keys and repeats)."""
+
+    total_s: float
+    clock: Callable[[], float]
+    began: float
+    stored_s: float = 0.0
+    counted: set = field(default_factory=set)
+    ran_process: bool = False     # this invocation started a process (the server)
+    finalizing: bool = False      # in the final stage: nothing kept back
+
+    def spent_s(self) -> float:
+        return self.stored_s + (self.clock() - self.began)
+
+    def left_s(self) -> float:
+        return self.total_s - self.spent_s()
+
+    def count(self, record: Record, run_id: str | None) -> None:
+        """A stored measurement the tune uses costs what it took, once."""
+        key = (record.setup.key(), record.repeat)
+        if record.run_id != run_id and key not in self.counted:
+            self.stored_s += record.wall_s or 0.0
+            self.counted.add(key)
+
+
+@dataclass
+class Candidate:
+    """A setup not measured yet, and what the tune thinks of it: the measured setup it is
+    closest to, the gain of the changes from there, its price; `reason` when it is not worth
+    measuring now (pruned, too dear, would not fit)."""
+
+    setup: Setup
+    parent: Setup | None = None
+    parent_rate: float = 0.0
+    gain: Gain | None = None
+    price: Price | None = None
+    value: float = 0.0
+    reason: str | None = None
+    why: str | None = None      # pruned, budget, memory or failed
+
+    @property
+    def per_second(self) -> float:
+        return self.value / max(self.price.total, 1.0) if self.price else 0.0
+
+
+def expected_gain(parent: float, lo: float, hi: float, best: float) -> float:
+    """The tokens/s a candidate is expected to add over `best`, its rate taken to land
+    anywhere (uniformly) between parent x lo and parent x hi."""
+    a, b = parent * lo, parent * hi
+    if b <= best:
+        return 0.0
+    if b - a < 1e-9:
+        return b - best
+    if a >= best:
+        return (a + b) / 2 - best
+    return (b - best) ** 2 / (2 * (b - a))

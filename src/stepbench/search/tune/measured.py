@@ -1,0 +1,158 @@
+"""What a tune has measured, read the ways the search asks: each setup's processes, its rate,
+the loss guard's verdict, the test between two setups, the batches that ran out of memory and
+the peak memory a batch is expected to need."""
+
+from __future__ import annotations
+
+import statistics
+
+from stepbench import stats
+from stepbench.axes import axis
+from stepbench.guard import OK, REFERENCE, loss_verdicts
+from stepbench.record import Record
+from stepbench.search.gains import GainTable, differences, observations, rate
+from stepbench.search.tune.results import Tried, label
+from stepbench.setup import Setup
+
+BATCH_LIMIT = 4096     # no batch beyond this
+
+
+class Measurements:
+    """The measurements a tune used, in order (`tried`), and what the results file held when
+    it started (`stored`: setup keys and repeats, measured for free). Derived views are cached
+    until the next measurement."""
+
+    def __init__(self, stored: set):
+        self.tried: list[Tried] = []
+        self.stored = stored
+        self.oom: dict[str, int] = {}   # a setup but its batch -> smallest batch that ran out
+        self._verdicts: dict | None = None
+        self._table: GainTable | None = None
+        self._compared: dict = {}
+
+    def add(self, stage: str, record: Record) -> None:
+        self.tried.append(Tried(stage, record))
+        if record.status == "oom":
+            family = record.setup.replace(batch=1).key()
+            self.oom[family] = min(self.oom.get(family, BATCH_LIMIT + 1), record.setup.batch)
+        self._verdicts = None
+        self._table = None
+
+    def records(self) -> list[Record]:
+        return [t.record for t in self.tried]
+
+    def processes(self, setup: Setup) -> list[Record]:
+        return sorted((t.record for t in self.tried if t.record.setup == setup),
+                      key=lambda r: r.repeat)
+
+    def measured(self) -> list[Setup]:
+        """Every setup measured, in the order first measured."""
+        return list(dict.fromkeys(t.record.setup for t in self.tried))
+
+    def rate_of(self, setup: Setup) -> float:
+        """The mean of `rate` over the setup's processes that ran; 0 where none did."""
+        rates = [rate(r) for r in self.processes(setup) if r.ok]
+        return statistics.fmean(rates) if rates else 0.0
+
+    def mean_tokens(self, setup: Setup) -> float:
+        return statistics.fmean(r.tokens_per_s for r in self.processes(setup))
+
+    def table(self, gains: GainTable) -> GainTable:
+        """The gain table with this machine's observations (the tune's records so far) and its
+        machine class (the GPU its records ran on)."""
+        if self._table is None:
+            records = self.records()
+            self._table = gains.with_machine(observations(records),
+                                             records[0].machine.gpu if records else None)
+        return self._table
+
+    def verdict(self, setup: Setup):
+        if self._verdicts is None:
+            self._verdicts = loss_verdicts(self.records())
+        runs = self.processes(setup)
+        return self._verdicts.get((setup.key(), runs[0].machine.gpu)) if runs else None
+
+    def explorable(self, setup: Setup) -> bool:
+        """Ran, and its losses do not depart: a setup to build on and to measure against."""
+        runs = self.processes(setup)
+        verdict = self.verdict(setup)
+        return bool(runs) and all(r.ok for r in runs) and not (verdict and verdict.departs)
+
+    def acceptable(self, setup: Setup) -> bool:
+        """Ran in every process, and the loss guard found its losses in agreement with its
+        reference's (or it is the reference): a setup that may win. One the guard could not
+        check (no reference at its batch) may not: the search must not pick a wrong loss."""
+        verdict = self.verdict(setup)
+        return self.explorable(setup) and verdict is not None and \
+            verdict.status in (OK, REFERENCE)
+
+    def compare(self, a: Setup, b: Setup) -> stats.Comparison | None:
+        """a's time per token against b's, as the report tests two setups."""
+        runs_a, runs_b = self.processes(a), self.processes(b)
+        key = (a, b, len(runs_a), len(runs_b))
+        if key not in self._compared:
+            self._compared[key] = stats.compare_records(runs_a, runs_b, per_token=True)
+        return self._compared[key]
+
+    def faster(self, a: Setup, b: Setup) -> bool:
+        """The test finds `a` significantly faster than `b`."""
+        result = self.compare(a, b)
+        return bool(result is not None and result.significant and result.ratio < 1)
+
+    def failed_change(self, parent: Setup | None, setup: Setup) -> str | None:
+        """Why `setup` is not worth measuring because a value it changes to (a kernel, a
+        precision, compilation with its kernel) failed in a setup measured already (error,
+        crash, timeout, unsupported: not out of memory, which depends on the batch)."""
+        changed = differences(parent, setup) if parent is not None else []
+        for r in self.records():
+            if r.ok or r.status == "oom":
+                continue
+            for name in changed:
+                if name == "batch" or getattr(r.setup, name) != getattr(setup, name):
+                    continue
+                if name == "mode" and r.setup.attn != setup.attn:
+                    continue
+                return (f"{axis(name).noun} {getattr(setup, name)} ended {r.status} in "
+                        f"{label(r.setup)}")
+        return None
+
+    def capacity_gb(self, setup: Setup) -> float | None:
+        if setup.device != "cuda":
+            return None     # a CPU's cap is address space, which resident memory does not show
+        if setup.memory_limit_gb is not None:
+            return setup.memory_limit_gb
+        return next((r.machine.gpu_memory_gb for r in self.records()
+                     if r.machine.gpu_memory_gb), None)
+
+    def predicted_peak_gb(self, setup: Setup, fixed_gb: float) -> float | None:
+        """The peak memory `setup` is expected to need: a line through its own batches' peaks,
+        or one batch's peak scaled by the batch above `fixed_gb` (the ladder's fixed part:
+        weights, gradients, optimizer state); None where no batch of it ran."""
+        family = setup.replace(batch=1)
+        points = {}
+        for r in self.records():
+            if r.ok and r.setup.replace(batch=1) == family and r.peak_memory_gb is not None:
+                points[r.setup.batch] = max(r.peak_memory_gb, r.peak_reserved_gb or 0.0)
+        if not points:
+            return None
+        if len(points) >= 2:
+            slope, fixed = line(points)
+        else:
+            [(batch, peak)] = points.items()
+            fixed = min(fixed_gb, peak)
+            slope = (peak - fixed) / batch
+        return fixed + slope * setup.batch
+
+
+def line(points: dict[int, float]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through {x: y}."""
+    xs, ys = list(points), list(points.values())
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
+
+
+def representative(records: list[Record]) -> Record:
+    """The process with the median tokens/s (the lower median for an even count)."""
+    ordered = sorted(records, key=lambda r: r.tokens_per_s or 0.0)
+    return ordered[(len(ordered) - 1) // 2]
