@@ -36,7 +36,7 @@ def main() -> None:
 
 
 def answered(gpus: int) -> None:
-    from stepbench.execute.server import nvml_answered
+    from stepbench.execute.local.server import nvml_answered
 
     torch = importlib.import_module("torch")
     importlib.import_module("torch._dynamo")

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from stepbench.execute.executor import LocalProcess
+from stepbench.execute.local.process import LocalProcess
 from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup

@@ -1,6 +1,6 @@
-"""What the cluster engines share (execute/raycluster.py for `--ray`, execute/slurmcluster.py for
-`--slurm`): the device a run takes there, how many of the cluster's GPUs it may use at once, and
-which stored record a job resumes from. The cluster places each job (its node and GPUs);
+"""What the cluster engines share (ray/ for `--ray`, slurm/ for `--slurm`): the backend and its
+site (registry.py), the device a run takes there, how many of the cluster's GPUs it may use at
+once, and which stored record a job resumes from. The cluster places each job (its node and GPUs);
 stepbench measures, as everywhere else.
 
 A cluster is seen through a few answers (`View`): its nodes' GPUs (of a type), its GPU types and
@@ -9,9 +9,11 @@ how many nodes have a CPU; and how its errors name it.
 
 from __future__ import annotations
 
+import importlib
 from typing import Protocol
 
 from stepbench.errors import UserError
+from stepbench.execute.registry import Backend, Note, Site
 from stepbench.setup import Setup
 
 
@@ -99,3 +101,71 @@ def device_indices(devices: str | None) -> list[int] | None:
         return [int(d) for d in devices.split(",")] if devices else None
     except ValueError:
         return None
+
+
+class ClusterBackend(Backend):
+    """A cluster engine as a backend: `engine` names its module, which holds `require()`,
+    `precheck(settings)` and `open_cluster(settings, note)` (a View with close()); `jobs` the
+    module with `executor_for(cluster, settings, plan, gpus, run_id, note)`."""
+
+    remote = True
+    engine = ""
+    jobs = ""
+    flag = ""               # the flag that chooses it (RunSettings.cluster's value)
+
+    def module(self):
+        return importlib.import_module(self.engine)
+
+    def chosen(self, settings) -> bool:
+        return settings.cluster == self.flag
+
+    def require(self) -> None:
+        self.module().require()
+
+    def dry_run_device(self, settings) -> tuple[str, str | None]:
+        """Nothing is contacted: a GPU's defaults are shown for `auto`."""
+        shown = "cuda" if settings.device == "auto" else settings.device
+        why = ("the cluster's device decides the defaults (its GPUs, else the CPU); shown: "
+               f"{shown}'s") if settings.device == "auto" else None
+        return shown, why
+
+    def precheck(self, settings) -> None:
+        self.module().precheck(settings)
+
+    def open(self, settings, note: Note) -> "ClusterSite":
+        return ClusterSite(importlib.import_module(self.jobs),
+                           self.module().open_cluster(settings, note))
+
+
+class ClusterSite(Site):
+    """An opened cluster: its device, the GPUs a run may use at once (check_cluster)."""
+
+    def __init__(self, jobs, cluster):
+        self.jobs, self.cluster = jobs, cluster
+        self.gpus = 1
+
+    def device(self, settings) -> str:
+        return cluster_device(self.cluster, settings.device, settings.gpu_type)
+
+    def check(self, settings, plan: list) -> None:
+        self.gpus = check_cluster(self.cluster, settings.device, settings.gpu_type,
+                                  settings.gpus, plan)
+
+    def executor(self, settings, plan: list, note: Note):
+        from stepbench.execute.runner import new_run_id
+
+        return self.jobs.executor_for(self.cluster, settings, plan, self.gpus, new_run_id(),
+                                        note)
+
+    def check_tune(self, settings, base) -> None:
+        # One GPU at a time: tune's probes are compared with each other.
+        check_cluster(self.cluster, settings.device, settings.gpu_type,
+                      "1" if settings.device == "cuda" else None, [base])
+
+    def tune_executor(self, settings, kinds: list, note: Note):
+        from stepbench.execute.runner import new_run_id
+
+        return self.jobs.executor_for(self.cluster, settings, kinds, 1, new_run_id(), note)
+
+    def close(self) -> None:
+        self.cluster.close()

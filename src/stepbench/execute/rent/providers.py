@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from stepbench.errors import UserError
-from stepbench.execute.ssh import HostError
+from stepbench.execute.hosts.ssh import HostError
 
 POLL_FIRST_S, POLL_MAX_S = 1.0, 10.0     # how often a provider's state is looked at, growing
 

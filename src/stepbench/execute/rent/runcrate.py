@@ -30,9 +30,9 @@ import threading
 import time
 
 from stepbench.errors import UserError, first_line
-from stepbench.execute.providers import (POLL_FIRST_S, POLL_MAX_S, Instance, Offer, ProviderError,
+from stepbench.execute.rent.providers import (POLL_FIRST_S, POLL_MAX_S, Instance, Offer, ProviderError,
                                          RentError, RentSpec, api_key_from_env, redact)
-from stepbench.execute.ssh import HostStopped
+from stepbench.execute.hosts.ssh import HostStopped
 
 INSTALL_HINT = "pip install 'stepbench[runcrate]'"
 READY = {"running", "deployed", "active", "ready"}

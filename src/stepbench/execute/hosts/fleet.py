@@ -57,7 +57,7 @@ def model_copies(model: str | None) -> list[dict]:
 def check_hosts(settings: RunSettings) -> list:
     """The hosts the settings name, as HostSpecs; a UserError for a bad one or a missing
     asyncssh, before anything else is done."""
-    from stepbench.execute.ssh import parse_host, require_asyncssh
+    from stepbench.execute.hosts.ssh import parse_host, require_asyncssh
 
     specs = [parse_host(name) for name in settings.remote.hosts]
     require_asyncssh()
@@ -75,8 +75,9 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     from stepbench.execute import bundle
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, least_processes, new_run_id, stop_signals
-    from stepbench.execute.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
-    from stepbench.execute.server import imports_for
+    from stepbench.execute.hosts.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
+    from stepbench.execute.local import uses_server
+    from stepbench.execute.local.server import imports_for
     from stepbench.measure.models import check_models
 
     options = settings.remote
@@ -111,7 +112,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             there = settings.resolved(device)
             plan = there.plan()
             check_models(plan)
-            if there.start == "server":
+            if uses_server(there.start):
                 view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
                             run_id=run_id)
@@ -179,7 +180,7 @@ def _holding(leases):
     """While rented machines are deleted, a signal does not cut that short."""
     from contextlib import nullcontext
 
-    from stepbench.execute.rent import hold_signals
+    from stepbench.execute.rent.rentals import hold_signals
 
     if not leases:
         return nullcontext()

@@ -7,7 +7,7 @@ and shows each child only its slots' GPUs (execute/executor.py).
 from __future__ import annotations
 
 from stepbench.errors import UserError
-from stepbench.execute.executor import Rendezvous
+from stepbench.execute.protocol import Rendezvous
 
 
 def gpu_pool(settings, plan) -> list[int] | None:

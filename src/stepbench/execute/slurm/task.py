@@ -27,7 +27,7 @@ import socket
 import time
 from pathlib import Path
 
-from stepbench.execute import hostside
+from stepbench.execute.hosts import hostside
 
 ENDPOINT = "{endpoint}"     # in a node's argv: node 0's HOST:PORT, known once the job runs
 RENDEZVOUS_WAIT_S = 300     # how long a node waits for node 0's address
