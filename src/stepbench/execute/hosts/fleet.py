@@ -1,12 +1,12 @@
 """`stepbench run --host A --host B ...`: the same matrix on every host at once, into one file.
 
-Each host gets its own thread, SSH executor (execute/ssh.py) and Runner, so resume, records,
+Each host gets its own thread, SSH executor (execute/hosts/ssh.py) and Runner, so resume, records,
 timeouts and progress are the local run's: the runner keys and tags every record with the host's
 name, and two hosts with the same GPU never stand in for each other. Device and model defaults
 are worked out on each host (a GPU host runs the GPU defaults, a CPU host the CPU ones). A host
 that cannot be reached, refuses the key, fails to prepare or is lost mid-run ends in one line on
 stderr; the others go on. Ctrl-C, SIGTERM and SIGHUP stop every host's running setup; what
-finished is in the file. A rented machine (`--rent`, execute/rent.py) is one more host: its
+finished is in the file. A rented machine (`--rent`, execute/rent/rentals.py) is one more host: its
 thread creates it first, points the host's executor at it, and deletes it last, every way out.
 """
 
@@ -67,7 +67,7 @@ def check_hosts(settings: RunSettings) -> list:
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile,
                  rentals=None, loop=None, runs: list[HostRun] | None = None) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
-    (`rentals`, execute/rent.py: each is created, run and deleted in its host's thread); returns
+    (`rentals`, execute/rent/rentals.py: each is created, run and deleted in its host's thread); returns
     what each host did, in the order named (appended to `runs` as they start, so that a caller
     stopped by Ctrl-C sees what each host finished: HostRun.kept). Raises KeyboardInterrupt (or
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns

@@ -1,5 +1,5 @@
 """Prepare an SSH host for stepbench. Runs there, under the host's own Python, before stepbench is
-installed: execute/ssh.py sends this file's source as `PYTHON -c SOURCE ARGS`, the wheel on stdin.
+installed: execute/hosts/ssh.py sends this file's source as `PYTHON -c SOURCE ARGS`, the wheel on stdin.
 So it uses the standard library only.
 
 It installs the wheel into a virtual environment that sees every package of that Python (its

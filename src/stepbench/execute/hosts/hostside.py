@@ -1,4 +1,4 @@
-"""stepbench's side of an SSH host: what execute/ssh.py runs there, in the prepared environment.
+"""stepbench's side of an SSH host: what execute/hosts/ssh.py runs there, in the prepared environment.
 
 `python -m stepbench.execute.hosts.hostside probe DEVICE` prints one JSON line: the device `DEVICE`
 (auto, cuda, cpu) resolves to there, the GPU's name (the one the resume key uses, found by the
@@ -17,7 +17,7 @@ killed it), how it started (forked by a process server: the host's, when SPEC na
 for a SIGKILL, why the host's kernel took it for its out-of-memory killer's victim, or null
 (execute/oom.py). A first line {"event": "placed", ...} says where it runs (host,
 CUDA_VISIBLE_DEVICES, and what SPEC's "placed" adds), for a cluster that chose the place
-(execute/raycluster.py, execute/slurmcluster.py): a setup's timeout counts from there, after
+(execute/ray/jobs.py, execute/slurm/jobs.py): a setup's timeout counts from there, after
 its own process server (if any) started. Lines pass through whole, so that they
 stay whole where stdout and stderr share one log (a Ray job's). When SPEC names a `rank_dir` (a
 torchrun job), the ranks' state files are written there and sent back on one line
@@ -25,7 +25,7 @@ torchrun job), the ranks' state files are written there and sent back on one lin
 other side.
 
 `python -m stepbench.execute.hosts.hostside serve PATH PRELOAD` is that server for one run
-(execute/server.py `serve_at`): it listens at PATH, prints one "ready" JSON line, and ends (its
+(execute/local/serving.py `serve_at`): it listens at PATH, prints one "ready" JSON line, and ends (its
 children with it) when its stdin ends: when the SSH channel that started it closes.
 """
 
@@ -273,7 +273,7 @@ def _forked(spec: dict, env: dict, own=None):
 
 
 def serve(path: str, preload: str) -> NoReturn:
-    """This host's process server for one run, listening at `path` (execute/server.py); this
+    """This host's process server for one run, listening at `path` (execute/local/server.py); this
     process ends once it has ended what it forked (server.ended)."""
     from stepbench.execute.local.server import ended, serve_at
 

@@ -7,7 +7,7 @@ known_hosts: a host whose key is not there is refused, and a config that turns t
 thread; each runner thread waits on its own host's calls, so the runner stays what it is.
 
 On each host (its connection made once, every command a channel of it):
-  1. prepare: execute/hostprep.py under the host's Python installs this stepbench (a wheel made by
+  1. prepare: execute/hosts/hostprep.py under the host's Python installs this stepbench (a wheel made by
      execute/bundle.py) into a cached environment that sees that Python's torch, writes the model
      configs, makes this run's work folder and probes the device and GPU name there;
   2. each setup: `python -m stepbench.execute.hosts.hostside run SPEC` runs the setup's process in its

@@ -19,7 +19,7 @@ One setup (one repeat) is one Ray job, through Ray's Jobs API (the `ray` extra):
   - `delete_job` once it ended, in the background (the next job does not wait for it; the run's
     end does).
 A job over several nodes (`--nnodes`) runs `python -m stepbench.execute.ray.nodes SPEC` instead:
-a placement group, one task per node (execute/raynodes.py).
+a placement group, one task per node (execute/ray/nodes.py).
 
 The runner, the protocol and the records are the local run's (execute/runner.py). Slots are GPUs:
 at most `--gpus N` of them (default: the cluster's GPUs, of `--gpu-type` when given) in use by
@@ -39,12 +39,12 @@ from pathlib import Path
 
 from stepbench import protocol
 from stepbench.errors import first_line
-from stepbench.execute.clusters import device_indices, find_done
+from stepbench.execute.clusters import ClusterExecutor, Refused, Submitted, device_indices
 from stepbench.execute.hosts import hostside
 from stepbench.execute.hosts.hostside import PLACED_EVENT, Exit, Lines, event_of
 from stepbench.execute.local import FRESH, uses_server
-from stepbench.execute.protocol import (KILL_GRACE_S, STDERR_TAIL_CHARS, Executor, Job, OnMessage,
-                                        Outcome, now_iso, rank_verdict, worker_command)
+from stepbench.execute.protocol import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage,
+                                        Outcome, rank_verdict, worker_command)
 from stepbench.execute.ray.cluster import ACCELERATOR, Cluster, _reason
 from stepbench.setup import Setup
 
@@ -56,10 +56,10 @@ DELETE_POLL_S = 0.25        # an ended job's status, until it is deleted and sta
 NODE_TMP = "/tmp"           # on the nodes: a job's own files (rank states, a private cache)
 
 
-class RayExecutor(Executor):
+class RayExecutor(ClusterExecutor):
     """Each job a Ray job on `cluster`; see the module's docstring."""
 
-    host = None                 # records are tagged through their placement (placement["ray"])
+    engine = "ray"              # records are tagged through their placement (placement["ray"])
 
     def __init__(self, cluster: Cluster, device: str, *, gpus: int = 1,
                  gpu_type: str | None = None, compile_cache: Path | None = None,
@@ -67,25 +67,17 @@ class RayExecutor(Executor):
                  preload: dict | None = None, note=lambda text: None, loop=None):
         from stepbench.execute.hosts.ssh import EventLoop
 
-        self.cluster, self.device, self.gpu_type = cluster, device, gpu_type
-        self.run_id = run_id or None
-        self.slots = [str(i) for i in range(gpus)]
-        self.compile_cache = compile_cache
+        super().__init__(cluster, device, gpus, gpu_type, compile_cache, run_id, start, note)
         # The nodes' Python (on their PATH as `python`); a local Ray's is this very one.
         self.python = python or (cluster.local.python if cluster.local else "python")
         self.tag = f"stepbench-{run_id or os.getpid()}".replace(":", "-")   # names its jobs
-        self.start = start              # "server": the run's process servers fork the setups
         self.preload = preload or {"models": [], "compile": True}
-        self.note = note
         self._servers_job: str | None = None
         self._server_path: str | None = None
         self._servers_lock = threading.Lock()
         self._deleting: list[threading.Thread] = []     # _forget's, joined by close()
         self.loop = loop or EventLoop()
         self._own_loop = loop is None
-        self._count = 0
-        self.lost: str | None = None    # why the cluster could not run a job: the run's one line
-        self._lock = threading.Lock()
         self._stopping = False
         self._stop_event = None     # made in the loop's thread (asyncio.Event binds to it)
         self.loop.call(self._make_event())
@@ -93,29 +85,13 @@ class RayExecutor(Executor):
     async def _make_event(self) -> None:
         self._stop_event = asyncio.Event()
 
-    # -- what the runner asks ------------------------------------------------------------------
+    # -- one job (clusters.ClusterExecutor.run) ------------------------------------------------
 
-    def slots_needed(self, setup: Setup) -> int:
-        return setup.world_size if setup.device == "cuda" else 1
+    def stopping(self) -> bool:
+        return self._stopping
 
-    def gpu_name(self, setup: Setup, slot: str) -> str | None:
-        return "cpu" if setup.device == "cpu" else self.gpu_type
-
-    def find_done(self, job: Job, stored: list, by_key: dict) -> object | None:
-        """The stored record of `job` from a Ray run (clusters.find_done)."""
-        return find_done(job, stored, "ray", self.gpu_type)
-
-    # -- one job -------------------------------------------------------------------------------
-
-    def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
-        outcome = Outcome(started_at=now_iso())
-        with self._lock:
-            self._count += 1
-            job_id = f"{self.tag}-{self._count}"
-            stopping = self._stopping
-        if stopping:
-            outcome.stopped, outcome.finished_at = True, outcome.started_at
-            return outcome
+    def submit_job(self, job: Job, count: int, timeout_s: float) -> Submitted:
+        job_id = f"{self.tag}-{count}"
         setup = job.setup
         entrypoint, resources = self._entrypoint(job, job_id), self._resources(setup)
         from stepbench.execute.bundle import PACKAGE
@@ -127,20 +103,30 @@ class RayExecutor(Executor):
                 runtime_env={"py_modules": [str(PACKAGE)]},
                 metadata={"stepbench": setup.name, "repeat": str(job.repeat)}, **resources)
         except Exception as exc:  # noqa: BLE001 - the cluster is gone or refuses: said once
-            self._lose(f"Ray refused job {job_id} ({_reason(exc)})")
-            outcome.stopped, outcome.finished_at = True, now_iso()
-            return outcome
+            raise Refused(f"Ray refused job {job_id} ({_reason(exc)})") from None
+        return Submitted(job_id, start)
+
+    def follow_job(self, submitted: Submitted, job: Job, timeout_s: float, outcome: Outcome,
+                   on_message: OnMessage) -> tuple["_Follow", object]:
+        """The job's log as it came, and Ray's job info once it ended."""
         follow = _Follow(outcome, on_message)
-        outcome.timed_out, outcome.stopped = self.loop.call(self._follow(job_id, timeout_s, follow))
-        info = self._info(job_id)
-        if not (follow.running.is_set() or outcome.timed_out or outcome.stopped):
-            # The job ended before the setup's process started (its runtime_env failed, the
-            # cluster lost its node): nothing was measured, so nothing is recorded.
-            status = getattr(info, "status", None)
-            self._lose(f"Ray job {job_id} ended {getattr(status, 'value', status)} before its "
-                       f"process started: {first_line(getattr(info, 'message', None) or '')}"
-                       + (f" ({first_line(follow.other[-1])})" if follow.other else ""))
-            outcome.stopped = True
+        outcome.timed_out, outcome.stopped = self.loop.call(
+            self._follow(submitted.job_id, timeout_s, follow))
+        return follow, self._info(submitted.job_id)
+
+    def job_placed(self, followed) -> bool:
+        return followed[0].running.is_set()
+
+    def why_not_started(self, submitted: Submitted, followed) -> str:
+        follow, info = followed
+        status = getattr(info, "status", None)
+        return (f"Ray job {submitted.job_id} ended {getattr(status, 'value', status)} before its "
+                f"process started: {first_line(getattr(info, 'message', None) or '')}"
+                + (f" ({first_line(follow.other[-1])})" if follow.other else ""))
+
+    def finish_job(self, submitted: Submitted, followed, job: Job, outcome: Outcome) -> None:
+        follow, info = followed
+        setup, job_id = job.setup, submitted.job_id
         placed, end = follow.placed or {}, follow.exit or Exit()
         devices = placed.get("cuda_visible_devices") if setup.device == "cuda" else None
         outcome.placement = {
@@ -160,9 +146,7 @@ class RayExecutor(Executor):
         if outcome.result_at is not None:
             outcome.exit_s = (end.at or time.monotonic()) - outcome.result_at
         self._forget(job_id)
-        outcome.wall_s = time.monotonic() - start
-        outcome.finished_at = now_iso()
-        return outcome
+        outcome.wall_s = time.monotonic() - submitted.start
 
     def _entrypoint(self, job: Job, job_id: str) -> str:
         from stepbench.execute.hosts.ssh import quote_command
@@ -197,7 +181,7 @@ class RayExecutor(Executor):
 
     def _servers(self) -> str | None:
         """Where this run's process servers listen on every host (started by the first job
-        that asks, execute/rayservers.py), or None: fresh start asked for, or no server."""
+        that asks, execute/ray/servers.py), or None: fresh start asked for, or no server."""
         if not uses_server(self.start):
             return None
         with self._servers_lock:

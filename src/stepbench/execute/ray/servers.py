@@ -3,7 +3,7 @@ of one Ray job per run, `python -m stepbench.execute.ray.servers SPEC` (execute/
 
 On every host of the cluster (one per address: raylets that share a machine share its /tmp) an
 actor pinned to one of its nodes runs `python -m stepbench.execute.hosts.hostside serve PATH PRELOAD`,
-the process server an SSH host runs (execute/server.py): it imports torch and transformers once
+the process server an SSH host runs (execute/local/server.py): it imports torch and transformers once
 and forks each setup's process there. A setup's job on that host finds it at PATH (the same on
 every host) and asks it for its process (hostside run); where none answers, the process starts
 fresh. This process prints one line {"event": "servers", "hosts": N}, then one "ready" or

@@ -1,4 +1,4 @@
-"""The seam between rented machines (execute/rent.py) and the clouds that rent them: what a provider
+"""The seam between rented machines (execute/rent/rentals.py) and the clouds that rent them: what a provider
 is asked (`Provider`) and what it answers (`Offer`, `Instance`, `ProviderError`). runcrate.py
 implements it with Runcrate's SDK; another cloud (or SkyPilot) slots in the same way, named in
 rent.PROVIDERS. Nothing here knows a particular provider.

@@ -1,6 +1,6 @@
 """Rented machines: `stepbench run --rent runcrate:L40S --rent "runcrate:RTX 5090" ...`.
 
-A rented machine becomes one more SSH host of the fleet (execute/fleet.py): for each `--rent`
+A rented machine becomes one more SSH host of the fleet (execute/hosts/fleet.py): for each `--rent`
 its host thread creates an instance (with a maximum runtime as a safety net), waits until it has
 an address and answers SSH, pins its host key, and then runs exactly as `--host` does. The
 instance is deleted on every way out: the study finished, the host failed, the wait timed out,

@@ -1,4 +1,4 @@
-"""Runcrate as a provider of rented GPUs (execute/rent.py), through its official Python SDK
+"""Runcrate as a provider of rented GPUs (execute/rent/rentals.py), through its official Python SDK
 (`runcrate-sdk`, the `runcrate` extra).
 
 Instances and SSH, not the SDK's jobs API: a job runs one command on a fresh machine and hands

@@ -3,7 +3,7 @@ measures, as everywhere else.
 
 One setup (one repeat) is one Slurm job, submitted through submitit (the `slurm` extra), which
 writes the job's script, submits it with sbatch and runs a Python function in it:
-  - the function is execute/slurmtask.py's `run`: hostside runs the setup's process (or a
+  - the function is execute/slurm/task.py's `run`: hostside runs the setup's process (or a
     torchrun job of `--nproc` processes) in its own process group, as on an SSH host or in a Ray
     job, its lines written to the task's log file in the run's folder;
   - `--gpu-type NAME` asks for `--gres=gpu:NAME:N` (N: the setup's --nproc), without it
@@ -44,11 +44,11 @@ from pathlib import Path
 
 from stepbench import protocol
 from stepbench.errors import first_line
-from stepbench.execute.clusters import device_indices, find_done
+from stepbench.execute.clusters import ClusterExecutor, Refused, Submitted, device_indices
 from stepbench.execute.hosts.hostside import Exit, Lines
 from stepbench.execute.local import FRESH, SERVER, uses_server
-from stepbench.execute.protocol import (KILL_GRACE_S, STDERR_TAIL_CHARS, Executor, Job, OnMessage,
-                                        Outcome, Rendezvous, now_iso, rank_verdict, worker_command)
+from stepbench.execute.protocol import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage,
+                                        Outcome, Rendezvous, rank_verdict, worker_command)
 from stepbench.execute.slurm.cluster import Cluster, SlurmError, require_slurm, slurm
 from stepbench.setup import Setup
 
@@ -64,77 +64,61 @@ ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEU
          "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
 
 
-class SlurmExecutor(Executor):
+class SlurmExecutor(ClusterExecutor):
     """Each job a Slurm job in `cluster`'s partition; see the module's docstring."""
 
-    host = None                 # records are tagged through their placement (placement["slurm"])
+    engine = "slurm"            # records are tagged through their placement (placement["slurm"])
 
     def __init__(self, cluster: Cluster, device: str, *, gpus: int = 1,
                  gpu_type: str | None = None, out: Path, compile_cache: Path | None = None,
                  run_id: str = "", start: str = SERVER, note=lambda text: None):
-        self.cluster, self.device, self.gpu_type = cluster, device, gpu_type
-        self.run_id = run_id or None
-        self.slots = [str(i) for i in range(gpus)]
-        self.compile_cache = compile_cache
+        super().__init__(cluster, device, gpus, gpu_type, compile_cache, run_id, start, note)
         self.python = sys.executable        # the job runs this very Python (a shared filesystem)
         self.name = f"stepbench-{run_id or os.getpid()}"       # every job of the run: scancel's
         self.folder = Path(out).expanduser().absolute().parent / FOLDER / self.name
-        self.start = start
-        self.note = note
-        self.lost: str | None = None    # why the cluster could not run a job: the run's one line
-        self._lock = threading.Lock()
-        self._count = 0
         self._stop = threading.Event()
         self._states: dict[str, str] | None = None     # the run's jobs, as squeue last saw them
         self._looked_at = float("-inf")
 
-    # -- what the runner asks ------------------------------------------------------------------
+    # -- one job (clusters.ClusterExecutor.run) ------------------------------------------------
 
-    def slots_needed(self, setup: Setup) -> int:
-        return setup.world_size if setup.device == "cuda" else 1
+    def stopping(self) -> bool:
+        return self._stop.is_set() or self.lost is not None
 
-    def gpu_name(self, setup: Setup, slot: str) -> str | None:
-        return "cpu" if setup.device == "cpu" else self.gpu_type
-
-    def find_done(self, job: Job, stored: list, by_key: dict) -> object | None:
-        """The stored record of `job` from a Slurm run (clusters.find_done)."""
-        return find_done(job, stored, "slurm", self.gpu_type)
-
-    # -- one job -------------------------------------------------------------------------------
-
-    def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
-        outcome = Outcome(started_at=now_iso())
-        with self._lock:
-            self._count += 1
-            count = self._count
-            stopping = self._stop.is_set() or self.lost is not None
-        if stopping:
-            outcome.stopped, outcome.finished_at = True, outcome.started_at
-            return outcome
-        setup = job.setup
+    def submit_job(self, job: Job, count: int, timeout_s: float) -> Submitted:
         start = time.monotonic()
         try:
-            submitted = self._submit(setup, timeout_s, self._spec(job, count))
+            submitted = self._submit(job.setup, timeout_s, self._spec(job, count))
         except Exception as exc:  # noqa: BLE001 - sbatch refused, or the cluster is gone: said once
-            self._lose(f"Slurm refused the job of {setup.name} ({_reason(exc)})")
-            outcome.stopped, outcome.finished_at = True, now_iso()
-            return outcome
-        tasks = [_Task(submitted.paths.folder, submitted.job_id, t, outcome, on_message)
-                 for t in range(setup.nnodes)]
-        state = self._follow(submitted.job_id, tasks, timeout_s, outcome, time.monotonic())
+            raise Refused(f"Slurm refused the job of {job.setup.name} ({_reason(exc)})") from None
+        return Submitted(submitted.job_id, start, submitted)
+
+    def follow_job(self, submitted: Submitted, job: Job, timeout_s: float, outcome: Outcome,
+                   on_message: OnMessage) -> tuple[list["_Task"], str | None]:
+        """Its tasks' log files as they grew, and the state squeue gave a job that ended
+        without its tasks' exit lines (else None)."""
+        tasks = [_Task(submitted.handle.paths.folder, submitted.job_id, t, outcome, on_message)
+                 for t in range(job.setup.nnodes)]
+        return tasks, self._follow(submitted.job_id, tasks, timeout_s, outcome, time.monotonic())
+
+    def job_placed(self, followed) -> bool:
+        return all(t.lines.placed for t in followed[0])
+
+    def why_not_started(self, submitted: Submitted, followed) -> str:
+        tasks, state = followed
         lead = tasks[0]
-        if not (all(t.lines.placed for t in tasks) or outcome.timed_out or outcome.stopped):
-            # The job ended before the setup's process started (its Python could not start, its
-            # folder was not there): nothing was measured, so nothing is recorded.
-            said = [line for line in lead.said().splitlines() if line.strip()]
-            # srun's own summary (a task exited with code N) says less than the line before it.
-            why = [line for line in said if not line.startswith("srun: ")] or said
-            hint = ("" if lead.out.exists() else f"; it wrote nothing to {self.folder}: is that "
-                    "folder on a filesystem the nodes share?")
-            self._lose(f"Slurm job {submitted.job_id} {_ended(state)} before its process started"
-                       + (f": {first_line(why[-1])}" if why else "") + hint)
-            outcome.stopped = True
-        self._tell(outcome, setup, submitted.job_id, tasks)
+        said = [line for line in lead.said().splitlines() if line.strip()]
+        # srun's own summary (a task exited with code N) says less than the line before it.
+        why = [line for line in said if not line.startswith("srun: ")] or said
+        hint = ("" if lead.out.exists() else f"; it wrote nothing to {self.folder}: is that "
+                "folder on a filesystem the nodes share?")
+        return (f"Slurm job {submitted.job_id} {_ended(state)} before its process started"
+                + (f": {first_line(why[-1])}" if why else "") + hint)
+
+    def finish_job(self, submitted: Submitted, followed, job: Job, outcome: Outcome) -> None:
+        tasks, state = followed
+        lead = tasks[0]
+        self._tell(outcome, job.setup, submitted.job_id, tasks)
         if (outcome.returncode is None and state is not None
                 and not (outcome.timed_out or outcome.stopped)):
             outcome.detail = (f"Slurm job {submitted.job_id} {_ended(state)} without its exit "
@@ -147,12 +131,10 @@ class SlurmExecutor(Executor):
             outcome.exit_s = (end.at or time.monotonic()) - outcome.result_at
         placed_at = lead.lines.placed_at
         outcome.wall_s = end.wall_s if end.wall_s is not None else \
-            time.monotonic() - (placed_at if placed_at is not None else start)
-        outcome.finished_at = now_iso()
-        return outcome
+            time.monotonic() - (placed_at if placed_at is not None else submitted.start)
 
     def _spec(self, job: Job, count: int) -> dict:
-        """What the job's tasks run (slurmtask.run's spec)."""
+        """What the job's tasks run (slurm/task.py run's spec)."""
         from stepbench.execute.local.server import imports_for
         from stepbench.execute.slurm.task import ENDPOINT
 
