@@ -47,6 +47,7 @@ from typing import NoReturn
 
 from stepbench import protocol
 from stepbench.execute import oom
+from stepbench.execute.local import FRESH, SERVER
 from stepbench.execute.local.process import WAKE_S, kill_group
 from stepbench.execute.protocol import OnMessage, Outcome, read_rank_states, take
 from stepbench.measure.distributed import RANK_DIR_ENV
@@ -184,7 +185,7 @@ def run(spec: dict) -> int:
         signal.signal(sig, _raise_stop)
     out = sys.stdout.buffer
     proc = own = watch = result_at = None
-    start, began = "fresh", time.monotonic()
+    start, began = FRESH, time.monotonic()
     try:
         # Its own server starts before the placed line: its imports are the run's, not the
         # setup's (a local run's server starts before the setup's clock too).
@@ -194,12 +195,12 @@ def run(spec: dict) -> int:
                     **spec.get("placed", {})})
         watch = oom.Watch()
         began = time.monotonic()
-        proc, start = _forked(spec, env, own), "server"
+        proc, start = _forked(spec, env, own), SERVER
         if proc is None:
             proc, start = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE, env=env, cwd=spec.get("cwd"),
                                            start_new_session=True,
-                                           preexec_fn=die_with_parent), "fresh"
+                                           preexec_fn=die_with_parent), FRESH
         result_at = _pass_through(proc, out, watch_stdin=spec.get("watch_stdin", True))
     except (_Stop, BrokenPipeError):
         pass
@@ -273,9 +274,9 @@ def _forked(spec: dict, env: dict, own=None):
 
 
 def serve(path: str, preload: str) -> NoReturn:
-    """This host's process server for one run, listening at `path` (execute/local/server.py); this
-    process ends once it has ended what it forked (server.ended)."""
-    from stepbench.execute.local.server import ended, serve_at
+    """This host's process server for one run, listening at `path` (execute/local/serving.py);
+    this process ends once it has ended what it forked (serving.ended)."""
+    from stepbench.execute.local.serving import ended, serve_at
 
     ended(lambda: serve_at(path, json.loads(preload)))
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 from stepbench import protocol
 from stepbench.execute import oom
-from stepbench.execute.local import FRESH, uses_server
+from stepbench.execute.local import FRESH, SERVER, uses_server
 from stepbench.execute.local.server import ForkedChild, ProcessServer, ServerError
 from stepbench.execute.protocol import (KILL_GRACE_S, Executor, Job, OnMessage, Outcome,
                                         Rendezvous, now_iso, rank_verdict, read_rank_states,
@@ -186,14 +186,14 @@ class LocalProcess(Executor):
         if server is not None:
             try:
                 child = server.spawn(job.payload(), env, stderr.fileno())
-                placement["start"] = "server"
+                placement["start"] = SERVER
                 return child
             except ServerError as exc:
                 with self._server_lock:
                     if uses_server(self.start):
                         self.note(f"{exc}; every setup's process starts fresh from here")
                         self.start = FRESH
-        placement["start"] = "fresh"
+        placement["start"] = FRESH
         return subprocess.Popen(self.command(job), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=stderr, env=env,
                                 start_new_session=True)

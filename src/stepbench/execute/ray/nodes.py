@@ -24,6 +24,7 @@ import sys
 import threading
 
 from stepbench.execute.hosts import hostside
+from stepbench.execute.local import FRESH
 from stepbench.execute.hosts.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
 
 
@@ -134,7 +135,7 @@ def main(argv: list[str]) -> int:
         failed = next((c for c in codes if c not in (0, None)), None)
         _say({"event": RANKS_EVENT, "states": sorted(ranks, key=lambda s: s.get("rank", 0))}, lock)
         _say({"event": EXIT_EVENT, "returncode": failed if failed is not None else codes[0],
-              "start": "fresh"}, lock)
+              "start": FRESH}, lock)
         return 0
     finally:
         for task in tasks:
