@@ -95,13 +95,17 @@ CPU = ["--device", "cpu", "--model", "llama-tiny", "--mode", "eager", "--attn", 
 
 def test_the_registry_asks_a_registered_backend_first_and_the_local_one_last(toy):
     assert registry.names()[0] == "toy" and registry.names()[-1] == "local"
-    assert "toy" not in registry.names() or registry.get("toy") is toy
+    assert registry.get("toy") is toy
     from stepbench.settings import RunSettings
 
     assert registry.choose(RunSettings.build({"device": "cpu", "model": "llama-tiny"})) is toy
     assert registry.choose(RunSettings.build({"device": "cpu"})).name == "local"
     assert registry.choose(RunSettings.build({"ray": "auto"})).name == "ray"
     assert registry.choose(RunSettings.build({"host": ["alpha"]})).name == "hosts"
+    registry.unregister("toy")
+    assert "toy" not in registry.names()
+    assert registry.choose(RunSettings.build({"device": "cpu", "model": "llama-tiny"})).name \
+        == "local"
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """What the cluster engines share (ray/ for `--ray`, slurm/ for `--slurm`): the backend and its
 site (registry.py), the device a run takes there, how many of the cluster's GPUs it may use at
-once, and which stored record a job resumes from. The cluster places each job (its node and GPUs);
-stepbench measures, as everywhere else.
+once, which stored record a job resumes from, and one job's run loop (`ClusterExecutor`). The
+cluster places each job (its node and GPUs); stepbench measures, as everywhere else.
 
 A cluster is seen through a few answers (`View`): its nodes' GPUs (of a type), its GPU types and
 how many nodes have a CPU; and how its errors name it.
@@ -215,7 +215,7 @@ class ClusterExecutor(Executor):
     def gpu_name(self, setup: Setup, slot: str) -> str | None:
         return "cpu" if setup.device == "cpu" else self.gpu_type
 
-    def find_done(self, job: Job, stored: list, by_key: dict) -> object | None:
+    def find_done(self, job: Job, stored: list, by_key: dict | None = None) -> object | None:
         """The stored record of `job` from a run on this engine (clusters.find_done)."""
         return find_done(job, stored, self.engine, self.gpu_type)
 

@@ -114,12 +114,15 @@ class Executor:
         """The GPU `setup` would run on in `slot` ("cpu" on the CPU): part of the resume key."""
         raise NotImplementedError
 
-    def find_done(self, job: Job, stored: list[Record], by_key: dict[str, Record]) -> Record | None:
-        """The stored record that is `job`'s, or None (`by_key`: `stored` by resume key). Done
-        on any slot's GPU counts (a host's GPUs are normally all of one kind); a backend that
-        places jobs itself (a cluster) finds them otherwise."""
+    def find_done(self, job: Job, stored: list[Record],
+                  by_key: dict[str, Record] | None = None) -> Record | None:
+        """The stored record that is `job`'s, or None (`by_key`: `stored` by resume key, where
+        the caller has it). Done on any slot's GPU counts (a host's GPUs are normally all of one
+        kind); a backend that places jobs itself (a cluster) finds them otherwise."""
         from stepbench.record import resume_key
 
+        if by_key is None:
+            by_key = {r.resume_key(): r for r in stored}
         keys = {resume_key(job.setup, job.repeat, self.gpu_name(job.setup, s), self.host)
                 for s in self.slots}
         return next((by_key[k] for k in keys if k in by_key), None)
