@@ -150,7 +150,7 @@ PATCHES = {
     "stepbench.measure.options": ("apply_options", spoil_weights),
     "stepbench.measure.distributed": ("enter_phase", fail_on_entry),
     "stepbench.measure.step": ("measure", fail_in_setup),
-    "stepbench.execute.server": ("preload", thread_after_preload),
+    "stepbench.execute.local.serving": ("preload", thread_after_preload),
     "ray.dashboard.modules.job.job_manager": ("JobManager", poll_faster),
     "ray.dashboard.modules.job.job_head": ("JobHead", poll_faster),
     "ray.dashboard.modules.job.utils": ("asyncio", quick_sleeps),
