@@ -106,8 +106,8 @@ def rows_document(rows: list[Row], *, plots: bool = False,
     records among which those of searches are listed: each tune's in a "Tune" table
     (report/tune.py), the other probes and max-batch full measurements in "Details: searches"
     (report/searches.py)."""
-    tables = [Table(COLUMNS, table_cells(rows, COLUMNS), _align(COLUMNS), "Results",
-                    footnotes(rows))]
+    tables = [Table(unit_headers(COLUMNS, rows), table_cells(rows, COLUMNS), _align(COLUMNS),
+                    "Results", footnotes(rows))]
     tables += details(rows)
     tables += tune.tune_tables(list(searched))
     search_table = searches.details_table(list(searched))
@@ -148,7 +148,7 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
         title = about.title([head.setup.model_label], [precisions],
                             f"{len(hosts) or 'several'} machines")
         columns = ["GPU"] + RUN_COLUMNS
-    tables = [Table(columns, table_cells(rows, columns), _align(columns),
+    tables = [Table(unit_headers(columns, rows), table_cells(rows, columns), _align(columns),
                     notes=footnotes(rows, explain=False))]
     search_table = searches.details_table(list(searched))
     if not rows and search_table is not None:
@@ -207,6 +207,18 @@ IDENTITY = ("GPU", "$/hour", "Setup", "Batch", "Seq")
 COLUMNS = ["GPU", "$/hour", "Setup", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)",
            "M tokens per $"]
 RUN_COLUMNS = ["Setup", "Batch", "Seq", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)"]
+def unit_headers(columns: list[str], rows: list[Row]) -> list[str]:
+    """The headers, with a user's workload's unit in place of tokens where every row that ran
+    counts the same one ("Images/s", "M images per $"); tokens stay tokens, and rows of several
+    units keep the token headers (their records say each row's unit)."""
+    units = {r.units for row in rows for r in row.records if r.ok}
+    if len(units) != 1 or None in units or units == {"tokens"}:
+        return list(columns)
+    unit = units.pop()
+    names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $"}
+    return [names.get(c, c) for c in columns]
+
+
 def _align(columns: list[str]) -> str:
     return "".join(CELLS[c][0] for c in columns)
 

@@ -52,6 +52,7 @@ from stepbench.search.gains import (Gain, GainTable, committed, differences, obs
 from stepbench.search.prices import Price, Prices
 from stepbench.settings import SEARCHED
 from stepbench.setup import Setup
+from stepbench.workload.spec import is_factory
 
 LADDER_GAIN = 0.10     # a doubling of the ladder's batch must buy this much more tokens/s
 LADDER_SHARE = 0.25    # of the budget, at most, for the ladder
@@ -105,6 +106,10 @@ def space_for(settings) -> tuple[Space, list[str]]:
                                 f"{reason}{fix}")
         space[name] = list(values)
         notes.pop(name)
+    if is_factory(settings.values.get("model")):
+        # A user's model takes no attention or fused kernels of transformers' (workload/plan.py).
+        for name in ("attn", "kernels"):
+            space[name], notes[name] = space[name][:1], []
     return space, [text for texts in notes.values() for text in texts]
 
 
@@ -112,6 +117,10 @@ def start(settings, space: Space) -> Setup:
     """The setup a tune starts from: eager mode, each searched axis at its start value, the
     others as the settings hold them."""
     fields = {**settings.values, **{name: values[0] for name, values in space.items()}}
+    if is_factory(fields.get("model")):
+        from stepbench.workload.plan import one_setup_values
+
+        fields = one_setup_values(fields)
     return Setup(**{**fields, "mode": "eager"}).check()
 
 
@@ -639,7 +648,10 @@ class Tuner:
         if parent is not None and gain is not None:
             c.parent, c.parent_rate, c.gain = parent, self.rate_of(parent), gain
             top = c.parent_rate * gain.hi
-            if best_setup is not None and top <= best * (1 + BEAT):
+            # Gains seen on other models order a user's model's candidates, never skip one
+            # (a ResNet is not a Llama).
+            if best_setup is not None and top <= best * (1 + BEAT) and \
+                    not is_factory(setup.model):
                 c.why = "pruned"
                 c.reason = (f"its largest gain cannot beat the best so far: at most "
                             f"{top:,.0f} tokens/s ({gain.hi:.2f}x {label(parent)}: "

@@ -36,7 +36,7 @@ def factory_values(values: Mapping[str, object]) -> dict:
         default = _tuple(axis(name).default_for(values.get("device") or "cuda"))
         if sig.declares(keyword):
             params[keyword] = tuple(str(v) for v in given)
-        elif given != default:
+        elif given not in (default, default[:1]):
             raise UserError(f"{FLAGS[name]} does not apply to {model}: it takes no `{keyword}` "
                             f"keyword; drop {FLAGS[name]} (or add a `{keyword}` parameter to "
                             "the factory, which then gets the value)")
@@ -65,3 +65,16 @@ def _tuple(value) -> tuple:
     if value is None:
         return ()
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def one_setup_values(fields: Mapping[str, object]) -> dict:
+    """`fields` (one value per axis: a tune's start) for a factory's setup, checked as a
+    run's matrix is (factory_values); one combination of `--param` only."""
+    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in fields.items()}
+    params = values.get("params")
+    values["params"] = (params,) if isinstance(params, str) else params
+    settled = factory_values(values)
+    if len(settled["params"]) > 1:
+        raise UserError("tune searches one model: give each --param one value")
+    return {k: (v[0] if isinstance(v, tuple) and k in fields and not isinstance(fields[k], tuple)
+                else v) for k, v in settled.items()}

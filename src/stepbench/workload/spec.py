@@ -221,6 +221,8 @@ def typed(value: str, default=None):
     """A parameter's value as the factory gets it: the type of its default where it has one
     (int, float, bool), else an int, a float, true/false/none, or the text."""
     lowered = value.lower()
+    if isinstance(default, str):
+        return value
     if isinstance(default, bool) or (default is None and lowered in ("true", "false")):
         if lowered in ("true", "on", "yes", "1"):
             return True
@@ -234,8 +236,9 @@ def typed(value: str, default=None):
             return kind(value)
         except ValueError:
             if default is not None:
-                raise UserError(f"--param value {value!r} is not a {kind.__name__}, as the "
-                                "parameter's default is") from None
+                what = "an integer" if kind is int else "a number"
+                raise UserError(f"--param value {value!r} is not {what}, as the parameter's "
+                                "default is") from None
     return value
 
 
