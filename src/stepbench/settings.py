@@ -102,6 +102,12 @@ OPTIONS = [
     Option("rdzv_endpoint", str, "node 0's address and a free port there, where the hosts of a "
            "job meet (torchrun --rdzv-endpoint; default: a free port on this host)", {RUN: None},
            metavar="HOST:PORT"),
+    # A user's factory (--model FILE.py:FUNCTION) and the modules beside it: the folder a remote
+    # job carries (docs/workloads.md).
+    Option("workload_dir", Path, "with --model FILE.py:FUNCTION on SSH hosts, Ray, Slurm or "
+           "rented machines: carry this whole folder (the file's own folder holds what it "
+           "imports) instead of the file alone", {RUN: None}, plan=True,
+           metavar="DIR"),
     Option("no_peak", bool, "on a GPU, skip measuring the matmul rate (used for mfu_measured)",
            {RUN: False}),
     Option("profile", Path, "after the timed steps, one more step under torch.profiler: its "
@@ -246,6 +252,7 @@ class RunSettings:
     ray: str | None = None              # --ray: the cluster's Jobs API address, auto or local
     slurm: str | None = None            # --slurm: the partition ("": the default one)
     gpu_type: str | None = None         # --gpu-type: Ray's accelerator type, Slurm's gres type
+    workload_dir: Path | None = None    # --workload-dir: the folder a remote job carries
     origin: Origin = field(default_factory=Origin, compare=False, repr=False)
 
     @property
@@ -312,7 +319,7 @@ class RunSettings:
             max_batch=_max_batch(opts, given, origin), remote=_remote(given), rent=_rent(given),
             dry_run=opts["dry_run"], format=given.get("format") or "table",
             start=opts["start"], ray=opts["ray"], slurm=opts["slurm"], gpu_type=opts["gpu_type"],
-            origin=origin)
+            workload_dir=_workload_dir(opts["workload_dir"], given.get("model")), origin=origin)
         settings.check()
         return settings
 
@@ -449,6 +456,26 @@ def _options(given: dict, command: str, origin: Origin = Origin()) -> dict:
         raise UserError(f"unknown device {opts.get('device')!r}; choose one of: "
                         + ", ".join(DEVICE_CHOICES))
     return opts
+
+
+def _workload_dir(folder, model) -> Path | None:
+    """--workload-dir, checked: a folder that holds the factory's file."""
+    if folder is None:
+        return None
+    from stepbench.workload.spec import is_factory, split
+
+    folder = Path(folder)
+    if not is_factory(model) or not split(model)[0].endswith(".py"):
+        raise UserError("--workload-dir goes with --model FILE.py:FUNCTION (the folder that "
+                        "file imports from); drop it")
+    if not folder.is_dir():
+        raise UserError(f"--workload-dir {folder} is not a folder; pass the folder that holds "
+                        f"{split(model)[0]}")
+    file = Path(split(model)[0]).resolve()
+    if folder.resolve() not in file.parents:
+        raise UserError(f"--workload-dir {folder} does not hold {split(model)[0]}; pass a folder "
+                        "above the file")
+    return folder
 
 
 def _path(value) -> Path | None:
