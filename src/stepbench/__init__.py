@@ -9,7 +9,7 @@ def __getattr__(name: str):
     API (`stepbench.run`, `stepbench.tune`, `stepbench.report`, docs/api.md), imported when
     first asked for: `import stepbench` stays cheap."""
     if name == "Workload":
-        from stepbench.workload import Workload
+        from stepbench.workload.contract import Workload
 
         return Workload
     if name in ("run", "tune", "report"):

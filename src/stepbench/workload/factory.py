@@ -16,7 +16,7 @@ import functools
 import inspect
 import sys
 
-from stepbench.workload import Workload
+from stepbench.workload.contract import Workload
 from stepbench.workload.base import Built, tensors_in
 from stepbench.workload.loader import load_function
 from stepbench.workload.spec import params_of, typed

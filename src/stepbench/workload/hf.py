@@ -45,8 +45,7 @@ def config_dict(model: str) -> dict:
                         f"--model {model}:make (docs/workloads.md)")
     if not path.exists():
         raise UserError(f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) and no such "
-                        "file; pass a preset name, the path of an HF config.json, or "
-                        "FILE.py:FUNCTION")
+                        "file; pass a preset name or the path of an HF config.json")
     if path.suffix == ".py":
         raise UserError(f"--model {model}: name the function that builds the model: "
                         f"--model {model}:make (docs/workloads.md)")

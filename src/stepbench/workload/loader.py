@@ -1,4 +1,5 @@
-"""Import a factory's module and return the function (`FILE.py:NAME` or `pkg.mod:NAME`).
+"""A factory's name (`FILE.py:NAME` or `pkg.mod:NAME`), and importing its module to get the
+function.
 
 A file is imported under a private module name with its own folder first on sys.path, so that
 it may import modules beside it; a package module is imported as itself.
@@ -8,11 +9,27 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
 from stepbench.errors import UserError
-from stepbench.workload.spec import split
+
+# `file.py:make` (any path) or `pkg.module:make`.
+_SPEC = re.compile(r"(?P<where>.+\.py|[A-Za-z_][\w.]*):(?P<name>[A-Za-z_]\w*)")
+
+
+def is_factory(model: str | None) -> bool:
+    """`model` names a factory (`FILE.py:NAME`, `pkg.mod:NAME`), not a preset or a config."""
+    return bool(model) and _SPEC.fullmatch(str(model)) is not None
+
+
+def split(model: str) -> tuple[str, str]:
+    """(`file.py` or `pkg.module`, the function's name)."""
+    match = _SPEC.fullmatch(model)
+    if match is None:
+        raise UserError(f"--model {model!r} is not FILE.py:FUNCTION or package.module:FUNCTION")
+    return match["where"], match["name"]
 
 
 def load_module(where: str):

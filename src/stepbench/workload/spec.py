@@ -16,23 +16,16 @@ import ast
 import functools
 import importlib.util
 import inspect
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from stepbench.errors import UserError
+from stepbench.workload.loader import is_factory, load_function, split  # noqa: F401
 
-# `file.py:make` (any path) or `pkg.module:make`.
-_SPEC = re.compile(r"(?P<where>.+\.py|[A-Za-z_][\w.]*):(?P<name>[A-Za-z_]\w*)")
 # Keywords stepbench itself passes, and the axes a factory may take as keywords of that name
 # (`attn`, `kernels`: else they are refused for its setups).
 PASSED = ("batch_size", "device", "seq_len")
 DECLARABLE_AXES = {"attn": "attn", "kernels": "kernels"}
-
-
-def is_factory(model: str | None) -> bool:
-    """`model` names a factory (`FILE.py:NAME`, `pkg.mod:NAME`), not a preset or a config."""
-    return bool(model) and _SPEC.fullmatch(str(model)) is not None
 
 
 @dataclass(frozen=True)
@@ -55,14 +48,6 @@ class Signature:
     def user_params(self) -> tuple[str, ...]:
         """The keyword parameters that are the user's own axes (`--param`)."""
         return tuple(n for n in self.names if n not in PASSED and n not in DECLARABLE_AXES)
-
-
-def split(model: str) -> tuple[str, str]:
-    """(`file.py` or `pkg.module`, the function's name)."""
-    match = _SPEC.fullmatch(model)
-    if match is None:
-        raise UserError(f"--model {model!r} is not FILE.py:FUNCTION or package.module:FUNCTION")
-    return match["where"], match["name"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -159,8 +144,6 @@ def _from_def(model: str, node) -> Signature:
 
 def _imported_signature(where: str, name: str, model: str) -> Signature:
     """Import the module to read a factory that is not a plain `def` in its source."""
-    from stepbench.workload.loader import load_function
-
     try:
         function = load_function(model)
         params = inspect.signature(function).parameters.values()
