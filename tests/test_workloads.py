@@ -239,3 +239,26 @@ def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
     assert [row["status"] for row in report["rows"]] == ["ok", "ok"]
     with pytest.raises(UserError, match="takes no parameter 'depth'"):
         stepbench.run(model=f"{mlp}:make", device="cpu", param={"depth": 2}, out=out)
+
+
+def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies(mlp):
+    from stepbench.search import tune
+    from stepbench.settings import TuneSettings
+
+    settings = TuneSettings.build({"model": f"{mlp}:make", "param": "width=8", "budget": "1m",
+                                   "device": "cpu"}).resolved("cpu")
+    space, _ = tune.space_for(settings)
+    assert space["attn"] == ["sdpa"] and space["kernels"] == ["none"]
+    base = tune.start(settings, space)
+    assert (base.params, base.seq, base.mode, base.name) == ("width=8", 1, "eager", "eager")
+
+
+@pytest.mark.slow
+def test_max_batch_grows_the_factorys_batch_size(mlp, tmp_path):
+    proc = run_cli("run", "--model", f"{mlp}:make", "--device", "cpu", "--modes", "eager",
+                   "--warmup", "1", "--steps", "3", "--repeats", "1", "--max-batch",
+                   "--memory-limit-gb", "2", "--max-batch-limit", "8",
+                   "--out", tmp_path / "mb.jsonl", "--format", "json", check_json=True)
+    final = [r for r in proc.records if r["search"]["role"] == "final"]
+    assert [(r["status"], r["setup"]["batch"], r["units_per_step"]) for r in final] == [
+        ("ok", 8, 8)]
