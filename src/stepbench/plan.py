@@ -27,7 +27,7 @@ from pathlib import Path
 
 from stepbench.axes import AXES as REGISTRY
 from stepbench.errors import UserError
-from stepbench.settings import OPTIONS, RUN
+from stepbench.settings import RunSettings, declared
 
 
 def _axes() -> dict[str, object]:
@@ -35,12 +35,12 @@ def _axes() -> dict[str, object]:
     return {key: a for a in REGISTRY if a.many for key in (a.key, *a.aliases)}
 
 
-def _settings() -> dict[str, type]:
-    """Plan key -> the type of a setting: the setups' one-value fields, and the options of
-    `run` a plan may hold (settings.OPTIONS)."""
+def _settings(settings: type = RunSettings) -> dict[str, type]:
+    """Plan key -> the type of a setting: the setups' one-value fields, and the settings a plan
+    may hold (declared with plan=True; a path or a choice is written as a string)."""
     types = {key: a.kind for a in REGISTRY if not a.many for key in (a.key, *a.aliases)}
-    types.update({o.key: str if o.kind is Path else o.kind for o in OPTIONS
-                  if o.plan and RUN in o.defaults})
+    types.update({s.dest: s.kind if s.kind in (int, float, bool) else str
+                  for s in declared(settings) if s.plan})
     return types
 
 
@@ -54,9 +54,9 @@ class Plan:
     spelled: dict = field(default_factory=dict)     # settings key -> the key as written
 
 
-def read_plan(path: Path) -> Plan:
+def read_plan(path: Path, command: type = RunSettings) -> Plan:
     """The plan file at `path`, its keys and value types checked (its values are checked with
-    the flags', by settings.RunSettings.build)."""
+    the flags', by `command`.build: settings.RunSettings)."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -65,7 +65,7 @@ def read_plan(path: Path) -> Plan:
                         "file to --plan") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"plan {path} is not valid TOML ({exc}); fix the file") from None
-    AXES, SETTINGS = _axes(), _settings()
+    AXES, SETTINGS = _axes(), _settings(command)
     axes = data.pop("axes", {})
     if not isinstance(axes, dict):
         raise UserError(f"plan {path}: 'axes' must be a table ([axes]); fix the file")

@@ -5,13 +5,13 @@ warning one line too (errors.show_warnings); Ctrl-C
 exits 130, SIGTERM and SIGHUP 128 + their number, after the running setups were stopped. Every
 other exception is a bug and keeps its traceback. Heavy modules (torch, the report) are imported
 inside the handlers, so `--help` and `report` start fast. The axis flags come from the registry
-(axes.py), the other settings from settings.OPTIONS (cli/flags.py).
+(axes.py), the other settings from their declarations (stepbench.settings; cli/flags.py).
 """
 
 from __future__ import annotations
 
 from stepbench import __version__
-from stepbench.cli import compare, report, run, tune
+from stepbench.cli import compare, predict, report, run, tune
 from stepbench.cli.base import EXIT_INTERRUPTED, EXIT_USER_ERROR, Parser, say
 from stepbench.errors import UserError, show_warnings
 
@@ -29,6 +29,7 @@ def build_parser() -> Parser:
     compare.add(sub)
     report.add_peak(sub)
     report.add_prices(sub)
+    predict.add(sub)
     return parser
 
 

@@ -1,12 +1,11 @@
-"""The flags that come from tables: the setups' axes (axes.AXES) and the commands' options
-(settings.OPTIONS). `run` and `tune` take the same flag for the same thing, declared here once."""
+"""The flags made from the declarations: the setups' axes (axes.AXES) and the commands' settings
+(stepbench.settings: each a dataclass field with its metadata). `run` and `tune` take the same
+flag for the same thing, declared once."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from stepbench.axes import AXES, Axis
-from stepbench.settings import CLUSTER_KEYS, OPTIONS, RUN, SEARCHED, option
+from stepbench.settings import GROUPS, RUN, SEARCHED, Setting, declared
 
 
 def add_axis_flags(parser, command: str) -> None:
@@ -45,47 +44,43 @@ def _text(a: Axis, value, many: bool) -> str:
     return ",".join(("on" if v else "off") if a.kind is bool else str(v) for v in values)
 
 
-def add_option(parser, key: str, command: str = RUN, **extra) -> None:
-    """The flag of settings.OPTIONS' `key` for `command`."""
-    o = option(key, command)
-    default = o.defaults[command]
-    kwargs = {"dest": o.key, "default": None, "help": o.help}
-    if o.kind is bool:
+def add_settings(parser, settings: type) -> None:
+    """One flag per setting `settings` (a settings class: RunSettings, TuneSettings) declares:
+    those of no group first (`settings.flags_first` before the rest), then each group's
+    (GROUPS) in an argparse group of its own."""
+    command = settings.command
+    first = getattr(settings, "flags_first", ())
+    every = sorted(declared(settings), key=lambda s: s.dest not in first)
+    for s in every:
+        if s.group is None:
+            add_setting(parser, s)
+    for name, group in GROUPS.items():
+        members = [s for s in every if s.group == name]
+        if members:
+            target = parser.add_argument_group(group.title, group.describe(command) or None)
+            for s in members:
+                add_setting(target, s)
+
+
+def add_setting(parser, s: Setting) -> None:
+    """The flag of one declared setting (every flag's default is None: not given)."""
+    kwargs = {"dest": s.dest, "default": None, "help": s.help}
+    if s.switch:
         kwargs["action"] = "store_true"
     else:
-        kwargs["type"] = o.kind
-        if default is not None and "(default" not in o.help:
-            kwargs["help"] = f"{o.help} (default {default})"
-    if o.metavar:
-        kwargs["metavar"] = o.metavar
-    if o.choices:
-        kwargs["choices"] = o.choices
-    parser.add_argument(o.flag, **{**kwargs, **extra})
+        if s.many:
+            kwargs["action"] = "append"
+        elif not s.choices:     # choices are checked as given (an Enum's values are strings)
+            kwargs["type"] = s.kind
+        if s.default not in (None, ()) and "(default" not in s.help:
+            kwargs["help"] = f"{s.help} (default {s.default})"
+    if s.metavar:
+        kwargs["metavar"] = s.metavar
+    if s.choices:
+        kwargs["choices"] = s.choices
+    if s.required:
+        kwargs["required"] = True
+    parser.add_argument(s.flag_name, **{**kwargs, **s.argparse})
 
 
-def add_options(parser, command: str, keys: tuple[str, ...]) -> None:
-    for key in keys:
-        add_option(parser, key, command)
-
-
-def add_cluster_options(parser, command: str) -> None:
-    """--ray, --slurm and --gpu-type, in a group of their own."""
-    group = parser.add_argument_group(
-        "a cluster: Ray (needs the ray extra: pip install 'stepbench[ray]'; docs/ray.md) or Slurm "
-        "(the slurm extra; docs/slurm.md)",
-        "Each setup runs as a job of the cluster, which chooses its node and GPUs; records carry "
-        "the job and node. " + ("--gpus N: at most N of the cluster's GPUs at once (default: all "
-                                "of them)." if command == RUN else
-                                "Probes run one at a time, on one GPU."))
-    for key in CLUSTER_KEYS:
-        # --slurm alone: the cluster's default partition.
-        add_option(group, key, command, **({"nargs": "?", "const": ""} if key == "slurm" else {}))
-
-
-def option_keys(command: str, group: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The keys of `command`'s options outside `group` (declared in a group of their own)."""
-    return tuple(o.key for o in OPTIONS if command in o.defaults and o.key not in group)
-
-
-__all__ = ["add_axis_flags", "add_option", "add_options", "add_cluster_options", "option_keys",
-           "Path"]
+__all__ = ["add_axis_flags", "add_settings", "add_setting"]

@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 
 from stepbench.cli.base import EXIT_OK, outcome, report_hint, say, stopped
-from stepbench.cli.flags import (add_axis_flags, add_option, add_options, add_cluster_options,
-                                 option_keys)
+from stepbench.cli.flags import add_axis_flags, add_settings
 from stepbench.errors import UserError
-from stepbench.settings import (DEFAULT_OUT, MAX_BATCH_KEYS, CLUSTER_KEYS, RUN, RunSettings,
-                                writable_folder)
+from stepbench.settings import DEFAULT_OUT, RUN, RunSettings, writable_folder
 
-def add(sub) -> None:
+def add(sub, settings: type = RunSettings) -> None:
+    """`run`'s parser: --plan, a flag per axis, a flag per setting `settings` declares."""
     p = sub.add_parser(
         "run", help="run the matrix of setups, each in its own process",
         description="Run each setup (mode x attention x precision x ... x batch x seq) in its own "
@@ -24,62 +23,7 @@ def add(sub) -> None:
                    help="a TOML plan of the matrix (docs/cli.md, 'Plan files'); flags given "
                         "beside it override its values")
     add_axis_flags(p, RUN)
-    add_options(p, RUN, option_keys(RUN, group=("max_batch", *MAX_BATCH_KEYS, *CLUSTER_KEYS)))
-    p.add_argument("--format", default=None, choices=("table", "markdown", "json"),
-                   help="table (default), markdown, or json (the records, alone on stdout)")
-    search = p.add_argument_group(
-        "the largest batch that fits (docs/tune.md)",
-        "Short probes, each its own process, double the batch from --batch until one runs out of "
-        "memory, then bisect; the full measurement (--warmup, --steps, --repeats) runs at the "
-        "batch found. Rerunning the same command resumes the search.")
-    add_option(search, "max_batch")
-    add_options(search, RUN, MAX_BATCH_KEYS)
-    add_cluster_options(p, RUN)
-    remote = p.add_argument_group(
-        "remote machines over SSH (needs the fleet extra: pip install 'stepbench[fleet]')",
-        "Run the matrix on every host at once, each setup in its own process there, into the one "
-        "results file here; records are tagged with the host's name. Device, model and sequence "
-        "defaults are worked out on each host; --compile-cache names a folder there.")
-    remote.add_argument("--host", action="append", metavar="NAME",
-                        help="an SSH config alias or user@host[:port]; repeatable")
-    remote.add_argument("--hosts-file", type=Path, metavar="FILE",
-                        help="a file of hosts, one alias or user@host[:port] a line (# comments)")
-    remote.add_argument("--ssh-config", type=Path, metavar="FILE",
-                        help="the OpenSSH config to read instead of ~/.ssh/config")
-    remote.add_argument("--remote-python", metavar="PATH",
-                        help="the Python on the hosts that has torch; stepbench installs itself "
-                             "into an environment that uses its packages (default python3)")
-    remote.add_argument("--remote-setup", metavar="SHELL",
-                        help="shell code run on each host before each stepbench command there, "
-                             "in the same shell, e.g. 'module load cuda' or 'source "
-                             "~/torch/bin/activate'")
-    remote.add_argument("--remote-dir", metavar="DIR",
-                        help="where stepbench keeps its environment and work files on the hosts "
-                             "(default ~/.cache/stepbench)")
-    rent = p.add_argument_group(
-        "rented GPUs (needs the runcrate extra: pip install 'stepbench[runcrate]')",
-        "Create one machine per --rent, run the matrix there as on an SSH host, and delete it "
-        "whatever happens (done, failed, timed out, Ctrl-C, SIGTERM). API key from "
-        "RUNCRATE_API_KEY. Records carry the provider's hourly price.")
-    rent.add_argument("--rent", action="append", metavar="PROVIDER:GPU[:COUNT]",
-                      help="rent a machine with this GPU type (and count, default 1) and run "
-                           "there, e.g. runcrate:L40S or 'runcrate:RTX 5090'; repeatable")
-    rent.add_argument("--rent-key", metavar="FILE",
-                      help="the SSH private key to log in with; its public key is registered "
-                           "with the provider once (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)")
-    rent.add_argument("--rent-timeout", type=float, metavar="SECONDS",
-                      help="how long a machine may take to start and answer SSH before it is "
-                           "deleted (default 900)")
-    rent.add_argument("--rent-max-minutes", type=int, metavar="MINUTES",
-                      help="the provider deletes each machine after this many minutes whatever "
-                           "happens here: the safety net if stepbench cannot (default 120)")
-    rent.add_argument("--rent-template", metavar="NAME",
-                      help="the provider's machine image (template); it must have Python 3.11+ "
-                           "with torch (default: the provider's default)")
-    rent.add_argument("--rent-prices", action="store_true", default=None,
-                      help="with --dry-run: ask the providers for each rental's machine and "
-                           "price now (needs the API key and the network; nothing is created). "
-                           "Without it a dry run contacts nothing")
+    add_settings(p, settings)
     p.set_defaults(handler=cmd_run)
 
 

@@ -7,13 +7,11 @@ import math
 import sys
 
 from stepbench.cli.base import given, report_hint, say, stopped
-from stepbench.cli.flags import add_axis_flags, add_options, add_cluster_options
+from stepbench.cli.flags import add_axis_flags, add_settings
 from stepbench.settings import TUNE, TuneSettings, writable_folder
 
-FORMATS = ("table", "markdown", "csv", "json", "html")
 
-
-def add(sub) -> None:
+def add(sub, settings: type = TuneSettings) -> None:
     p = sub.add_parser(
         "tune", help="search the axes for the fastest setup of a model within a time budget",
         description="Search for the fastest setup of one model on this machine within a time "
@@ -23,18 +21,8 @@ def add(sub) -> None:
                     "gain per second it costs, then more processes of the best two. Every "
                     "measurement is a record in --out: a tune resumes, and `stepbench report` "
                     "shows it. Axis flags narrow the search to their values (docs/tune.md).")
-    p.add_argument("--budget", required=True, help="time for the whole search: 20m, 90s, 1h30m")
-    p.add_argument("--objective", choices=("tokens", "fit"), default=None,
-                   help="tokens: the most tokens/s, the batch grown from --batch; fit: the "
-                        "fastest setup whose step at --batch fits --memory-limit-gb (default "
-                        "tokens)")
     add_axis_flags(p, TUNE)
-    add_options(p, TUNE, ("device", "start", "repeats", "timeout", "compile_cache", "out"))
-    add_cluster_options(p, TUNE)
-    p.add_argument("--format", default=None, choices=FORMATS,
-                   help="table (default), markdown, csv, html (what it tried and its verdict, as "
-                        "the report prints a table), or json: one object with winner, runner_up, "
-                        "tried and command")
+    add_settings(p, settings)
     p.set_defaults(handler=cmd_tune)
 
 

@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 
 from stepbench import workload
-from stepbench.measure import compile_info, machine, options, parallel, telemetry  # noqa: F401
+from stepbench.measure import compile_info, kernels, machine, options, parallel, telemetry  # noqa: F401
 from stepbench.measure.phases import Phases
 from stepbench.noise import noise_flags_for
 from stepbench.setup import Setup
@@ -202,7 +202,8 @@ def profile_step(step, stem: str, cuda: bool) -> dict:
     head = f"# one training step ({wall_s * 1000:.1f} ms with the profiler" + (
         f"; kernels {device_s * 1000:.1f} ms" if cuda else "") + f"), key_averages by {by}\n"
     Path(table).write_text(head + averages.table(sort_by=by, row_limit=40) + "\n")
-    return {"trace": trace, "table": table, "step_s": wall_s, "device_s": device_s}
+    return {"trace": trace, "table": table, "step_s": wall_s, "device_s": device_s,
+            **kernels.split_trace(trace)}
 
 
 def held_tensors(model, optimizer, inputs) -> list[torch.Tensor]:

@@ -3,6 +3,9 @@ imports for them ahead of the build. Nothing here imports torch."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from stepbench.errors import UserError
 from stepbench.workload.spec import is_factory, signature
 
 
@@ -35,3 +38,23 @@ def import_modeling(model: str, seq: int) -> None:
         load_function(model)
     except Exception:  # noqa: BLE001 - raised again, and recorded, by the build
         pass
+
+
+def check_workload_dir(folder, model) -> Path | None:
+    """--workload-dir, checked: a folder that holds the factory's file."""
+    if folder is None:
+        return None
+    from stepbench.workload.loader import split
+
+    folder = Path(folder)
+    if not is_factory(model) or not split(model)[0].endswith(".py"):
+        raise UserError("--workload-dir goes with --model FILE.py:FUNCTION (the folder that "
+                        "file imports from); drop it")
+    if not folder.is_dir():
+        raise UserError(f"--workload-dir {folder} is not a folder; pass the folder that holds "
+                        f"{split(model)[0]}")
+    file = Path(split(model)[0]).resolve()
+    if folder.resolve() not in file.parents:
+        raise UserError(f"--workload-dir {folder} does not hold {split(model)[0]}; pass a folder "
+                        "above the file")
+    return folder
