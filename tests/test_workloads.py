@@ -225,20 +225,20 @@ def test_the_resnet_example_runs_and_counts_images(tmp_path):
 
 @pytest.mark.slow
 def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
-    import stepbench
+    from stepbench import api
 
     out = tmp_path / "api.jsonl"
-    results = stepbench.run(model=f"{mlp}:make", device="cpu", modes=["eager"], batch=[2, 3],
+    results = api.run(model=f"{mlp}:make", device="cpu", modes=["eager"], batch=[2, 3],
                             warmup=1, steps=2, repeats=1, param={"width": 4}, out=out)
     assert [(r["status"], r["setup"]["batch"], r["units"]) for r in results] == [
         ("ok", 2, "samples"), ("ok", 3, "samples")]
     assert len(out.read_text().splitlines()) == 2
     frame = results.frame()
     assert list(frame["setup.params"]) == ["width=4"] * 2
-    report = stepbench.report(out)
+    report = api.report(out)
     assert [row["status"] for row in report["rows"]] == ["ok", "ok"]
     with pytest.raises(UserError, match="takes no parameter 'depth'"):
-        stepbench.run(model=f"{mlp}:make", device="cpu", param={"depth": 2}, out=out)
+        api.run(model=f"{mlp}:make", device="cpu", param={"depth": 2}, out=out)
 
 
 def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies(mlp):

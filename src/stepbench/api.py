@@ -1,5 +1,5 @@
-"""The Python API: `stepbench.run`, `stepbench.tune` and `stepbench.report` for notebooks and
-scripts, with the commands' settings as keyword arguments.
+"""The Python API: `stepbench.api.run`, `.tune` and `.report` for notebooks and scripts, with
+the commands' settings as keyword arguments.
 
 Each call runs the command itself, `python -m stepbench COMMAND ... --format json`, in a
 subprocess: the same settings, checks, processes and records as the command line, never an
@@ -59,7 +59,7 @@ def report(*files, **settings) -> dict:
     """`stepbench report FILES`: {"rows": [...], "findings": [...], "notes": [...], ...};
     `.frame()` of the rows is `pandas.DataFrame(result["rows"])`."""
     if not files:
-        raise UserError("stepbench.report() needs one or more results files")
+        raise UserError("stepbench.api.report() needs one or more results files")
     return json.loads(_call("report", [*map(str, files), *_flags(settings)]))
 
 
