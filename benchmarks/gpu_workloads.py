@@ -81,8 +81,8 @@ def summary(plain_path: Path, stepbench_path: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
-    parser.add_argument("--budget-s", type=float, default=480.0,
-                        help="start no new pair after this many seconds (default 480)")
+    parser.add_argument("--budget-s", type=float, default=420.0,
+                        help="start no new pair after this many seconds (default 420)")
     args = parser.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
