@@ -31,8 +31,8 @@ def spoil_weights(apply_options):
     """apply_options, then the output embedding weights x 64 for the setup DIVERGE_ENV names."""
 
     @functools.wraps(apply_options)
-    def apply_then_spoil(model, setup):
-        model = apply_options(model, setup)
+    def apply_then_spoil(model, setup, **kwargs):
+        model = apply_options(model, setup, **kwargs)
         if os.environ.get(DIVERGE_ENV) == setup.name:
             import torch    # already imported by measure/options, the module this wraps
 
