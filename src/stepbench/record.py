@@ -8,8 +8,9 @@ fresh line (after a cut-off last line too), holds an exclusive flock that every 
 appending to the file takes, and when a write fails part-way (full disk, quota, file size limit,
 I/O error) it cuts the file back to its size before and raises ResultsFileError. Reading takes a
 shared flock, so it never sees half of another process's line, and is forgiving: a truncated or
-garbled line is reported with its file and line number and skipped; a field that an older
-stepbench did not write reads as its default.
+garbled line, or a record with a value of the wrong type or an impossible one (a time that is
+not a number, NaN or negative), is reported with its file and line number and skipped; a field
+that an older stepbench did not write reads as its default.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ import errno
 import fcntl
 import functools
 import json
+import math
 import os
 import threading
+import types
+import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from stepbench.axes import AXES
 from stepbench.errors import UserError
 from stepbench.setup import Setup
 
@@ -35,7 +40,7 @@ SCHEMA = 1
 # Reading, a missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
                 "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads",
-                "profile")
+                "profile", "memory_cap")
 
 
 class _FromDict:
@@ -120,6 +125,8 @@ class Record:
     noise_flags: list[str] = field(default_factory=list)
     phases: dict | None = None   # wall seconds per phase of the process (measure/phases.py)
     threads: dict | None = None  # torch's intra-op and inter-op threads in the setup's process
+    # How --memory-limit-gb was applied (measure/worker.limit_memory): mechanism, limit, baseline.
+    memory_cap: dict | None = None
     # A distributed job (setup.parallel ddp or fsdp2): every rank's own numbers, and the job's
     # scaling figures (measure/distributed.combine; efficiency from the runner).
     ranks: list[dict] = field(default_factory=list)
@@ -426,7 +433,94 @@ def _problem(data: dict) -> str | None:
         return "no machine.gpu"
     if not isinstance(data.get("status"), str):
         return "no status"
+    return _wrong_value(data)
+
+
+def _wrong_value(data: dict) -> str | None:
+    """What is wrong with a value of a record's fields (a wrong type, a number that is not
+    finite, a negative time, memory or rate), naming the first such field; None when every
+    value fits. Fields the record lacks take their defaults and are not checked."""
+    parts = ((data, _checks(Record), ""), (data["setup"], _setup_checks(), "setup."),
+             (data.get("machine"), _checks(Machine), "machine."),
+             (data.get("software") or {}, _checks(Software), "software."))
+    for values, checks, prefix in parts:
+        for name, (fits, wanted) in checks.items():
+            if name in values and not fits(values[name]):
+                return f"{prefix}{name} is {_shown(values[name])}, not {wanted}"
     return None
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# A number that counts time, memory or a rate is never negative.
+_NON_NEGATIVE = ("_ms", "_s", "_gb", "_per_s")
+
+
+@functools.cache
+def _checks(cls) -> dict[str, tuple[Callable[[object], bool], str]]:
+    """{field: (does a JSON value fit it, what it wants)} of dataclass `cls`, from its types
+    (made once: a report reads thousands of records)."""
+    out = {}
+    for name, kind in typing.get_type_hints(cls).items():
+        if name == "setup":
+            continue
+        # A diverged run's loss is NaN or infinite: a measurement, not damage.
+        fits, wanted = _check_of(kind, finite=not name.startswith("loss"))
+        if name.endswith(_NON_NEGATIVE) or name == "step_times_ms":
+            fits = _non_negative(fits)
+            wanted = wanted.replace("a number", "a number >= 0").replace("of numbers",
+                                                                     "of numbers >= 0")
+        out[name] = (fits, wanted)
+    return out
+
+
+@functools.cache
+def _setup_checks() -> dict[str, tuple[Callable[[object], bool], str]]:
+    out = {}
+    for axis in AXES:
+        fits, wanted = _check_of(axis.kind | None if axis.optional else axis.kind)
+        if axis.kind in (int, float) and axis.least is not None:
+            fits = _at_least(fits, axis.least)
+            wanted += f" >= {axis.least:g}"
+        out[axis.name] = (fits, wanted)
+    return out
+
+
+def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]:
+    """(fits, wanted) for a type annotation: str, int, float (a finite number unless not
+    `finite`), bool, dict, a dataclass (an object), list[X] and unions with None."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        options = [_check_of(k, finite) for k in typing.get_args(kind)]
+        return (lambda v: any(fits(v) for fits, _ in options),
+                " or ".join(wanted for _, wanted in options))
+    if typing.get_origin(kind) is list:
+        item, wanted = _check_of(typing.get_args(kind)[0], finite)
+        return (lambda v: isinstance(v, list) and all(item(x) for x in v),
+                f"a list of {wanted.removeprefix('a ').removeprefix('an ')}s")
+    if kind is type(None):
+        return (lambda v: v is None), "null"
+    if kind is float:
+        return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                and (math.isfinite(v) or not finite)), "a number"
+    if kind is int:
+        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "an integer"
+    if kind is bool:
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if kind is str:
+        return (lambda v: isinstance(v, str)), "a string"
+    return (lambda v: isinstance(v, dict)), "an object"
+
+
+def _non_negative(fits):
+    return lambda v: fits(v) and all(x >= 0 for x in (v if isinstance(v, list) else [v])
+                                     if isinstance(x, (int, float)))
+
+
+def _at_least(fits, least: float):
+    return lambda v: fits(v) and (v is None or v >= least)
 
 
 def load(paths: list[str], warn: Callable[[str], None]) -> list[Record]:
