@@ -206,6 +206,10 @@ PATH_CASES = [
     (["tune", "--budget", "1m", "--compile-cache", "{tmp}/file"], "--compile-cache {tmp}/file is a file"),
     (["tune", "--budget", "1m", "--compile-cache", "/proc/nope"], "--compile-cache /proc/nope "),
     (["tune", "--budget", "1m", "--out", "{tmp}"], "cannot read results file {tmp} (Is a directory)"),
+    # A file that holds something else: JSON appended to it would spoil both (issue 37).
+    (["run", "--out", "{tmp}/file"], "{tmp}/file is not a stepbench results file (none of its "
+                                     "first lines is a record); pass a new file or a results file"),
+    (["tune", "--budget", "1m", "--out", "{tmp}/file"], "{tmp}/file is not a stepbench results file"),
     (["report", "{tmp}/missing.jsonl"], "results file '{tmp}/missing.jsonl' not found"),
     (["report", "{tmp}/r.jsonl", "--prices", "{tmp}/missing.toml"], "price file '{tmp}/missing.toml' not found"),
     (["report", "{tmp}/r.jsonl", "--out", "{tmp}"], "cannot write {tmp} (Is a directory)"),
@@ -230,6 +234,7 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, message, capsys, tmp_p
     lines = [line for line in err.strip().splitlines() if "warning:" not in line]
     assert "Traceback" not in err and len(lines) == 1, err
     assert not (tmp_path / "new.jsonl").exists()
+    assert (tmp_path / "file").read_text() == "not a folder\n"
 
 
 def test_a_warning_is_one_line_alike_in_every_command(capsys, tmp_path):

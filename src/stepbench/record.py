@@ -269,6 +269,9 @@ class ResultsFileError(UserError):
 
 # ---------------------------------------------------------------- the JSON Lines store
 
+# How much of an existing --out file is read to tell whether it holds records.
+_HEAD_BYTES = 256 * 1024
+
 class ResultsFile:
     """One results file: append-only writes that never damage it, forgiving reads."""
 
@@ -277,7 +280,9 @@ class ResultsFile:
 
     def check_writable(self) -> "ResultsFile":
         """Fail before anything runs, with the fix, when the file cannot be appended to (opened
-        and locked as append does)."""
+        and locked as append does), or holds something other than records (notes, a CSV):
+        appending JSON to it would spoil both."""
+        self._check_is_results()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = self._open()
@@ -289,6 +294,28 @@ class ResultsFile:
             raise UserError(f"cannot write results to {self.path} ({exc.strerror}); pass a "
                             "writable --out path") from None
         return self
+
+    def _check_is_results(self) -> None:
+        """UserError when the file exists, has content, and none of its first lines is a
+        stepbench record (a line cut off while a record was written still counts as one)."""
+        try:
+            if not self.path.is_file() or self.path.stat().st_size == 0:
+                return
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                head = [line.strip() for line in f.read(_HEAD_BYTES).splitlines()[:20]]
+        except OSError:
+            return                  # check_writable says why it cannot be used
+        for line in filter(None, head):
+            if line.startswith('{"schema":'):
+                return
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(data, dict) and isinstance(data.get("setup"), dict):
+                return
+        raise UserError(f"{self.path} is not a stepbench results file (none of its first lines "
+                        "is a record); pass a new file or a results file to --out")
 
     def _open(self) -> int:
         # Read as well as append: append looks at the last byte before it writes.
