@@ -164,7 +164,8 @@ def run_plan(local: RunSettings, plan, executor, store, display) -> int:
         display.close()
         executor.close()
     print_records(local, records, searched)
-    return outcome("run", records, runner.run_id, local.out)
+    # A search that found no batch to fit has no finals: its probes say how the run ended.
+    return outcome("run", records or searched, runner.run_id, local.out)
 
 
 def check_memory(plan) -> None:
