@@ -122,12 +122,22 @@ def test_seq_above_the_configs_positions(config_file, capsys, tmp_path):
     ("{not json", "not a readable JSON config"),
     ('{"hidden_size": 32}', "no 'model_type' in the config; add it"),
     ('{"model_type": "no-such-arch"}', "transformers does not know model_type 'no-such-arch'"),
+    # Configs transformers takes but no model can be built from (issue 37).
+    ('{"model_type": "llama", "hidden_size": "big", "num_attention_heads": 4}',
+     'hidden_size is "big", not a whole number above 0; fix the config'),
+    ('{"model_type": "llama", "hidden_size": 66, "num_attention_heads": 4}',
+     "hidden_size 66 is not a multiple of num_attention_heads 4; make it one (e.g. 64)"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, '
+     '"num_key_value_heads": 3}', "num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
+    ('{"model_type": "llama", "num_hidden_layers": -2}', "num_hidden_layers is -2, not a whole"),
+    ('{"model_type": "llama", "rms_norm_eps": "tiny"}', 'rms_norm_eps is "tiny", not a number'),
 ])
 def test_malformed_config(config_file, capsys, tmp_path, text, message):
     cfg = config_file(text)
     code = main(["run", "--device", "cpu", "--model", str(cfg), "--out", str(tmp_path / "r.jsonl")])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r.jsonl").exists()
 
 
 def test_folder_without_config(capsys, tmp_path):

@@ -20,18 +20,16 @@ import errno
 import fcntl
 import functools
 import json
-import math
 import os
 import threading
-import types
-import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from stepbench.axes import AXES
+from stepbench.claims import Claims
 from stepbench.errors import UserError
+from stepbench.record_checks import not_results, overlap, wrong_value
 from stepbench.setup import Setup
 
 SCHEMA = 1
@@ -269,20 +267,22 @@ class ResultsFileError(UserError):
 
 # ---------------------------------------------------------------- the JSON Lines store
 
-# How much of an existing --out file is read to tell whether it holds records.
-_HEAD_BYTES = 256 * 1024
 
 class ResultsFile:
     """One results file: append-only writes that never damage it, forgiving reads."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.claims = Claims(self)   # the measurements runs are making into it (claims.py)
 
     def check_writable(self) -> "ResultsFile":
         """Fail before anything runs, with the fix, when the file cannot be appended to (opened
         and locked as append does), or holds something other than records (notes, a CSV):
         appending JSON to it would spoil both."""
-        self._check_is_results()
+        problem = not_results(self.path)
+        if problem:
+            raise UserError(f"{self.path} is not a stepbench results file ({problem}); pass a "
+                            "new file or a results file to --out")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = self._open()
@@ -294,28 +294,6 @@ class ResultsFile:
             raise UserError(f"cannot write results to {self.path} ({exc.strerror}); pass a "
                             "writable --out path") from None
         return self
-
-    def _check_is_results(self) -> None:
-        """UserError when the file exists, has content, and none of its first lines is a
-        stepbench record (a line cut off while a record was written still counts as one)."""
-        try:
-            if not self.path.is_file() or self.path.stat().st_size == 0:
-                return
-            with open(self.path, encoding="utf-8", errors="replace") as f:
-                head = [line.strip() for line in f.read(_HEAD_BYTES).splitlines()[:20]]
-        except OSError:
-            return                  # check_writable says why it cannot be used
-        for line in filter(None, head):
-            if line.startswith('{"schema":'):
-                return
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and isinstance(data.get("setup"), dict):
-                return
-        raise UserError(f"{self.path} is not a stepbench results file (none of its first lines "
-                        "is a record); pass a new file or a results file to --out")
 
     def _open(self) -> int:
         # Read as well as append: append looks at the last byte before it writes.
@@ -382,7 +360,10 @@ class ResultsFile:
     def read(self, warn: Callable[[str], None] | None = None) -> list[Record]:
         """Every record, in file order; bad lines and unknown schema versions are warned about
         (with file and line) and skipped."""
-        warn = warn or (lambda message: warnings.warn(message, stacklevel=2))
+        return [record for _, record in self._numbered(warn)]
+
+    def _numbered(self, warn) -> list[tuple[int, Record]]:   # read's, with line numbers
+        warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
         if not self.path.exists():
             return []
         records = []
@@ -398,16 +379,26 @@ class ResultsFile:
                 if line.strip():
                     record = _parse(line, f"{self.path}:{number}", warn)
                     if record is not None:
-                        records.append(record)
+                        records.append((number, record))
         return records
 
     def latest(self, warn: Callable[[str], None] | None = None) -> list[Record]:
         """The records that count: where a setup was measured again (`run --rerun`), the later
-        record replaces the earlier one, in the earlier one's place."""
-        by_key: dict[str, Record] = {}
-        for record in self.read(warn):
-            by_key[record.resume_key()] = record
-        return list(by_key.values())
+        record replaces the earlier one, in the earlier one's place. Where the two were
+        measured at the same time (two runs on one file), the later counts as well, with a
+        warning naming both lines: no record is dropped unsaid."""
+        shown = warn or (lambda message: warnings.warn(message, stacklevel=2))
+        by_key: dict[str, tuple[int, Record]] = {}
+        for number, record in self._numbered(warn):
+            key = record.resume_key()
+            if key in by_key and overlap(by_key[key][1], record):
+                s = record.setup
+                shown(f"{self.path}:{number}: a second record of {s.name} (batch {s.batch} x "
+                      f"{s.seq}, repeat {record.repeat}) on {record.machine.gpu}, measured while "
+                      f"line {by_key[key][0]}'s was (two runs at once on one file); the later "
+                      "one counts")
+            by_key[key] = (number, record)
+        return [record for _, record in by_key.values()]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -450,104 +441,7 @@ def _parse(line: str, where: str, warn) -> Record | None:
 
 
 def _problem(data: dict) -> str | None:
-    missing = missing_fields(data)
-    if missing:
-        return missing
-    setup, machine = data["setup"], data.get("machine")
-    if not all(isinstance(setup.get(k), str) and setup.get(k) for k in ("model", "mode", "attn")):
-        return "no setup model, mode and attn"
-    if not isinstance(machine, dict) or not machine.get("gpu"):
-        return "no machine.gpu"
-    if not isinstance(data.get("status"), str):
-        return "no status"
-    return _wrong_value(data)
-
-
-def _wrong_value(data: dict) -> str | None:
-    """What is wrong with a value of a record's fields (a wrong type, a number that is not
-    finite, a negative time, memory or rate), naming the first such field; None when every
-    value fits. Fields the record lacks take their defaults and are not checked."""
-    parts = ((data, _checks(Record), ""), (data["setup"], _setup_checks(), "setup."),
-             (data.get("machine"), _checks(Machine), "machine."),
-             (data.get("software") or {}, _checks(Software), "software."))
-    for values, checks, prefix in parts:
-        for name, (fits, wanted) in checks.items():
-            if name in values and not fits(values[name]):
-                return f"{prefix}{name} is {_shown(values[name])}, not {wanted}"
-    return None
-
-
-def _shown(value) -> str:
-    text = json.dumps(value) if not isinstance(value, float) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-# A number that counts time, memory or a rate is never negative.
-_NON_NEGATIVE = ("_ms", "_s", "_gb", "_per_s")
-
-
-@functools.cache
-def _checks(cls) -> dict[str, tuple[Callable[[object], bool], str]]:
-    """{field: (does a JSON value fit it, what it wants)} of dataclass `cls`, from its types
-    (made once: a report reads thousands of records)."""
-    out = {}
-    for name, kind in typing.get_type_hints(cls).items():
-        if name == "setup":
-            continue
-        # A diverged run's loss is NaN or infinite: a measurement, not damage.
-        fits, wanted = _check_of(kind, finite=not name.startswith("loss"))
-        if name.endswith(_NON_NEGATIVE) or name == "step_times_ms":
-            fits = _non_negative(fits)
-            wanted = wanted.replace("a number", "a number >= 0").replace("of numbers",
-                                                                     "of numbers >= 0")
-        out[name] = (fits, wanted)
-    return out
-
-
-@functools.cache
-def _setup_checks() -> dict[str, tuple[Callable[[object], bool], str]]:
-    out = {}
-    for axis in AXES:
-        fits, wanted = _check_of(axis.kind | None if axis.optional else axis.kind)
-        if axis.kind in (int, float) and axis.least is not None:
-            fits = _at_least(fits, axis.least)
-            wanted += f" >= {axis.least:g}"
-        out[axis.name] = (fits, wanted)
-    return out
-
-
-def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]:
-    """(fits, wanted) for a type annotation: str, int, float (a finite number unless not
-    `finite`), bool, dict, a dataclass (an object), list[X] and unions with None."""
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        options = [_check_of(k, finite) for k in typing.get_args(kind)]
-        return (lambda v: any(fits(v) for fits, _ in options),
-                " or ".join(wanted for _, wanted in options))
-    if typing.get_origin(kind) is list:
-        item, wanted = _check_of(typing.get_args(kind)[0], finite)
-        return (lambda v: isinstance(v, list) and all(item(x) for x in v),
-                f"a list of {wanted.removeprefix('a ').removeprefix('an ')}s")
-    if kind is type(None):
-        return (lambda v: v is None), "null"
-    if kind is float:
-        return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                and (math.isfinite(v) or not finite)), "a number"
-    if kind is int:
-        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "an integer"
-    if kind is bool:
-        return (lambda v: isinstance(v, bool)), "true or false"
-    if kind is str:
-        return (lambda v: isinstance(v, str)), "a string"
-    return (lambda v: isinstance(v, dict)), "an object"
-
-
-def _non_negative(fits):
-    return lambda v: fits(v) and all(x >= 0 for x in (v if isinstance(v, list) else [v])
-                                     if isinstance(x, (int, float)))
-
-
-def _at_least(fits, least: float):
-    return lambda v: fits(v) and (v is None or v >= least)
+    return missing_fields(data) or wrong_value(data, Record, Machine, Software)
 
 
 def load(paths: list[str], warn: Callable[[str], None]) -> list[Record]:

@@ -104,6 +104,7 @@ def cmd_run(args) -> int:
     from stepbench.execute.server import imports_for
     from stepbench.execute.progress import Display
     from stepbench.measure.machine import resolve_device
+    from stepbench.hfconfig_check import check_configs
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search.max_batch import check_searches
@@ -111,6 +112,7 @@ def cmd_run(args) -> int:
     local = settings.resolved(resolve_device(settings.device))
     plan = local.plan()
     with local.origin.checking("model"):    # a plan's model: the error names the plan
+        check_configs(plan)
         check_models(plan)
     if local.max_batch is not None:
         check_searches(local.max_batch, plan, local.origin)
@@ -217,6 +219,7 @@ def run_cluster(settings: RunSettings) -> int:
     from stepbench.execute.clusters import check_cluster, cluster_device
     from stepbench.execute.progress import Display
     from stepbench.execute.runner import new_run_id
+    from stepbench.hfconfig_check import check_configs
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search.max_batch import check_searches
@@ -244,6 +247,7 @@ def run_cluster(settings: RunSettings) -> int:
         local = settings.resolved(cluster_device(cluster, settings.device, settings.gpu_type))
         plan = local.plan()
         with local.origin.checking("model"):    # a plan's model: the error names the plan
+            check_configs(plan)
             check_models(plan)
         if local.max_batch is not None:
             check_searches(local.max_batch, plan, local.origin)
@@ -274,6 +278,7 @@ def run_hosts(settings: RunSettings) -> int:
     (execute/fleet.py, execute/rent.py)."""
     from stepbench.execute.fleet import check_hosts, report_failures, run_on_hosts
     from stepbench.execute.progress import Display
+    from stepbench.hfconfig_check import check_configs
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
 
@@ -281,8 +286,9 @@ def run_hosts(settings: RunSettings) -> int:
     specs = check_hosts(settings)
     # Each host checks its own plan too, once its device is known.
     with settings.origin.checking("model"):
-        check_models(settings.resolved("cpu" if settings.device == "auto"
-                                       else settings.device).plan())
+        resolved = settings.resolved("cpu" if settings.device == "auto" else settings.device)
+        check_configs(resolved.plan())
+        check_models(resolved.plan())
     if settings.dry_run:
         return dry_run_hosts(settings, specs)
     store = ResultsFile(settings.out).check_writable()

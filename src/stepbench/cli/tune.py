@@ -63,6 +63,7 @@ def _tune(settings: TuneSettings, cluster) -> int:
     from stepbench.execute.runner import Runner, new_run_id
     from stepbench.measure.cache import cache_dir
     from stepbench.measure.machine import resolve_device
+    from stepbench.hfconfig_check import check_configs
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search import tune
@@ -75,6 +76,7 @@ def _tune(settings: TuneSettings, cluster) -> int:
         settings = settings.resolved(cluster_device(cluster, settings.device, settings.gpu_type))
     space, skipped = tune.space_for(settings)
     base = tune.start(settings, space)
+    check_configs([base])
     check_models([base])
     store = ResultsFile(settings.out)
     kinds = [base.replace(mode=m) for m in space["mode"]]

@@ -194,7 +194,16 @@ class Runner:
         running: dict[int, dict] = {}     # index -> placement of each job in flight
 
         def one(index: int, job: Job, slot: str) -> None:
+            # Another live run measuring this into the same file: wait for its record (claims.py).
+            key = resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, slot),
+                             self.host)
             try:
+                theirs = self.store.claims.claim(key, call.display.note, _label(job))
+                if theirs is not None:
+                    records[index] = theirs
+                    self._keep(theirs)
+                    call.display.skip(job, theirs)
+                    return
                 call.display.start(job, where=self._where(job, slot))
                 with self._lock:
                     running[index] = {"concurrent": 1}
@@ -222,6 +231,7 @@ class Runner:
                 slots.close()   # start nothing more; the main thread stops the rest
                 raise
             finally:
+                self.store.claims.release(key)
                 slots.release(slot)
 
         pool = ThreadPoolExecutor(max_workers=len(self.executor.slots),
@@ -251,6 +261,11 @@ class Runner:
         if getattr(self.executor, "gpus", None) is None or job.setup.device != "cuda":
             return None
         return f"GPU{'s' if ',' in slot else ''} {slot}"
+
+
+def _label(job: Job) -> str:
+    s = job.setup
+    return f"{s.name} batch {s.batch} seq {s.seq} (repeat {job.repeat})"
 
 
 @dataclass(frozen=True)
