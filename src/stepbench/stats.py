@@ -97,16 +97,17 @@ def _mean_quantiles(x: np.ndarray, n_boot: int, seed: int, ends: np.ndarray) -> 
     order and may differ in the last bits), and those that could be the order statistics the
     quantiles read (within `_TIE` of them, relative to the largest value) are taken again as
     np.mean adds the resampled values, one resample at a time."""
-    (counts,), (drawn,) = _draw_counts((x.size,), n_boot, seed), _draws((x.size,), n_boot, seed)
-    approx = (x @ counts) / x.size
+    drawn, = _draws((x.size,), n_boot, seed)
+    approx = (x @ _draw_weights(x.size, n_boot, seed)) / x.size
     ranked = np.sort(approx)
     j, jp1, g = _ranks(n_boot, tuple(ends))
     slack = 2 * _TIE * float(np.abs(x).max())
     low, high = np.empty(len(j)), np.empty(len(j))
     for i, (a, b) in enumerate(zip(j.tolist(), jp1.tolist())):
         # The resamples that may be the a-th to b-th smallest, and how many surely come before.
-        near = np.flatnonzero((approx >= ranked[a] - slack) & (approx <= ranked[b] + slack))
-        below = np.count_nonzero(approx < ranked[a] - slack)
+        start, end = ranked[a] - slack, ranked[b] + slack
+        below = int(np.searchsorted(ranked, start, side="left"))
+        near = np.flatnonzero((approx >= start) & (approx <= end))
         exact = np.sort(np.mean(x[drawn[near]], axis=-1))
         low[i], high[i] = exact[a - below], exact[b - below]
     return (1 - g) * low + g * high
@@ -139,6 +140,15 @@ def _resampled_medians(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
     if n % 2:
         return kth(n // 2 + 1)
     return (kth(n // 2) + kth(n // 2 + 1)) / 2      # np.median's mean of the middle two
+
+
+@functools.lru_cache(maxsize=8)
+def _draw_weights(size: int, n_boot: int, seed: int) -> np.ndarray:
+    """`_draw_counts` of one sample, as floats (a product with them gives the resamples'
+    sums)."""
+    out = _draw_counts((size,), n_boot, seed)[0].astype(float)
+    out.flags.writeable = False
+    return out
 
 
 @functools.lru_cache(maxsize=32)
