@@ -82,8 +82,12 @@ def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]
     `finite`), bool, dict, a dataclass (an object), list[X] and unions with None."""
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
         options = [_check_of(k, finite) for k in typing.get_args(kind)]
-        return (lambda v: any(fits(v) for fits, _ in options),
-                " or ".join(wanted for _, wanted in options))
+        wanted = " or ".join(w for _, w in options)
+        if len(options) == 2 and type(None) in typing.get_args(kind):
+            (fits, _), = [o for k, o in zip(typing.get_args(kind), options)
+                          if k is not type(None)]
+            return (lambda v: v is None or fits(v)), wanted       # the common case, quickly
+        return (lambda v: any(fits(v) for fits, _ in options)), wanted
     if typing.get_origin(kind) is list:
         item, wanted = _check_of(typing.get_args(kind)[0], finite)
         return (lambda v: isinstance(v, list) and all(item(x) for x in v),
@@ -91,10 +95,11 @@ def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]
     if kind is type(None):
         return (lambda v: v is None), "null"
     if kind is float:
-        return (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                and (math.isfinite(v) or not finite)), "a number"
+        if not finite:
+            return (lambda v: type(v) in (float, int)), "a number"
+        return (lambda v: type(v) is int or (type(v) is float and math.isfinite(v))), "a number"
     if kind is int:
-        return (lambda v: isinstance(v, int) and not isinstance(v, bool)), "an integer"
+        return (lambda v: type(v) is int), "an integer"
     if kind is bool:
         return (lambda v: isinstance(v, bool)), "true or false"
     if kind is str:
