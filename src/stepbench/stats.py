@@ -65,7 +65,7 @@ def _bootstrap(samples: tuple, statistic: Callable, confidence: float, n_boot: i
     sizes = tuple(x.size for x in samples)
     quick = (n_boot * max(sizes) <= _MAX_COUNTS
              and all(np.isfinite(x).all() for x in samples))
-    if quick and statistic in _MEDIANS:
+    if quick and statistic in _MEDIANS and min(sizes) > 3:    # _median is quicker below
         values = [_medians(x.tobytes(), sizes[:i + 1], n_boot, seed)
                   for i, x in enumerate(samples)]
         boot = values[0] if len(values) == 1 else values[0] / values[1]
