@@ -20,6 +20,12 @@ is 1.5x slower and at the largest workloads runs out of memory in eager mode.
     PYTHONPATH=src python benchmarks/report_scale.py --baseline /tmp/old/src
     python benchmarks/report_scale.py --table out.jsonl             # the timings as Markdown
 
+With `--small W` a report of the first W workloads (1: 16 setups) is timed right before each
+large one, and the call prints and keeps the ratio of their CPU times (issue 37, item 6: the
+3,200-setup report within 6x of the 16-setup one); `--processes 1` writes one process per setup,
+whose comparisons take the pooled-steps test (a median bootstrap and a rank test) rather than
+the hierarchical one.
+
 With `--baseline`, the two stepbench versions' JSON reports of the same file are compared
 (`same_report`): the findings (every one, in order), the whole report object and its bytes;
 the script exits 1 where the findings differ.
@@ -125,8 +131,8 @@ def _record(setup: dict, repeat: int, oom: bool, step_ms: float, peak_gb: float,
             "noise_flags": []}
 
 
-def write(path: Path, n_workloads: int) -> int:
-    data = records(n_workloads)
+def write(path: Path, n_workloads: int, processes: int = 2) -> int:
+    data = records(n_workloads, processes)
     path.write_text("".join(json.dumps(r) + "\n" for r in data))
     return len(data)
 
@@ -150,6 +156,22 @@ def timed_report(path: Path, fmt: str, out: Path, source: str | None = None) -> 
             "cpu_s": round(cpu, 2),
             "load_before": [round(v, 2) for v in load_before],
             "load_after": [round(v, 2) for v in os.getloadavg()]}
+
+
+def scale_ratios(runs: list[dict], setups: int) -> dict:
+    """Per format, the large report's (`setups` setups) CPU and wall time over the small
+    one's (`--small`), each the sum over the repeats of this stepbench's runs."""
+    out = {}
+    for fmt in dict.fromkeys(r["format"] for r in runs):
+        small = [r for r in runs if r["format"] == fmt and "setups" in r]
+        large = [r for r in runs if r["format"] == fmt and "setups" not in r
+                 and r["source"] == "this"]
+        if small and large:
+            out[fmt] = {"small_setups": small[0]["setups"], "setups": setups,
+                        **{f"{k}_ratio": round(sum(r[f"{k}_s"] for r in large)
+                                               / sum(r[f"{k}_s"] for r in small), 2)
+                           for k in ("cpu", "wall")}}
+    return out
 
 
 def machine() -> dict:
@@ -229,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time the stepbench in this source folder (its src/, e.g. "
                              "from git archive), each format right after this one's, at the "
                              "same load")
+    parser.add_argument("--processes", type=int, default=2,
+                        help="processes per setup (default 2)")
+    parser.add_argument("--small", type=int, metavar="W",
+                        help="also time a report of the first W workloads before each large one "
+                             "and print the ratio of CPU times")
     parser.add_argument("--results", type=Path,
                         help="append the times, loads and machine to this JSON Lines file")
     parser.add_argument("--table", type=Path, metavar="RESULTS",
@@ -240,13 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="stepbench-report-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
     results = folder / "synthetic.jsonl"
-    count = write(results, args.workloads)
+    count = write(results, args.workloads, args.processes)
     print(f"{args.workloads * len(SETUPS):,} setups, {count:,} records: {results}")
+    small = None
+    if args.small:
+        small = folder / "small.jsonl"
+        write(small, args.small, args.processes)
     here = machine()                          # the commit as the timings start
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     runs = []
     for _ in range(args.repeat):
         for fmt in args.formats.split(","):
+            if small is not None:
+                runs.append({**timed_report(small, fmt, folder / f"small.{fmt}"),
+                             "setups": args.small * len(SETUPS)})
             for source in [None] + ([args.baseline] if args.baseline else []):
                 name = f"report.{fmt}" if source is None else f"baseline.{fmt}"
                 runs.append(timed_report(results, fmt, folder / name, source))
@@ -254,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'baseline ' if source else ''}report --format {fmt}: {r['wall_s']:.1f} "
                       f"s wall, {r['cpu_s']:.1f} s CPU (load {r['load_before'][0]:.1f} before, "
                       f"{r['load_after'][0]:.1f} after)")
+    ratios = scale_ratios(runs, args.workloads * len(SETUPS)) if small is not None else None
+    for fmt, ratio in (ratios or {}).items():
+        print(f"report --format {fmt}: {ratio['setups']:,} setups took {ratio['cpu_ratio']:.1f}x "
+              f"the CPU time of {ratio['small_setups']:,} (wall {ratio['wall_ratio']:.1f}x)")
     same = None
     if args.baseline and "json" in args.formats.split(","):
         same = same_report(folder / "report.json", folder / "baseline.json")
@@ -267,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                 "command": "python benchmarks/report_scale.py " + " ".join(argv or sys.argv[1:]),
                 "when": started,
                 "setups": args.workloads * len(SETUPS), "records": count,
-                "baseline": args.baseline, "machine": here, "runs": runs,
+                "processes": args.processes, "baseline": args.baseline, "machine": here,
+                "runs": runs, **({"ratios": ratios} if ratios else {}),
                 **({"same_as_baseline": same} if same else {})}) + "\n")
         print(f"appended to {args.results}")
     if args.findings:

@@ -122,12 +122,22 @@ def test_seq_above_the_configs_positions(config_file, capsys, tmp_path):
     ("{not json", "not a readable JSON config"),
     ('{"hidden_size": 32}', "no 'model_type' in the config; add it"),
     ('{"model_type": "no-such-arch"}', "transformers does not know model_type 'no-such-arch'"),
+    # Configs transformers takes but no model can be built from (issue 37).
+    ('{"model_type": "llama", "hidden_size": "big", "num_attention_heads": 4}',
+     'hidden_size is "big", not a whole number above 0; fix the config'),
+    ('{"model_type": "llama", "hidden_size": 66, "num_attention_heads": 4}',
+     "hidden_size 66 is not a multiple of num_attention_heads 4; make it one (e.g. 64)"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, '
+     '"num_key_value_heads": 3}', "num_attention_heads 4 is not a multiple of num_key_value_heads 3"),
+    ('{"model_type": "llama", "num_hidden_layers": -2}', "num_hidden_layers is -2, not a whole"),
+    ('{"model_type": "llama", "rms_norm_eps": "tiny"}', 'rms_norm_eps is "tiny", not a number'),
 ])
 def test_malformed_config(config_file, capsys, tmp_path, text, message):
     cfg = config_file(text)
     code = main(["run", "--device", "cpu", "--model", str(cfg), "--out", str(tmp_path / "r.jsonl")])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r.jsonl").exists()
 
 
 def test_folder_without_config(capsys, tmp_path):
@@ -206,6 +216,10 @@ PATH_CASES = [
     (["tune", "--budget", "1m", "--compile-cache", "{tmp}/file"], "--compile-cache {tmp}/file is a file"),
     (["tune", "--budget", "1m", "--compile-cache", "/proc/nope"], "--compile-cache /proc/nope "),
     (["tune", "--budget", "1m", "--out", "{tmp}"], "cannot read results file {tmp} (Is a directory)"),
+    # A file that holds something else: JSON appended to it would spoil both (issue 37).
+    (["run", "--out", "{tmp}/file"], "{tmp}/file is not a stepbench results file (none of its "
+                                     "first lines is a record); pass a new file or a results file"),
+    (["tune", "--budget", "1m", "--out", "{tmp}/file"], "{tmp}/file is not a stepbench results file"),
     (["report", "{tmp}/missing.jsonl"], "results file '{tmp}/missing.jsonl' not found"),
     (["report", "{tmp}/r.jsonl", "--prices", "{tmp}/missing.toml"], "price file '{tmp}/missing.toml' not found"),
     (["report", "{tmp}/r.jsonl", "--out", "{tmp}"], "cannot write {tmp} (Is a directory)"),
@@ -230,6 +244,7 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, message, capsys, tmp_p
     lines = [line for line in err.strip().splitlines() if "warning:" not in line]
     assert "Traceback" not in err and len(lines) == 1, err
     assert not (tmp_path / "new.jsonl").exists()
+    assert (tmp_path / "file").read_text() == "not a folder\n"
 
 
 def test_a_warning_is_one_line_alike_in_every_command(capsys, tmp_path):

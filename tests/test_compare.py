@@ -85,7 +85,8 @@ def test_a_slower_setup_outside_the_noise_and_an_unchanged_one(capsys, tmp_path)
     assert verdict == ("after against before, setup by setup: 1 of 2 setups slower outside the "
                        "noise (compile+sdpa on NVIDIA H200 by 8%); 1 of 2 setups within the "
                        "noise.")
-    assert set(doc) == {"rows", "findings", "notes", "meta", "unmatched", "fail_above", "failed"}
+    assert set(doc) == {"rows", "findings", "notes", "meta", "unmatched", "fail_above", "failed",
+                        "inconclusive"}
     assert doc["meta"]["before"]["label"] == "before"
     assert doc["meta"]["after"]["started_first"] == "2026-12-02T09:00:00Z"
 
@@ -169,6 +170,63 @@ def test_fail_above_fails_a_setup_that_no_longer_runs(capsys, tmp_path):
 
     code, _, err = compare(capsys, BEFORE, after(tmp_path, edit=oom), "--fail-above", "50")
     assert code == 1 and "compile+sdpa on NVIDIA H200 fails now: OOM" in err
+
+
+# ---------------------------------------------------------------- disturbed steps (issue 37)
+
+def _busy(flag="busy_cpu", mode="compile"):
+    """An edit that marks `mode`'s records as the runner marks steps that another process
+    disturbed (measure/telemetry.py: `busy_cpu`, `‡` in the tables)."""
+    def edit(r):
+        if r["setup"]["mode"] == mode:
+            r["noise_flags"] = [*r.get("noise_flags", []), flag]
+        return r
+    return edit
+
+
+@pytest.mark.parametrize("flag", ["busy_cpu", "other_processes"])
+def test_a_disturbed_side_gets_no_verdict(capsys, tmp_path, flag):
+    """compile+sdpa 3.7x faster, but measured while other processes held the CPU (or GPU):
+    not called faster, the change shown as measured, the verdict line saying why."""
+    doc = compared(capsys, BEFORE, after(tmp_path, 0.27, edit=_busy(flag)))
+    rows = by_setup(doc)
+    disturbed = rows["compile+sdpa"]
+    assert disturbed["verdict"] == "disturbed"
+    assert disturbed["verdict_text"] == "not compared, disturbed (‡): 3.7x faster as measured"
+    assert disturbed["after_noise_flags"] == [flag]
+    assert rows["eager+sdpa"]["verdict"] == "noise"             # the quiet setup is tested
+    [verdict] = [f["text"] for f in doc["findings"] if f["kind"] == "verdict"]
+    assert "faster outside the noise" not in verdict
+    assert ("1 of 2 setups not compared, because something outside the step disturbed their "
+            "timed steps (compile+sdpa on NVIDIA H200 (‡))") in verdict
+    # Disturbed before, quiet after: the same.
+    reverse = by_setup(compared(capsys, after(tmp_path, 0.27, edit=_busy(flag)), BEFORE))
+    assert reverse["compile+sdpa"]["verdict"] == "disturbed"
+
+
+def test_fail_above_is_inconclusive_on_a_disturbed_setup(capsys, tmp_path):
+    """8% slower beyond --fail-above 5, but disturbed: neither a pass nor a failure, exit 3;
+    a real failure elsewhere still fails (exit 1)."""
+    path = after(tmp_path, 1.08, edit=_busy())
+    code, out, err = compare(capsys, BEFORE, path, "--fail-above", "5")
+    assert code == 3
+    assert err.strip() == ("stepbench compare: inconclusive for --fail-above 5: 1 setup not "
+                           "compared because something disturbed their timed steps "
+                           "(compile+sdpa on NVIDIA H200 +8.0% (‡)); measure again on a quiet "
+                           "machine")
+    assert "Inconclusive for --fail-above 5" in out and "exit 3" in out
+    doc = json.loads(compare(capsys, BEFORE, path, "--fail-above", "5", "--format", "json")[1])
+    assert doc["failed"] == [] and doc["inconclusive"] == ["compile+sdpa on NVIDIA H200 +8.0% (‡)"]
+
+    def oom_eager(r):
+        if r["setup"]["mode"] == "eager":
+            r.update(status="oom", step_ms=None, step_times_ms=[])
+        return _busy()(r)
+
+    code, _, err = compare(capsys, BEFORE, after(tmp_path, 1.08, edit=oom_eager),
+                           "--fail-above", "5")
+    assert code == 1 and "eager+sdpa on NVIDIA H200 fails now: OOM" in err
+    assert compare(capsys, BEFORE, path)[0] == 0          # without the flag: exit 0
 
 
 @pytest.mark.parametrize("args, message", [

@@ -127,10 +127,23 @@ def test_a_probe_that_cannot_run_stops_its_search(tmp_path):
     dry = run_cli("run", "--plan", plan, "--dry-run")
     assert dry.stdout.startswith("max-batch eager+flash_attention_2 at seq 128 (llama-tiny, bf16, "
                                  "cpu): batch 4 doubled up to 4096")
-    proc = run_cli("run", "--plan", plan, "--out", out, "--format", "json", check_json=True)
+    # No setup ran ok: exit 1, as for any run (docs/cli.md, "Exit codes").
+    proc = run_cli("run", "--plan", plan, "--out", out, "--format", "json", check_json=True,
+                   code=1)
     assert proc.records == []
     [probe] = read_jsonl(out)
     assert probe["status"] == "unsupported" and probe["search"]["role"] == "probe"
     [line] = [ln for ln in proc.stderr.splitlines() if "stopped:" in ln]
     assert "max-batch eager+flash_attention_2 at seq 128: stopped: the probe at " \
            "batch 4 ended unsupported:" in line
+
+
+def test_a_search_where_no_batch_fits_exits_1(tmp_path):
+    """--memory-limit-gb 0.001: not even the smallest batch fits, so nothing is measured and
+    the run ends as a run without an ok setup does (exit 1, one line counting the probes)."""
+    out = tmp_path / "r.jsonl"
+    proc = run_cli("run", *[a if a != "0.21" else "0.001" for a in SEARCH], "--batch", "1",
+                   "--max-batch", "--out", out, "--format", "json", check_json=True, code=1)
+    assert proc.records == []
+    assert {r["status"] for r in read_jsonl(out)} == {"oom"}
+    assert f"stepbench run: no setup ran ok (1 oom); their errors are in {out}" in proc.stderr

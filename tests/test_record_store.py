@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stepbench.record import Machine, Record, ResultsFile
+from stepbench.record import Machine, Record, ResultsFile, Software
 from stepbench.setup import Setup
 
 from conftest import SRC
@@ -189,7 +189,7 @@ def test_a_full_disk_leaves_every_earlier_record_intact(tmp_path, small_tmpfs):
 # and PIPE_BUF), numbered and tagged with this process's name.
 APPEND_MANY = """
 import sys
-from stepbench.record import Machine, Record, ResultsFile
+from stepbench.record import Machine, Record, ResultsFile, Software
 from stepbench.setup import Setup
 store, name = ResultsFile(sys.argv[1]), sys.argv[2]
 setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=1, seq=64, device="cpu")
@@ -226,7 +226,7 @@ def test_two_processes_appending_at_once_keep_every_line_whole(tmp_path):
 # Prints a line, then appends one record or reads the file; prints what it read.
 WAIT_FOR_LOCK = """
 import sys
-from stepbench.record import Machine, Record, ResultsFile
+from stepbench.record import Machine, Record, ResultsFile, Software
 from stepbench.setup import Setup
 store = ResultsFile(sys.argv[1])
 print("starting", flush=True)
@@ -356,3 +356,142 @@ def test_a_record_says_its_format_by_name_and_old_files_read_back_unchanged(tmp_
     path.write_text(text)
     [back] = ResultsFile(path).read()
     assert back.format == FORMAT_V1 and json.dumps(back.to_dict()) + "\n" == text
+
+
+# ---------------------------------------------------------------- values of the wrong type (issue 37)
+
+def _wrong(value):
+    """A JSON value of another type than `value`'s (a string where a number belongs, a number
+    where a string, list or object does)."""
+    if isinstance(value, bool):
+        return "yes"
+    if isinstance(value, (int, float)):
+        return "big"
+    if isinstance(value, str):
+        return 12
+    return "x"
+
+
+def _schema_fields() -> list[tuple[str, object]]:
+    """Every field a record's JSON holds, as (dotted path, a value of its type), from a full
+    record (every field of Record, Setup, Machine and Software given a value)."""
+    import dataclasses
+    import typing
+
+    from stepbench.axes import AXES
+
+    def typical(kind):
+        options = [k for k in typing.get_args(kind) if k is not type(None)] or [kind]
+        kind = options[0]
+        if typing.get_origin(kind) is list:
+            return [typical(typing.get_args(kind)[0])]
+        return {int: 3, float: 1.5, str: "text", bool: True}.get(kind, {})
+
+    out = [(f.name, typical(typing.get_type_hints(Record)[f.name]))
+           for f in dataclasses.fields(Record) if f.name not in ("setup", "machine", "software")]
+    out += [(f"setup.{a.name}", typical(a.kind)) for a in AXES]
+    for name, cls in (("machine", Machine), ("software", Software)):
+        out += [(f"{name}.{f}", typical(k)) for f, k in typing.get_type_hints(cls).items()]
+    return out
+
+
+@pytest.mark.parametrize("field, value", _schema_fields())
+def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_path, capsys,
+                                                                          field, value):
+    """Each field of the schema (docs/results-schema.md) given a value of another type: the
+    report skips that line with one warning naming the file, the line and the field, and
+    reports the rest; never a traceback."""
+    from stepbench.cli import main
+
+    good = a_record().to_dict()
+    bad = json.loads(json.dumps(good))
+    where, _, name = field.rpartition(".")
+    (bad[where] if where else bad)[name] = _wrong(value)
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    code = main(["report", str(path), "--format", "json"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    [warning] = [line for line in err.splitlines() if f"{path}:2" in line]
+    assert "skipped" in warning and (name in warning or field in ("schema", "setup.model")
+                                     or "not a stepbench record" in warning), warning
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("step_ms", float("nan"), "step_ms is nan, not a number >= 0 or null"),
+    ("step_ms", -3.0, "step_ms is -3.0, not a number >= 0 or null"),
+    ("first_step_s", float("inf"), "first_step_s is inf"),
+    ("step_times_ms", [10.0, -1.0], "step_times_ms is [10.0, -1.0], not a list of numbers >= 0"),
+    ("peak_memory_gb", -0.5, "peak_memory_gb is -0.5"),
+    ("setup.batch", 0, "setup.batch is 0, not an integer >= 1"),
+])
+def test_an_impossible_value_is_a_skipped_line(tmp_path, capsys, field, value, why):
+    from stepbench.cli import main
+
+    good = a_record().to_dict()
+    bad = json.loads(json.dumps(good))
+    where, _, name = field.rpartition(".")
+    (bad[where] if where else bad)[name] = value
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    assert main(["report", str(path), "--format", "json"]) == 0
+    err = capsys.readouterr().err
+    assert f"{path}:2: skipped a record ({why}" in err, err
+
+
+# ---------------------------------------------------------------- two runs on one file (issue 37)
+
+def _claim_of(store: ResultsFile, key: str, pid: int) -> None:
+    """A claim file as another run on this host writes it (claims.py)."""
+    path = store.claims._path(key)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"pid": pid, "host": os.uname().nodename, "key": key}))
+
+
+def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_path, monkeypatch):
+    import threading
+
+    from stepbench import claims
+
+    monkeypatch.setattr(claims, "CLAIM_POLL_S", 0.05)
+    store = ResultsFile(tmp_path / "r.jsonl")
+    record = a_record()
+    key = record.resume_key()
+    _claim_of(store, key, os.getppid())          # a live process that is not this one
+    said = []
+    later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(record))
+    later.start()
+    found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)")
+    later.join()
+    assert found is not None and found.resume_key() == key
+    assert said == [f"another stepbench run (pid {os.getppid()}) is measuring eager+sdpa batch 1 "
+                    f"seq 64 (repeat 0) into {store.path}; waiting for its record"]
+
+
+def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
+    store = ResultsFile(tmp_path / "r.jsonl")
+    key = a_record().resume_key()
+    _claim_of(store, key, 4194304 + 17)          # above any pid_max: no such process
+    said = []
+    assert store.claims.claim(key, said.append) is None and said == []
+    assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
+    store.claims.release(key)
+    assert not store.claims.folder.exists()      # the last claim gone, its folder too
+
+
+def test_a_duplicate_measured_at_the_same_time_is_a_warning_not_a_silent_drop(tmp_path):
+    """Two runs that measured one setup at once (before claims): the report keeps the later
+    record and says so, naming both lines; a rerun (started after) replaces without a word."""
+    first, second, rerun = a_record(run_id="a"), a_record(run_id="b"), a_record(run_id="c")
+    first.started_at, first.finished_at = "2026-12-04T01:00:00Z", "2026-12-04T01:00:30Z"
+    second.started_at, second.finished_at = "2026-12-04T01:00:05Z", "2026-12-04T01:00:35Z"
+    rerun.started_at, rerun.finished_at = "2026-12-04T02:00:00Z", "2026-12-04T02:00:30Z"
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(line_of(first) + line_of(second) + line_of(rerun))
+    warned = []
+    [kept] = ResultsFile(path).latest(warned.append)
+    assert kept.run_id == "c"
+    assert warned == [f"{path}:2: a second record of eager+sdpa (batch 1 x 64, repeat 0) on cpu, "
+                      "measured while line 1's was (two runs at once on one file); the later "
+                      "one counts"]

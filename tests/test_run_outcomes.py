@@ -228,3 +228,32 @@ def _marked(process: psutil.Process, mark: str) -> bool:
             process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_results_file_measure_each_setup_once(tmp_path):
+    """Two `run`s of the same plan into one file, the second started while the first measures:
+    every setup is measured once (claims.py), and a run that waited for the other's record
+    said so in one line."""
+    import time
+
+    out = tmp_path / "r.jsonl"
+    args = [sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--model", "llama-tiny",
+            "--modes", "eager", "--attn", "sdpa,eager", "--batch", "1", "--seq", "64",
+            "--warmup", "0", "--steps", "2", "--repeats", "1", "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=SRC)
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
+    claims = out.with_name(out.name + ".claims")
+    deadline = time.monotonic() + 120
+    while not claims.exists() and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    second = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    _, first_err = first.communicate(timeout=300)
+    assert first.returncode == 0 and second.returncode == 0, first_err + second.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["setup"]["name"] for r in records) == ["eager+eager", "eager+sdpa"]
+    waited = [line for line in (first_err + second.stderr).splitlines()
+              if "waiting for its record" in line]
+    assert waited and all("another stepbench run (pid " in line for line in waited)
+    assert not claims.exists()

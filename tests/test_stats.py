@@ -236,6 +236,34 @@ def test_intervals_are_scipys_percentile_bootstrap(size):
         (x, y), lambda a, b, axis: np.median(a, axis=axis) / np.median(b, axis=axis))
 
 
+@pytest.mark.parametrize("decimals", [3, 1, 0])
+def test_medians_from_draw_counts_are_numpys(decimals):
+    """The resamples' medians read from draw counts are np.median of the resampled values, to
+    the last bit, for odd and even sizes and with ties (step times rounded)."""
+    rng = np.random.default_rng(decimals)
+    for size in (2, 5, 20, 21, 64):
+        x = np.round(rng.normal(90, 5, size), decimals)
+        (drawn,), (counts,) = stats._draws((size,), 500, 3), stats._draw_counts((size,), 500, 3)
+        assert np.array_equal(stats._resampled_medians(x, counts),
+                              np.median(x[..., drawn], axis=-1))
+    assert stats.median_ci([1.0, float("nan"), 2.0]) is not None    # the partition's path
+
+
+def test_mann_whitney_is_scipys():
+    """stats' Mann-Whitney p-value is scipy's to the last bit: the normal approximation (both
+    sides over 8 values, or ties) computed here, the exact test of small samples by scipy."""
+    import scipy.stats
+
+    rng = np.random.default_rng(7)
+    for n1, n2, decimals in [(20, 20, 3), (20, 20, 0), (9, 30, 1), (3, 40, 0), (3, 4, 3),
+                             (8, 8, 3), (2, 2, 0), (25, 12, 2)]:
+        x, y = (np.round(rng.normal(m, 3, n), decimals) for m, n in ((90, n1), (91, n2)))
+        assert stats.mann_whitney_p(x, y) == float(
+            scipy.stats.mannwhitneyu(x, y, alternative="two-sided").pvalue), (n1, n2)
+    same = np.full(10, 5.0)
+    assert stats.mann_whitney_p(same, same) == 1.0
+
+
 def _direct(a, b):
     """compare_processes' resamples drawn one comparison at a time, as before they were
     shared (stats._resampled_means)."""

@@ -8,8 +8,9 @@ fresh line (after a cut-off last line too), holds an exclusive flock that every 
 appending to the file takes, and when a write fails part-way (full disk, quota, file size limit,
 I/O error) it cuts the file back to its size before and raises ResultsFileError. Reading takes a
 shared flock, so it never sees half of another process's line, and is forgiving: a truncated or
-garbled line is reported with its file and line number and skipped; a field that an older
-stepbench did not write reads as its default.
+garbled line, or a record with a value of the wrong type or an impossible one (a time that is
+not a number, NaN or negative), is reported with its file and line number and skipped; a field
+that an older stepbench did not write reads as its default.
 """
 
 from __future__ import annotations
@@ -26,44 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from stepbench.claims import Claims
 from stepbench.errors import UserError
+from stepbench.record_checks import not_results, overlap, wrong_value
+from stepbench.record_formats import (FORMAT_V1, FORMATS, LATER_FIELDS, LAYER_GRAPHS,  # noqa: F401
+                                      RecordFormat)
 from stepbench.setup import Setup
 
 SCHEMA = 1
 
 
-@dataclass(frozen=True, order=True)
-class RecordFormat:
-    """A record format stepbench has written, within one `schema` (each later one only adds
-    what an older reader ignores): `order` sorts them oldest first; `since` says when it began,
-    as the report words it; `added` what a record of it holds that older ones lack."""
-
-    order: int
-    name: str
-    since: str
-    added: str
-
-
-FORMAT_V1 = RecordFormat(0, "v1", "stepbench 0.1",
-                         "every field but LATER_FIELDS, which it never wrote")
-"""The first format: a record that leaves every LATER_FIELDS field empty is still written in
-it, byte for byte, so that files written then read back unchanged."""
-
-LAYER_GRAPHS = RecordFormat(1, "layer-graphs", "2026-12-02",
-                            "`compile.recompile_limit_hits` in every compiled record")
-"""Per-layer compile (`--compile-scope layer`, compiled FSDP2) gives every decoder layer its own
-graph. In a compiled record of an older format the layers past dynamo's recompile limit, the
-ninth on, ran eagerly (benchmarks/README.md section e)."""
-
-FORMATS = (FORMAT_V1, LAYER_GRAPHS)
-
-# Record fields added after FORMAT_V1, left out of the JSON while empty (null, [], {}): a record
-# that does not use them is written in FORMAT_V1, so old files read back unchanged. Reading, a
-# missing one takes its default.
-LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
-                "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads",
-                "profile", "units", "units_per_step", "flops_per_step", "flops_source", "notes",
-                "traceback")
 
 
 class _FromDict:
@@ -148,6 +121,8 @@ class Record:
     noise_flags: list[str] = field(default_factory=list)
     phases: dict | None = None   # wall seconds per phase of the process (measure/phases.py)
     threads: dict | None = None  # torch's intra-op and inter-op threads in the setup's process
+    # How --memory-limit-gb was applied (measure/worker.limit_memory): mechanism, limit, baseline.
+    memory_cap: dict | None = None
     # A distributed job (setup.parallel ddp or fsdp2): every rank's own numbers, and the job's
     # scaling figures (measure/distributed.combine; efficiency from the runner).
     ranks: list[dict] = field(default_factory=list)
@@ -308,15 +283,22 @@ class ResultsFileError(UserError):
 
 # ---------------------------------------------------------------- the JSON Lines store
 
+
 class ResultsFile:
     """One results file: append-only writes that never damage it, forgiving reads."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.claims = Claims(self)   # the measurements runs are making into it (claims.py)
 
     def check_writable(self) -> "ResultsFile":
         """Fail before anything runs, with the fix, when the file cannot be appended to (opened
-        and locked as append does)."""
+        and locked as append does), or holds something other than records (notes, a CSV):
+        appending JSON to it would spoil both."""
+        problem = not_results(self.path)
+        if problem:
+            raise UserError(f"{self.path} is not a stepbench results file ({problem}); pass a "
+                            "new file or a results file to --out")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = self._open()
@@ -394,7 +376,10 @@ class ResultsFile:
     def read(self, warn: Callable[[str], None] | None = None) -> list[Record]:
         """Every record, in file order; bad lines and unknown schema versions are warned about
         (with file and line) and skipped."""
-        warn = warn or (lambda message: warnings.warn(message, stacklevel=2))
+        return [record for _, record in self._numbered(warn)]
+
+    def _numbered(self, warn) -> list[tuple[int, Record]]:   # read's, with line numbers
+        warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
         if not self.path.exists():
             return []
         records = []
@@ -410,16 +395,26 @@ class ResultsFile:
                 if line.strip():
                     record = _parse(line, f"{self.path}:{number}", warn)
                     if record is not None:
-                        records.append(record)
+                        records.append((number, record))
         return records
 
     def latest(self, warn: Callable[[str], None] | None = None) -> list[Record]:
         """The records that count: where a setup was measured again (`run --rerun`), the later
-        record replaces the earlier one, in the earlier one's place."""
-        by_key: dict[str, Record] = {}
-        for record in self.read(warn):
-            by_key[record.resume_key()] = record
-        return list(by_key.values())
+        record replaces the earlier one, in the earlier one's place. Where the two were
+        measured at the same time (two runs on one file), the later counts as well, with a
+        warning naming both lines: no record is dropped unsaid."""
+        shown = warn or (lambda message: warnings.warn(message, stacklevel=2))
+        by_key: dict[str, tuple[int, Record]] = {}
+        for number, record in self._numbered(warn):
+            key = record.resume_key()
+            if key in by_key and overlap(by_key[key][1], record):
+                s = record.setup
+                shown(f"{self.path}:{number}: a second record of {s.name} (batch {s.batch} x "
+                      f"{s.seq}, repeat {record.repeat}) on {record.machine.gpu}, measured while "
+                      f"line {by_key[key][0]}'s was (two runs at once on one file); the later "
+                      "one counts")
+            by_key[key] = (number, record)
+        return [record for _, record in by_key.values()]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -462,70 +457,4 @@ def _parse(line: str, where: str, warn) -> Record | None:
 
 
 def _problem(data: dict) -> str | None:
-    missing = missing_fields(data)
-    if missing:
-        return missing
-    setup, machine = data["setup"], data.get("machine")
-    if not all(isinstance(setup.get(k), str) and setup.get(k) for k in ("model", "mode", "attn")):
-        return "no setup model, mode and attn"
-    if not isinstance(machine, dict) or not machine.get("gpu"):
-        return "no machine.gpu"
-    if not isinstance(data.get("status"), str):
-        return "no status"
-    return None
-
-
-def load(paths: list[str], warn: Callable[[str], None]) -> list[Record]:
-    """The records that count in every file and folder given (folders: their *.jsonl files), in
-    argument order then line order. Across files, records of the same setup are kept side by
-    side (repeats from several runs); within one file the latest of a setup wins."""
-    return [r for found in load_each(paths, warn) for r in found]
-
-
-def load_each(paths: list[str], warn: Callable[[str], None]) -> list[list[Record]]:
-    """`load`'s records, one list per argument in `paths` (a file read twice is read once, in
-    the first argument that names it)."""
-    out, seen = [], set()
-    for arg in paths:
-        records = []
-        for path in results_files([arg], warn):
-            if path.resolve() in seen:
-                warn(f"{path}: given more than once, read once")
-                continue
-            seen.add(path.resolve())
-            found = ResultsFile(path).latest(warn)
-            if not found:
-                warn(f"{path}: no usable records")
-            records += found
-        out.append(records)
-    if not any(out):
-        raise UserError("no usable records in " + ", ".join(map(str, paths)) +
-                        "; pass results files written by `stepbench run`")
-    return out
-
-
-def results_files(paths: list[str], warn) -> list[Path]:
-    """The results files that `paths` name (a folder: its *.jsonl files), each once; a path
-    that is neither is a UserError."""
-    found_files: list[Path] = []
-    for arg in paths:
-        path = Path(arg)
-        if path.is_dir():
-            found = sorted(path.glob("*.jsonl"))
-            if not found:
-                raise UserError(f"folder '{path}' holds no results files (*.jsonl); pass the "
-                                "folder that `stepbench run --out` wrote to, or the files")
-            found_files += found
-        elif path.is_file():
-            found_files.append(path)
-        else:
-            raise UserError(f"results file '{path}' not found; pass results files (*.jsonl) "
-                            "or folders of them")
-    unique, seen = [], set()
-    for path in found_files:
-        if path.resolve() in seen:
-            warn(f"{path}: given more than once, read once")
-            continue
-        seen.add(path.resolve())
-        unique.append(path)
-    return unique
+    return missing_fields(data) or wrong_value(data, Record, Machine, Software)

@@ -12,6 +12,9 @@ from stepbench.cli.report import REPORT_FORMATS, add_filters, filters_of
 from stepbench.errors import UserError
 
 EXIT_FAILED = 1
+# --fail-above could not judge: nothing failed, but a setup's steps were disturbed on a side
+# (verdict "disturbed"), so a slowdown there could not be told.
+EXIT_INCONCLUSIVE = 3
 
 
 def add(sub) -> None:
@@ -28,7 +31,8 @@ def add(sub) -> None:
                         "pr-42), or before=NAME, after=NAME (default: before, after)")
     p.add_argument("--fail-above", type=float, metavar="PCT",
                    help="exit 1 when a setup is slower by more than PCT percent and outside the "
-                        "noise, or ran in BEFORE and fails in AFTER (for CI)")
+                        "noise, or ran in BEFORE and fails in AFTER (for CI); exit 3 when none "
+                        "does but a setup's steps were disturbed (inconclusive)")
     add_filters(p)
     p.add_argument("--format", choices=REPORT_FORMATS, default="table",
                    help="output format (default: table)")
@@ -56,4 +60,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
               f"setup{'s' if len(failed) != 1 else ''} slower by more than "
               f"{args.fail_above:g}% outside the noise or failing now ({shown})", file=sys.stderr)
         return EXIT_FAILED
+    unsure = doc.extra.get("inconclusive") or []
+    if unsure:
+        shown = "; ".join(unsure[:5]) + (f"; and {len(unsure) - 5} more" if len(unsure) > 5 else "")
+        print(f"stepbench compare: inconclusive for --fail-above {args.fail_above:g}: "
+              f"{len(unsure)} setup{'s' if len(unsure) != 1 else ''} not compared because "
+              f"something disturbed their timed steps ({shown}); measure again on a quiet "
+              "machine", file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     return 0

@@ -28,7 +28,7 @@ from pathlib import Path
 from stepbench.execute.protocol import Executor, Job, Outcome
 from stepbench.guard import loss_tolerance
 from stepbench.noise import processes_disagree
-from stepbench.record import MEASURED_FIELDS, Machine, Record, ResultsFile, Software
+from stepbench.record import MEASURED_FIELDS, Machine, Record, ResultsFile, Software, resume_key
 from stepbench.setup import Setup
 
 
@@ -182,7 +182,16 @@ class Runner:
         running: dict[int, dict] = {}     # index -> placement of each job in flight
 
         def one(index: int, job: Job, slot: str) -> None:
+            # Another live run measuring this into the same file: wait for its record (claims.py).
+            key = resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, slot),
+                             self.host)
             try:
+                theirs = self.store.claims.claim(key, call.display.note, _label(job))
+                if theirs is not None:
+                    records[index] = theirs
+                    self._keep(theirs)
+                    call.display.skip(job, theirs)
+                    return
                 call.display.start(job, where=self.executor.where(job, slot))
                 with self._lock:
                     running[index] = {"concurrent": 1}
@@ -210,6 +219,7 @@ class Runner:
                 slots.close()   # start nothing more; the main thread stops the rest
                 raise
             finally:
+                self.store.claims.release(key)
                 slots.release(slot)
 
         pool = ThreadPoolExecutor(max_workers=len(self.executor.slots),
@@ -233,6 +243,11 @@ class Runner:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
+
+
+def _label(job: Job) -> str:
+    s = job.setup
+    return f"{s.name} batch {s.batch} seq {s.seq} (repeat {job.repeat})"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from stepbench import protocol
 from stepbench.errors import first_line
 from stepbench.workload.spec import is_factory
 
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+# std::bad_alloc: C++ code (torch's, under --memory-limit-gb on a CPU) that could not allocate.
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
 # Messages that mean "this combination cannot run here", not "stepbench has a bug".
 UNSUPPORTED_MARKERS = ("does not support backward on cpu", "not supported", "is not available",
                        "requires the package", "not installed", "flash_attn", "flash attention")
@@ -80,7 +81,7 @@ def main(argv: list[str]) -> int:
         probe = bool(job.get("probe"))
         peak = matmul_peak(setup, channel, cached_only=probe) if job.get("measure_peak") else None
         phases.lap("peak")
-        limit_memory(setup)
+        limit_memory(setup, channel.measured)
         step.measure(setup, channel.measured, channel.progress, phases,
                      peak_tflops_measured=peak, cache_label=compile_cache_label(setup),
                      profile=job.get("profile"), probe=probe)
@@ -157,16 +158,22 @@ def _first_line(exc: BaseException) -> str:
     return first_line(str(exc), 500) or repr(exc)
 
 
-def limit_memory(setup) -> None:
-    """Apply --memory-limit-gb: a fraction of the GPU, or on the CPU what the process may add to
-    its address space from here on (after its imports, before the model is built).
+def limit_memory(setup, measured: dict | None = None) -> None:
+    """Apply --memory-limit-gb: a fraction of the GPU, or on the CPU what the process may
+    allocate from here on (after its imports, before the model is built); `measured` (the
+    record body) keeps how (`memory_cap`).
 
-    On a CPU, RLIMIT_AS is the only per-process limit the kernel enforces without cgroups, and it
-    counts virtual memory, imported libraries included (most of a gigabyte for torch and
-    transformers, more in a process forked from the process server, which imported torch.compile's
-    stack as well). Counted from here, the cap means the same for a fresh process and a forked one,
-    and a small cap is one the step's memory can be fitted into.
-    """
+    On a CPU the cap is RLIMIT_DATA over the process's data memory now (VmData: its heap and
+    private writable mappings, what malloc and torch's allocator take). RLIMIT_AS, used
+    before, counts every reservation as well: the address space glibc reserves for each
+    thread's malloc arena (64 MB, mapped PROT_NONE and made writable only as it is used), which
+    threads reserve in an order that varies from run to run, so a cap near the step's need
+    ended oom in one run and ok in the next five (issue 37). Writable memory is counted once
+    it is mapped, whatever the threads do, so a step that allocates more than the cap always
+    fails to (a plain `can't allocate memory`: oom) and one that needs less never does. A
+    cgroup's memory.max would count the same, but only a process placed in a cgroup before it
+    starts can be held by one (the cgroup v2 rule that a cgroup with processes delegates no
+    controller), which is not this process's to do."""
     if setup.memory_limit_gb is None:
         return
     limit_bytes = int(setup.memory_limit_gb * 1e9)
@@ -175,11 +182,23 @@ def limit_memory(setup) -> None:
 
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total))
-        return
-    import psutil
+        cap = {"mechanism": "cuda_memory_fraction", "limit_gb": setup.memory_limit_gb}
+    else:
+        baseline = data_memory_bytes()
+        resource.setrlimit(resource.RLIMIT_DATA, (baseline + limit_bytes, baseline + limit_bytes))
+        cap = {"mechanism": "rlimit_data", "limit_gb": setup.memory_limit_gb,
+               "baseline_gb": round(baseline / 1e9, 4)}
+    if measured is not None:
+        measured["memory_cap"] = cap
 
-    cap = psutil.Process().memory_info().vms + limit_bytes
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+def data_memory_bytes() -> int:
+    """This process's data memory (VmData of /proc/self/status: what RLIMIT_DATA counts)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmData in /proc/self/status")
 
 
 def compile_cache_label(setup) -> str | None:

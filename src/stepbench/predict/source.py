@@ -13,7 +13,8 @@ from pathlib import Path
 
 from stepbench.errors import UserError
 from stepbench.measure import kernels
-from stepbench.record import Record, load
+from stepbench.record import Record
+from stepbench.record_files import load
 
 PROFILE_HINT = ("measure a step's kernels with `stepbench run --profile DIR` (one more "
                 "profiled step per setup), then predict from that results file")

@@ -8,16 +8,22 @@ and after is tested against before with the report's test (stats.compare_step_ti
 hierarchical bootstrap where both ran 2 or more processes). A change is called slower or faster
 only when it is outside the noise (p < 0.05 and the ratio's 95% interval excludes 1).
 
+A setup whose steps something outside the step disturbed on either side (marks.DISTURBED: other
+processes on the CPU or the GPU, throttling, a recompile; `‡` and its kin in the tables) gets no
+verdict of slower, faster or within the noise: the test would measure the disturbance, so the
+verdict is `disturbed` and the change is shown as measured.
+
 `--fail-above PCT` turns the comparison into a check for CI, as pytest-benchmark's
 --benchmark-compare-fail and asv's --factor do: it fails when a setup is slower by more than
-PCT percent and outside the noise, or ran before and fails after.
+PCT percent and outside the noise, or ran before and fails after; where nothing fails but a
+setup's verdict is `disturbed`, the check is inconclusive (its own exit code, cli/compare.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stepbench import record as store
+from stepbench import record_files
 from stepbench import stats
 from stepbench.errors import UserError
 from stepbench.report import meta as about
@@ -25,12 +31,13 @@ from stepbench.report import searches, table
 from stepbench.report.document import marks, warn
 from stepbench.report.findings import TESTS, Finding, change, every, join
 from stepbench.report.layout import Document, Table
-from stepbench.report.marks import mark_notes
+from stepbench.report.marks import DISTURBED, NOISE_MARKS, disturbed, mark_notes
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
 from stepbench.report.select import Filters
 
 # What a setup's change is (Change.verdict), stable for tools (JSON "verdict").
 SLOWER, FASTER, NOISE, UNTESTED = "slower", "faster", "noise", "untested"
+DISTURBED_VERDICT = "disturbed"      # a side's steps were disturbed: not compared
 FAILS_NOW, RUNS_NOW, FAILS_BOTH = "fails_now", "runs_now", "fails_both"
 
 
@@ -60,11 +67,21 @@ class Change:
     def verdict(self) -> str:
         if not self.both_ran:
             return (FAILS_NOW if self.before.ok else RUNS_NOW if self.after.ok else FAILS_BOTH)
+        if self.disturbed_marks:
+            return DISTURBED_VERDICT
         if self.result is None:
             return UNTESTED
         if not self.result.significant:
             return NOISE
         return SLOWER if self.result.ratio > 1 else FASTER
+
+    @property
+    def disturbed_marks(self) -> str:
+        """The marks of what disturbed either side's timed steps (marks.DISTURBED), "" when
+        nothing did."""
+        flags = [f for row in (self.before, self.after) if disturbed(row.noise_flags)
+                 for f in row.noise_flags if f in DISTURBED]
+        return "".join(dict.fromkeys(NOISE_MARKS[f][0] for f in flags))
 
     @property
     def change_pct(self) -> float | None:
@@ -73,7 +90,8 @@ class Change:
 
     def text(self) -> str:
         """The verdict in words: "7.1% slower", "within the noise, p = 0.31", "untested:
-        3.0% slower", "fails now: OOM", "runs now (was OOM)", "OOM in both"."""
+        3.0% slower", "not compared, disturbed (‡): 3.7x faster as measured", "fails now: OOM",
+        "runs now (was OOM)", "OOM in both"."""
         verdict = self.verdict
         if verdict == FAILS_NOW:
             return f"fails now: {status_text(self.after.status)}"
@@ -88,6 +106,8 @@ class Change:
             return f"within the noise, p = {self.result.p_value:.2f}"
         if verdict == UNTESTED:
             return f"untested: {moved}"
+        if verdict == DISTURBED_VERDICT:
+            return f"not compared, disturbed ({self.disturbed_marks}): {moved} as measured"
         return moved
 
     def as_dict(self) -> dict:
@@ -166,12 +186,12 @@ def compare_document(before: list[str], after: list[str], *,
                      fail_above: float | None = None) -> tuple[Document, list[str]]:
     """The comparison of the records in `before` and `after` (files or folders), and what
     fails `fail_above` (one text per setup; empty without it or when nothing does)."""
-    both = ({p.resolve() for p in store.results_files(before, warn)}
-            & {p.resolve() for p in store.results_files(after, warn)})
+    both = ({p.resolve() for p in record_files.results_files(before, warn)}
+            & {p.resolve() for p in record_files.results_files(after, warn)})
     if both:
         raise UserError(f"{sorted(both)[0]} is in both {labels[0]} and {labels[1]}; compare "
                         "the results files of two runs, before and after a change")
-    sides = [store.load(paths, warn) for paths in (before, after)]
+    sides = [record_files.load(paths, warn) for paths in (before, after)]
     kept = {id(r) for r in filters.apply(sides[0] + sides[1])} if filters else None
     rows = []
     for records in sides:
@@ -193,13 +213,14 @@ def compare_document(before: list[str], after: list[str], *,
             c.result = c.after.compare(c.before)
         c.label = names[id(c.before)]
     failed = failures(changes, fail_above)
+    unsure = inconclusive(changes, fail_above)
     doc = Document(f"stepbench compare: {labels[0]} -> {labels[1]}",
                    [_main_table(changes, labels, fail_above)], rows=changes,
                    csv_keys=CSV_KEYS)
     for side, label in zip(only, labels):
         if side:
             doc.tables.append(_only_table(side, label, names))
-    doc.findings = [(None, _findings(changes, only, labels, fail_above, failed))]
+    doc.findings = [(None, _findings(changes, only, labels, fail_above, failed, unsure))]
     metas = {}
     for key, label, records in zip(("before", "after"), labels, sides):
         records = [r for r in records if kept is None or id(r) in kept]
@@ -211,7 +232,7 @@ def compare_document(before: list[str], after: list[str], *,
     doc.meta = metas
     doc.extra = {"unmatched": {key: [_only_dict(r) for r in side]
                                for key, side in zip(("before", "after"), only)},
-                 "fail_above": fail_above, "failed": failed}
+                 "fail_above": fail_above, "failed": failed, "inconclusive": unsure}
     return doc, failed
 
 
@@ -232,6 +253,15 @@ def failures(changes: list[Change], fail_above: float | None) -> list[str]:
         elif c.verdict == FAILS_NOW:
             out.append(f"{where} {c.text()}")
     return out
+
+
+def inconclusive(changes: list[Change], fail_above: float | None) -> list[str]:
+    """The setups `--fail-above PCT` cannot judge: their steps were disturbed on a side
+    (verdict `disturbed`), named with the change as measured."""
+    if fail_above is None:
+        return []
+    return [f"{c.label} on {c.before.gpu} {c.change_pct:+.1f}% ({c.disturbed_marks})"
+            for c in changes if c.verdict == DISTURBED_VERDICT]
 
 
 def _cell(value: float | None, ci: tuple[float, float] | None) -> str:
@@ -263,10 +293,15 @@ def _main_table(changes: list[Change], labels: tuple[str, str],
     rows = [r for c in changes for r in (c.before, c.after)]
     notes += mark_notes((r.noise_flags for r in rows),
                         compiled=any(r.compile_marked for r in rows))
+    if any(c.verdict == DISTURBED_VERDICT for c in changes):
+        notes.append("Not compared, disturbed: something outside the step (the marks above) "
+                     "disturbed a side's timed steps, so a test would measure that; measure "
+                     "the setup again on a quiet machine.")
     if fail_above is not None:
         notes.append(f"--fail-above {fail_above:g}: a setup slower by more than {fail_above:g}% "
                      "outside the noise, or that ran before and fails now, fails the "
-                     "comparison (exit 1).")
+                     "comparison (exit 1); where none does but a setup was disturbed, it is "
+                     "inconclusive (exit 3).")
     return Table(columns, cells, "llrrrrl", "Before and after", notes)
 
 
@@ -287,10 +322,12 @@ def _only_dict(row: Row) -> dict:
 
 
 def _findings(changes: list[Change], only: list[list[Row]], labels: tuple[str, str],
-              fail_above: float | None, failed: list[str]) -> list[Finding]:
+              fail_above: float | None, failed: list[str],
+              unsure: list[str] = ()) -> list[Finding]:
     b, a = labels
     groups = {v: [c for c in changes if c.verdict == v]
-              for v in (SLOWER, FASTER, NOISE, UNTESTED, FAILS_NOW, RUNS_NOW, FAILS_BOTH)}
+              for v in (SLOWER, FASTER, NOISE, UNTESTED, DISTURBED_VERDICT, FAILS_NOW, RUNS_NOW,
+                        FAILS_BOTH)}
     total = len(changes)
     parts = []
     for verdict, words in ((SLOWER, "slower outside the noise"),
@@ -303,6 +340,11 @@ def _findings(changes: list[Change], only: list[list[Row]], labels: tuple[str, s
                            (UNTESTED, "untested (too few processes or step times)")):
         if groups[verdict]:
             parts.append(f"{_count(groups[verdict], total)} {words}")
+    if groups[DISTURBED_VERDICT]:
+        parts.append(f"{_count(groups[DISTURBED_VERDICT], total)} not compared, because "
+                     "something outside the step disturbed their timed steps (" + _listed(
+                         [f"{c.label} on {c.before.gpu} ({c.disturbed_marks})"
+                          for c in groups[DISTURBED_VERDICT]]) + ")")
     for verdict, words in ((FAILS_NOW, "ran before and fail now"),
                            (RUNS_NOW, "fail before and run now"), (FAILS_BOTH, "fail in both")):
         if groups[verdict]:
@@ -316,10 +358,17 @@ def _findings(changes: list[Change], only: list[list[Row]], labels: tuple[str, s
         text += "; " + " and ".join(unmatched) + " (listed apart)"
     out = [Finding("verdict", text + ".")]
     if fail_above is not None:
-        out.append(Finding("fail_above", (
-            f"Fails --fail-above {fail_above:g}: " + _listed(failed, limit=len(failed)) + "."
-            if failed else f"Passes --fail-above {fail_above:g}: no setup is slower by more "
-                           f"than {fail_above:g}% outside the noise or fails now.")))
+        if failed:
+            text = f"Fails --fail-above {fail_above:g}: " + _listed(failed, limit=len(failed)) + "."
+        elif unsure:
+            text = (f"Inconclusive for --fail-above {fail_above:g}: no setup compared is slower "
+                    f"by more than {fail_above:g}% outside the noise or fails now, but "
+                    + _listed(list(unsure), limit=len(unsure)) + " could not be compared "
+                    "(disturbed steps); measure again on a quiet machine.")
+        else:
+            text = (f"Passes --fail-above {fail_above:g}: no setup is slower by more than "
+                    f"{fail_above:g}% outside the noise or fails now.")
+        out.append(Finding("fail_above", text))
     methods = {c.result.method for c in changes if c.result}
     if methods:
         out.append(Finding("testing", "Changes were tested " + join(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from stepbench import record as store
+from stepbench import record_files
 from stepbench.errors import command_name, warning_line
 from stepbench.record import Record
 from stepbench.report import meta as about
@@ -47,7 +47,7 @@ def report_document(paths: list[str], *, price_file: str | None = None,
     prices.update(parse_price_flags(list(price_flags)))
     energy = parse_energy_price(energy_price)
     named = labels_for(paths, labels)
-    loaded = store.load_each(paths, warn)
+    loaded = record_files.load_each(paths, warn)
     records = filters.apply([r for found in loaded for r in found])
     kept = {id(r) for r in records}
     by_record = {id(r): label for label, found in zip(named, loaded) for r in found

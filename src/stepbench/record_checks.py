@@ -1,0 +1,151 @@
+"""Whether a results file's record holds values its fields can take (record.py reads every
+line through `wrong_value`): a value of the wrong type or an impossible one (a time that is not
+a number, NaN, negative) makes the line one that is skipped with a warning, never a traceback
+further on. What fits comes from the dataclasses' field types and the axis registry."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Callable
+
+from stepbench.axes import AXES
+
+
+def wrong_value(data: dict, record, machine, software) -> str | None:
+    """What is wrong with a value of a record's fields (a wrong type, a number that is not
+    finite, a negative time, memory or rate), naming the first such field; None when every
+    value fits. `record`, `machine`, `software`: the dataclasses of record.py, whose field
+    types say what fits. Fields the record lacks take their defaults and are not checked."""
+    setup, machine_data = data["setup"], data.get("machine")
+    if not all(isinstance(setup.get(k), str) and setup.get(k) for k in ("model", "mode", "attn")):
+        return "no setup model, mode and attn"
+    if not isinstance(machine_data, dict) or not machine_data.get("gpu"):
+        return "no machine.gpu"
+    if not isinstance(data.get("status"), str):
+        return "no status"
+    parts = ((data, _checks(record), ""), (data["setup"], _setup_checks(), "setup."),
+             (data.get("machine"), _checks(machine), "machine."),
+             (data.get("software") or {}, _checks(software), "software."))
+    for values, checks, prefix in parts:
+        for name, (fits, wanted) in checks.items():
+            if name in values and not fits(values[name]):
+                return f"{prefix}{name} is {_shown(values[name])}, not {wanted}"
+    return None
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# A number that counts time, memory or a rate is never negative.
+_NON_NEGATIVE = ("_ms", "_s", "_gb", "_per_s")
+
+
+@functools.cache
+def _checks(cls) -> dict[str, tuple[Callable[[object], bool], str]]:
+    """{field: (does a JSON value fit it, what it wants)} of dataclass `cls`, from its types
+    (made once: a report reads thousands of records)."""
+    out = {}
+    for name, kind in typing.get_type_hints(cls).items():
+        if name == "setup":
+            continue
+        # A diverged run's loss is NaN or infinite: a measurement, not damage.
+        fits, wanted = _check_of(kind, finite=not name.startswith("loss"))
+        if name.endswith(_NON_NEGATIVE) or name == "step_times_ms":
+            fits = _non_negative(fits)
+            wanted = wanted.replace("a number", "a number >= 0").replace("of numbers",
+                                                                     "of numbers >= 0")
+        out[name] = (fits, wanted)
+    return out
+
+
+@functools.cache
+def _setup_checks() -> dict[str, tuple[Callable[[object], bool], str]]:
+    out = {}
+    for axis in AXES:
+        fits, wanted = _check_of(axis.kind | None if axis.optional else axis.kind)
+        if axis.kind in (int, float) and axis.least is not None:
+            fits = _at_least(fits, axis.least)
+            wanted += f" >= {axis.least:g}"
+        out[axis.name] = (fits, wanted)
+    return out
+
+
+def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]:
+    """(fits, wanted) for a type annotation: str, int, float (a finite number unless not
+    `finite`), bool, dict, a dataclass (an object), list[X] and unions with None."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        options = [_check_of(k, finite) for k in typing.get_args(kind)]
+        wanted = " or ".join(w for _, w in options)
+        if len(options) == 2 and type(None) in typing.get_args(kind):
+            (fits, _), = [o for k, o in zip(typing.get_args(kind), options)
+                          if k is not type(None)]
+            return (lambda v: v is None or fits(v)), wanted       # the common case, quickly
+        return (lambda v: any(fits(v) for fits, _ in options)), wanted
+    if typing.get_origin(kind) is list:
+        item, wanted = _check_of(typing.get_args(kind)[0], finite)
+        return (lambda v: isinstance(v, list) and all(item(x) for x in v),
+                f"a list of {wanted.removeprefix('a ').removeprefix('an ')}s")
+    if kind is type(None):
+        return (lambda v: v is None), "null"
+    if kind is float:
+        if not finite:
+            return (lambda v: type(v) in (float, int)), "a number"
+        return (lambda v: type(v) is int or (type(v) is float and math.isfinite(v))), "a number"
+    if kind is int:
+        return (lambda v: type(v) is int), "an integer"
+    if kind is bool:
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if kind is str:
+        return (lambda v: isinstance(v, str)), "a string"
+    return (lambda v: isinstance(v, dict)), "an object"
+
+
+def _non_negative(fits):
+    return lambda v: fits(v) and all(x >= 0 for x in (v if isinstance(v, list) else [v])
+                                     if isinstance(x, (int, float)))
+
+
+def _at_least(fits, least: float):
+    return lambda v: fits(v) and (v is None or v >= least)
+
+
+# How much of an existing --out file is read to tell whether it holds records.
+_HEAD_BYTES = 256 * 1024
+
+
+def not_results(path: Path) -> str | None:
+    """Why the file at `path` is not a results file to append to: it has content and none of
+    its first lines is a stepbench record (a line cut off while a record was written counts as
+    one); None for a results file, an empty file or none."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = [line.strip() for line in f.read(_HEAD_BYTES).splitlines()[:20]]
+    except OSError:
+        return None                 # check_writable says why it cannot be used
+    for line in filter(None, head):
+        if line.startswith('{"schema":'):
+            return None
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("setup"), dict):
+            return None
+    return "none of its first lines is a record"
+
+
+def overlap(earlier, later) -> bool:
+    """Whether record `later` started before `earlier` finished (ISO times in UTC, as run
+    writes them): two runs measured the same setup at once. A rerun starts after."""
+    return (isinstance(earlier.finished_at, str) and isinstance(later.started_at, str)
+            and bool(earlier.finished_at and later.started_at)
+            and later.run_id != earlier.run_id and later.started_at < earlier.finished_at)
