@@ -51,7 +51,6 @@ def run_on(backend, settings: RunSettings) -> int:
     cluster (each setup a job of it). A remote backend is contacted only after the checks that
     need nothing (and never for --dry-run), and with the results file known to be writable."""
     from stepbench.execute.progress import Display
-    from stepbench.hfconfig_check import check_configs
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search.max_batch import check_searches
@@ -75,7 +74,6 @@ def run_on(backend, settings: RunSettings) -> int:
         local = settings.resolved(site.device(settings))
         plan = local.plan()
         with local.origin.checking("model"):    # a plan's model: the error names the plan
-            check_configs(plan)
             check_models(plan)
         if local.max_batch is not None:
             check_searches(local.max_batch, plan, local.origin)
@@ -150,7 +148,6 @@ def run_hosts(settings: RunSettings) -> int:
     (execute/fleet.py, execute/rent.py)."""
     from stepbench.execute.hosts.fleet import check_hosts, report_failures, run_on_hosts
     from stepbench.execute.progress import Display
-    from stepbench.hfconfig_check import check_configs
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
 
@@ -159,7 +156,6 @@ def run_hosts(settings: RunSettings) -> int:
     # Each host checks its own plan too, once its device is known.
     with settings.origin.checking("model"):
         resolved = settings.resolved("cpu" if settings.device == "auto" else settings.device)
-        check_configs(resolved.plan())
         check_models(resolved.plan())
     if settings.dry_run:
         return dry_run_hosts(settings, specs)

@@ -44,7 +44,6 @@ def _tune(settings: TuneSettings, site) -> int:
     from stepbench.errors import UserError
     from stepbench.execute.progress import Display
     from stepbench.execute.runner import Runner
-    from stepbench.hfconfig_check import check_configs
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search import tune
@@ -52,7 +51,6 @@ def _tune(settings: TuneSettings, site) -> int:
     settings = settings.resolved(site.device(settings))
     space, skipped = tune.space_for(settings)
     base = tune.start(settings, space)
-    check_configs([base])
     check_models([base])
     store = ResultsFile(settings.out)
     kinds = [base.replace(mode=m) for m in space["mode"]]

@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from stepbench.errors import UserError
+from stepbench.workload.hfconfig import check_values
 from stepbench.workload.spec import is_factory, signature
 
 
 def check_models(plan) -> None:
-    """Every model of `plan`: a config file read and checked against its sequence lengths (a
+    """Every model of `plan`: a config file read, its values checked (workload/hfconfig.py) and the
+    config checked against its sequence lengths (a
     preset is known good, and checking it would import transformers); a factory's source read
     and its signature checked (workload/spec.py)."""
     from stepbench.workload import hf
@@ -19,6 +21,7 @@ def check_models(plan) -> None:
         if is_factory(model):
             signature(model)
         elif model not in hf.PRESETS:
+            check_values(model, hf.config_dict(model))
             hf.build_config(model, seq)
 
 

@@ -1,8 +1,9 @@
 """A config.json's values checked before any process starts (issue 37): transformers builds a
 config from almost anything ("hidden_size": "big", 66 hidden with 4 heads) and the model then
 fails to build inside every setup's process with a 30-line traceback. Here each such value is
-one line naming the key and the fix, exit 2, before the plan runs. Presets are known good and
-not read; what transformers itself rejects is left to measure/models.build_config."""
+one line naming the key and the fix, exit 2, before the plan runs (workload/checks.py reads
+each config of a plan once). Presets are known good and not read; what transformers itself
+rejects is left to workload/hf.build_config."""
 
 from __future__ import annotations
 
@@ -17,16 +18,6 @@ POSITIVE_INTS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
 # Numbers (not strings) where a config gives them.
 NUMBERS = ("rms_norm_eps", "layer_norm_eps", "rope_theta", "initializer_range",
            "attention_dropout")
-
-
-def check_configs(plan) -> None:
-    """Every model of `plan` (Setup values) that is a config file or folder, read and checked
-    (`check_values`); a UserError for the first value that cannot build a model."""
-    from stepbench.measure.models import PRESETS, config_dict
-
-    for model in dict.fromkeys(s.model for s in plan):
-        if model not in PRESETS:
-            check_values(model, config_dict(model))
 
 
 def check_values(model: str, data: dict) -> None:
