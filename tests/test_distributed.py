@@ -19,6 +19,7 @@ import pytest
 from stepbench.cli import main
 
 from conftest import FAULT_ENV, read_jsonl, run_cli, with_hooks
+from says import names
 
 TINY = ["--device", "cpu", "--model", "llama-tiny", "--seq", "64", "--warmup", "1", "--steps", "2",
         "--modes", "eager", "--attn", "sdpa", "--repeats", "1"]
@@ -160,8 +161,7 @@ def test_a_rank_that_raises_ends_its_job_names_the_rank_and_the_matrix_goes_on(t
     failed, single = read_jsonl(out)
     assert failed["status"] == "error" and failed["phase"] == "warmup"
     assert failed["error"].startswith("rank 1 (")
-    assert "fault injected by the tests on rank 1 in phase warmup" in failed["error"]
-    assert "torchrun stopped the other ranks" in failed["error"]
+    assert names(failed["error"], "fault injected", "rank 1", "phase warmup", "torchrun")
     # The error ends with the failing rank's own traceback, not torchrun's summary.
     assert failed["error"].rstrip().endswith("in phase warmup")
     assert single["status"] == "ok"          # the rest of the matrix went on

@@ -275,7 +275,7 @@ class RunSettings(Common):
         if self.rent.prices and not (self.rent.specs and self.dry_run):
             raise UserError("--rent-prices goes with --rent and --dry-run: it asks the providers "
                             "for today's prices without renting (a run looks them up itself "
-                            "before it creates anything)")
+                            "before it creates anything)", kind="conflict")
         if self.compile_cache is not None and not self.remote_run and self.ray is None:
             # Here (or on the filesystem this shares with a Slurm cluster's nodes), not a host's
             # or a Ray cluster's folder (made there): checked, not yet made.
