@@ -78,17 +78,17 @@ def test_cuda_without_cuda_is_a_one_line_user_error(capsys):
                    "GPU here; use --device cpu (or install a CUDA build of torch)\n")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--device", "cpu", "--size", "0"], "--size must be a positive matrix size, got 0"),
-    (["--device", "cpu", "--repeats", "-1"], "--repeats must be positive, got -1"),
-    (["--device", "cpu", "--dtype", "tf32"], "tf32 is a CUDA tensor-core mode; use --dtype fp32 on cpu"),
-    (["--device", "cpu", "--sustained", "2"],
-     "--sustained takes seconds >= 0 and works on cuda only, got 2 on cpu"),
+@pytest.mark.parametrize("argv, tokens", [
+    (["--device", "cpu", "--size", "0"], ("--size", "0")),
+    (["--device", "cpu", "--repeats", "-1"], ("--repeats", "-1")),
+    (["--device", "cpu", "--dtype", "tf32"], ("tf32", "--dtype fp32", "cpu")),
+    (["--device", "cpu", "--sustained", "2"], ("--sustained", "cuda", "2", "cpu")),
 ])
-def test_bad_arguments_are_user_errors(argv, message, capsys):
+def test_bad_arguments_are_user_errors(argv, tokens, capsys):
     code, out, err = run_peak(["peak", *argv], capsys)
     assert code == 2 and out == ""
-    assert err == f"stepbench peak: error: {message}\n"
+    assert err.startswith("stepbench peak: error: ") and err.count("\n") == 1
+    assert names(err, *tokens), err
 
 
 def test_unknown_choice_is_rejected_by_argparse(capsys):
