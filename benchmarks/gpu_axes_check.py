@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from stepbench.execute.executor import LocalProcess
+from stepbench.execute.local.process import LocalProcess
 from stepbench.execute.progress import Display
 from stepbench.execute.runner import Runner
 from stepbench.guard import loss_verdicts

@@ -4,8 +4,8 @@ torch.cuda.is_available() and after importing inductor's benchmarking module (re
 benchmarks/README.md, section h). Run: python3 benchmarks/nvml_thread_probe.py
 
 `--answered N`: as the process server imports inductor (NVML's count answered with N, see
-execute/server.py nvml_answered), then the modules a compiled setup's first step imports on a
-GPU (triton's code generation), each with its seconds and the threads after it.
+execute/local/serving.py nvml_answered), then the modules a compiled setup's first step imports
+on a GPU (triton's code generation), each with its seconds and the threads after it.
     PYTHONPATH=src python3 benchmarks/nvml_thread_probe.py --answered 1"""
 import importlib
 import os
@@ -36,7 +36,7 @@ def main() -> None:
 
 
 def answered(gpus: int) -> None:
-    from stepbench.execute.server import nvml_answered
+    from stepbench.execute.local.serving import nvml_answered
 
     torch = importlib.import_module("torch")
     importlib.import_module("torch._dynamo")

@@ -37,9 +37,9 @@ def setups(tune: dict, refs: str):
 
 
 def measure(plan, compile_cache: str, out: str) -> None:
-    from stepbench.execute.executor import LocalProcess
+    from stepbench.execute.local.process import LocalProcess
     from stepbench.execute.runner import Runner
-    from stepbench.execute.server import imports_for
+    from stepbench.execute.local.server import imports_for
     from stepbench.record import ResultsFile
 
     executor = LocalProcess(start="server", compile_cache=compile_cache and Path(compile_cache),

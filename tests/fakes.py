@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from stepbench.execute.executor import Job, LocalProcess, Outcome
+from stepbench.execute.local.process import LocalProcess
+from stepbench.execute.protocol import Executor, Job, Outcome
 
 
 class ScriptedProcesses(LocalProcess):
@@ -138,8 +139,8 @@ ctypes.string_at(0)
 """
 
 
-class InProcess:
-    """An Executor (stepbench.execute.executor's protocol) that starts no process: each job's
+class InProcess(Executor):
+    """An Executor (stepbench.execute.protocol) that starts no process: each job's
     outcome is made here, with `step_times(job)` as its timed steps (None: the job was stopped,
     as by Ctrl-C or a lost host) and `wall_s(job)` as its wall time. `ran` lists (batch,
     repeat) in the order the jobs ran. For the runner's own decisions (which jobs, in which

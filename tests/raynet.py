@@ -12,7 +12,7 @@ RAY_POLL_ENV its dashboard streams a job's log polling every 0.1 s, not every se
 the job's node, once more after it, and twice at the log file's end for every new line): a
 job's first line comes about 2.5 s sooner, every later one up to 2 s sooner; the same lines
 (tests/hooks/sitecustomize.py). Ray's job manager still looks at a job's supervisor once a
-second (what stepbench's deletion of an ended job waits for, execute/raycluster.py).
+second (what stepbench's deletion of an ended job waits for, execute/ray/jobs.py).
 
 The namespaces are held by a small Python process (HOLDER: it brings loopback up and reaps
 orphans as the namespace's init). Commands enter them with nsenter: `ray start` the network, PID

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from stepbench.execute.executor import LocalProcess
+from stepbench.execute.local.process import LocalProcess
 from stepbench.execute.runner import Runner
 from stepbench.report.findings import WRONG_LOSS
 from stepbench.guard import DEPARTS, OK, REFERENCE, loss_verdicts

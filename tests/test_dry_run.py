@@ -17,7 +17,7 @@ asyncssh = pytest.importorskip("asyncssh")
 @pytest.fixture
 def offline(monkeypatch):
     """Anything that would contact another machine fails the test."""
-    from stepbench.execute import rent
+    from stepbench.execute.rent import rentals as rent
 
     def refuse(*args, **kwargs):
         raise AssertionError("a dry run contacted something")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from stepbench import protocol
-from stepbench.execute.executor import LocalProcess
+from stepbench.execute.local.process import LocalProcess
 from stepbench.execute.runner import Runner
 from stepbench.measure import machine
 from stepbench.record import ResultsFile
@@ -109,7 +109,7 @@ def test_a_gpu_is_named_by_the_same_route_in_the_parent_and_in_the_child(monkeyp
 
 
 def test_compiled_setups_get_their_own_cache_or_the_shared_one(tmp_path, monkeypatch):
-    from stepbench.execute.executor import Job
+    from stepbench.execute.protocol import Job
     from stepbench.measure.worker import compile_cache_label
 
     eager = plan([1])[0]

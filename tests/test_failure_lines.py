@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from stepbench.execute.executor import Job
+from stepbench.execute.protocol import Job
 from stepbench.execute.progress import Display
 from stepbench.record import Record
 from stepbench.setup import Setup

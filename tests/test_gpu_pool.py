@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from stepbench.cli import main
-from stepbench.execute.executor import LocalProcess
+from stepbench.execute.local.process import LocalProcess
 from stepbench.execute.runner import Runner, expected_cost
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup

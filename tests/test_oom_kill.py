@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stepbench.execute.executor import LocalProcess
+from stepbench.execute.local.process import LocalProcess
 from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup

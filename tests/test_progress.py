@@ -8,7 +8,7 @@ import io
 import json
 import re
 
-from stepbench.execute.executor import Outcome
+from stepbench.execute.protocol import Outcome
 from stepbench.execute.progress import Display, Estimate, kind
 from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
@@ -90,7 +90,7 @@ def test_resumed_processes_are_numbered_and_the_estimate_counts_a_running_proces
 
 
 def _job(s: Setup):
-    from stepbench.execute.executor import Job
+    from stepbench.execute.protocol import Job
 
     return Job(s, 0)
 

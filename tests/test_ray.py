@@ -72,7 +72,7 @@ def client_env() -> dict:
 def nothing_left(cluster) -> None:
     """No setup's process, torchrun, hostside (a job's, or a process server) or job driver is
     left on the cluster, and no job of ours."""
-    for text in ("stepbench.measure", "torch.distributed.run", "stepbench.execute.hostside",
+    for text in ("stepbench.measure", "torch.distributed.run", "stepbench.execute.hosts.hostside",
                  "stepbench.execute.ray"):
         assert cluster.processes(text) == [], text
     assert [j for j in cluster.jobs() if (j["id"] or "").startswith("stepbench-")] == []
@@ -85,7 +85,8 @@ SCRIPTED = textwrap.dedent("""
     from pathlib import Path
     from fakes import ProtocolChild
     from stepbench.execute.clusters import check_cluster
-    from stepbench.execute.raycluster import Cluster, RayExecutor
+    from stepbench.execute.ray.cluster import Cluster
+    from stepbench.execute.ray.jobs import RayExecutor
     from stepbench.execute.runner import Runner
     from stepbench.record import ResultsFile
     from stepbench.setup import Setup
@@ -96,11 +97,8 @@ SCRIPTED = textwrap.dedent("""
     class Scripted(RayExecutor):
         broken = False      # then a job fails before any setup's process starts
 
-        def worker_argv(self, job):
+        def command(self, job):     # the scripted child, in torchrun's place too
             return [self.python, "-c", *map(str, child(job))]
-
-        def torchrun_argv(self, job):       # the scripted child in torchrun's place
-            return self.worker_argv(job)
 
         def _entrypoint(self, job, job_id):
             if self.broken:

@@ -7,9 +7,10 @@ import asyncio
 import pytest
 
 from stepbench.errors import UserError
-from stepbench.execute.executor import Job, Outcome
+from stepbench.execute.protocol import Job, Outcome
 from stepbench.execute.clusters import check_cluster
-from stepbench.execute.raycluster import Cluster, RayExecutor, _Follow
+from stepbench.execute.ray.cluster import Cluster
+from stepbench.execute.ray.jobs import RayExecutor, _Follow
 from stepbench.record import Machine, Record
 from stepbench.setup import Setup
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stepbench.cli import main
-from stepbench.execute import executor as executor_module
+from stepbench.execute.local import process as executor_module
 
 from fakes import InProcess
 

@@ -277,7 +277,7 @@ def test_an_append_or_a_read_waits_while_another_process_appends(tmp_path, actio
 RUN_PAST_LIMIT = """
 import resource, sys
 from stepbench.cli import main
-from stepbench.execute import executor
+from stepbench.execute.local import process as executor
 
 JOB = '''
 import json, os, sys, time

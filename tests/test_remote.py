@@ -14,7 +14,7 @@ import pytest
 from conftest import read_jsonl, run_cli
 from stepbench.cli import main
 from stepbench.errors import UserError
-from stepbench.execute.ssh import parse_host, quote_command
+from stepbench.execute.hosts.ssh import parse_host, quote_command
 from stepbench.settings import read_hosts_file
 
 QWEN = str(Path(__file__).parent / "data" / "tiny-qwen2")

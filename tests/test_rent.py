@@ -218,9 +218,9 @@ def test_a_dry_run_contacts_nothing_unless_asked_for_prices(sshd, api, monkeypat
 
 
 def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatch):
-    from stepbench.execute.rent import Lease, RentSettings, parse_rent, ssh_key
-    from stepbench.execute.runcrate import make_provider
-    from stepbench.execute.ssh import EventLoop, HostError, SSHExecutor
+    from stepbench.execute.rent.rentals import Lease, RentSettings, parse_rent, ssh_key
+    from stepbench.execute.rent.runcrate import make_provider
+    from stepbench.execute.hosts.ssh import EventLoop, HostError, SSHExecutor
     from stepbench.settings import Remote
 
     monkeypatch.setenv("RUNCRATE_API_KEY", KEY)

@@ -9,8 +9,8 @@ classification are exercised for real.
 import psutil
 import pytest
 
-from stepbench.execute import executor
-from stepbench.execute.executor import Outcome
+from stepbench.execute.local import process as executor
+from stepbench.execute.protocol import Outcome
 from stepbench.execute.runner import Runner, classify
 from stepbench.measure.worker import classify_exception
 from stepbench.record import ResultsFile

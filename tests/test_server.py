@@ -1,6 +1,7 @@
-"""The process server (execute/server.py) for real: a forked setup's process measures what a fresh
-one measures, and every way it can fail is reported as a fresh process's would be. (That Ctrl-C,
-SIGTERM and SIGHUP leave no server and no setup's process: tests/test_run_outcomes.py.)
+"""The process server (execute/local/server.py and serving.py) for real: a forked setup's
+process measures what a fresh one measures, and every way it can fail is reported as a fresh
+process's would be. (That Ctrl-C, SIGTERM and SIGHUP leave no server and no setup's process:
+tests/test_run_outcomes.py.)
 
 The faults come from the tests' hooks (tests/hooks: SETUP_FAULT_ENV, SERVER_THREAD_ENV), which
 reach a child forked from the server because they read the environment at call time.
@@ -10,7 +11,7 @@ import os
 
 import pytest
 
-from stepbench.execute.executor import LocalProcess
+from stepbench.execute.local.process import LocalProcess
 from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup

@@ -72,7 +72,8 @@ SCRIPTED = textwrap.dedent("""
     from stepbench.errors import UserError
     from stepbench.execute.clusters import check_cluster
     from stepbench.execute.runner import Runner
-    from stepbench.execute.slurmcluster import Cluster, SlurmExecutor, check_shared
+    from stepbench.execute.slurm.cluster import Cluster, check_shared
+    from stepbench.execute.slurm.jobs import SlurmExecutor
     from stepbench.record import ResultsFile
     from stepbench.setup import Setup
 
@@ -92,10 +93,9 @@ SCRIPTED = textwrap.dedent("""
     '''
 
     class Scripted(SlurmExecutor):
-        def worker_argv(self, job):
-            return [self.python, "-c", *map(str, child(job))]
-
-        def node_argv(self, job, rendezvous):
+        def command(self, job, rendezvous=None):
+            if not job.setup.distributed:
+                return [self.python, "-c", *map(str, child(job))]
             return [self.python, "-c", NODE, str(rendezvous.node_rank), rendezvous.endpoint,
                     str(folder)]
 

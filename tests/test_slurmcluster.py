@@ -10,10 +10,11 @@ import pytest
 
 import stepbench
 from stepbench.errors import UserError
-from stepbench.execute import slurmcluster
+from stepbench.execute.slurm import cluster as slurmcluster
 from stepbench.execute.clusters import check_cluster
-from stepbench.execute.executor import Job, Outcome
-from stepbench.execute.slurmcluster import Cluster, Node, SlurmExecutor, _Task, check_shared, gpus_of
+from stepbench.execute.protocol import Job, Outcome
+from stepbench.execute.slurm.cluster import Cluster, Node, check_shared, gpus_of
+from stepbench.execute.slurm.jobs import SlurmExecutor, _Task
 from stepbench.record import Record
 from stepbench.setup import Setup
 

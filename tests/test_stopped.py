@@ -8,8 +8,8 @@ import json
 import pytest
 
 from stepbench.cli import main
-from stepbench.execute import executor as executor_module
-from stepbench.execute.executor import Outcome
+from stepbench.execute.local import process as executor_module
+from stepbench.execute.protocol import Outcome
 
 from fakes import InProcess
 

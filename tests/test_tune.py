@@ -23,7 +23,7 @@ from stepbench.cli import build_parser, main
 from stepbench.cli.run import settings_of
 from stepbench.guard import DEPARTS
 from stepbench.record import Machine, Record, ResultsFile, resume_key
-from stepbench.execute.executor import KILL_GRACE_S
+from stepbench.execute.protocol import KILL_GRACE_S
 from stepbench.search.gains import Observation, committed
 from stepbench.search.tune import STAGES, Tuner, TuneResult
 from stepbench.settings import parse_budget

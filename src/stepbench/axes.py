@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from stepbench.errors import UserError
+from stepbench.workload.spec import is_factory
 
 CUDA, CPU = "cuda", "cpu"
 DEVICES = (CUDA, CPU)
@@ -47,6 +48,7 @@ class Axis:
     key: str = ""               # settings and plan-file key (default: name); flag: --key-with-dashes
     aliases: tuple[str, ...] = ()   # other keys and flags it answers to (--dtype for --precision)
     many: bool = False          # a comma list of values: every combination runs (a matrix axis)
+    split: bool = True          # False: the flag is repeated, each value whole (--param N=1,2)
     choices: tuple = ()         # the values it takes; () = any value of `kind` (and >= least)
     least: float | None = None  # the smallest number it takes
     optional: bool = False      # None is a value (no memory limit)
@@ -153,6 +155,8 @@ class Axis:
         "eager"); "off,on" -> (False, True); a TOML list as its items. `where`: how errors name
         the setting (a plan file's key); its flag otherwise."""
         name = where or self.flag
+        if not self.split and not isinstance(text, (list, tuple)):
+            text = [text]
         items = list(text) if isinstance(text, (list, tuple)) else _split(name, str(text))
         values = []
         for item in items:
@@ -301,11 +305,25 @@ def sharded(fields: dict) -> bool:
     return fields.get("parallel") == "fsdp2"
 
 
+def canonical_params(text: str | None) -> str | None:
+    """A setup's own parameters in one spelling: "b=2;a=1" -> "a=1;b=2"; None or "" -> None."""
+    if not text:
+        return None
+    return ";".join(sorted(part.strip() for part in str(text).split(";") if part.strip()))
+
+
+def transformers_model(fields: dict) -> bool:
+    """`Axis.applies` of what only a transformers model takes (attention kernels, liger): a
+    factory that declares such a keyword gets it through its own parameters (`params`)."""
+    return not is_factory(fields.get("model"))
+
+
 
 AXES: list[Axis] = [
     Axis("model", str, {CUDA: "llama-468m", CPU: "llama-tiny"},
-         "preset (llama-468m, llama-135m, llama-small, llama-tiny) or path to an HF config.json "
-         "/ folder",
+         "preset (llama-468m, llama-135m, llama-small, llama-tiny), path to an HF config.json "
+         "/ folder, or your own model's factory: FILE.py:FUNCTION or package.module:FUNCTION "
+         "(docs/workloads.md)",
          start=True, nest=10, detail=lambda s: model_label(s.model), tune="fixed"),
     Axis("mode", str, ("eager", "compile"), "comma list of eager, compile", key="modes",
          aliases=("mode",), many=True, choices=("eager", "compile"), name_slot=0, variant=True,
@@ -315,6 +333,7 @@ AXES: list[Axis] = [
          "flash_attention_2, flash_attention_3", aliases=("attention",), many=True,
          choices=("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"),
          name_slot=1, variant=True, nest=80, plain=("sdpa",), plain_rank=2, tune="screen",
+         applies=transformers_model,
          tune_values={CUDA: ("sdpa", "flash_attention_3", "flash_attention_2", "flex_attention",
                              "eager"),
                       CPU: ("sdpa", "flex_attention", "eager")},
@@ -368,6 +387,7 @@ AXES: list[Axis] = [
          "cross-entropy), liger-no-flce (the same without the fused cross-entropy); comma list",
          many=True, choices=("none", "liger", "liger-no-flce"), legacy="none", name_slot=2,
          text=lambda v: "" if v == "none" else v, variant=True, nest=60, reference=("none",),
+         applies=transformers_model,
          tune="option", tune_order=20, tune_values=("none", "liger-no-flce", "liger"),
          unsupported=_kernels_unsupported),
     Axis("checkpointing", bool, (False,), "activation checkpointing: off, on, or off,on",
@@ -419,6 +439,14 @@ AXES: list[Axis] = [
          many=True, choices=("dtensor", "local"), legacy="dtensor", applies=sharded,
          name_slot=2, text=lambda v: "local-optim" if v == "local" else "", variant=True,
          nest=76),
+    # A factory's own keyword parameters (workload/spec.py): "depth=2;width=64", names sorted;
+    # None for a transformers model. What the model is, so setups that differ in it start
+    # from other weights.
+    Axis("params", str, None,
+         "a keyword parameter of your factory and its values, NAME=V1,V2; repeat the flag for "
+         "more (every combination runs)", key="param", many=True, split=False, optional=True,
+         legacy=None, normalize=lambda v, _: canonical_params(v),
+         start=True, nest=20, detail=lambda s: s.params or "no params", tune="fixed"),
 ]
 
 

@@ -1,5 +1,5 @@
 """How long a process of stepbench's may live, for both sides of the layers: a torchrun rank
-(measure/distributed.py) and a command that a remote host's hostside runs (execute/hostside.py)
+(measure/distributed.py) and a command that a remote host's hostside runs (execute/hosts/hostside.py)
 must not outlive the process that started them; and how a process that imported torch ends
 (`exit_now`). A base module, so that measure/ never imports execute/ for it.
 """

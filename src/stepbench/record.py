@@ -62,7 +62,8 @@ FORMATS = (FORMAT_V1, LAYER_GRAPHS)
 # missing one takes its default.
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
                 "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads",
-                "profile")
+                "profile", "units", "units_per_step", "flops_per_step", "flops_source", "notes",
+                "traceback")
 
 
 class _FromDict:
@@ -153,6 +154,18 @@ class Record:
     scaling: dict | None = None
     # `run --profile`: one step after the timed ones, under torch.profiler (measure/step.py).
     profile: dict | None = None
+    # A user's workload (--model FILE.py:FUNCTION, workload/factory.py): what tokens_per_s
+    # counts ("samples", "tokens", the user's unit) and how many one process trains per step;
+    # FLOPs per step and where they came from ("workload": the user's number, "flop_counter":
+    # torch.utils.flop_counter over one step). None for a transformers model: tokens.
+    units: str | None = None
+    units_per_step: int | None = None
+    flops_per_step: float | None = None
+    flops_source: str | None = None
+    # What could not be had without failing the measurement (FLOPs, MFU), one sentence each.
+    notes: list[str] = field(default_factory=list)
+    # A user's workload that failed in its process: the traceback (the error is its last line).
+    traceback: str | None = None
     # Seen by the parent.
     started_at: str | None = None
     finished_at: str | None = None

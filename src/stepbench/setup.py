@@ -18,6 +18,7 @@ import shlex
 from typing import Mapping
 
 from stepbench.axes import AXES, CUDA, Axis, model_label
+from stepbench.workload.spec import is_factory
 
 # The dtype the matrix products run in, for the matmul peak and MFU (float8: against bf16's).
 COMPUTE_DTYPES = {"autocast-bf16": "bf16", "float8": "bf16", "mixed-bf16": "bf16"}
@@ -260,12 +261,25 @@ def matrix(values: Mapping[str, object]) -> list:
     their `nest` (parallel outermost, then model, batch, seq, precision, ..., attention, then
     eager before compiled); a combination a field does not apply to (a compile mode in eager
     mode) appears once. `values`: axis name -> a tuple (a matrix axis) or one value."""
+    values = workload_values(values)
     axes = sorted(AXES, key=lambda a: a.nest)
     names = [a.name for a in axes]
     choices = [values[n] if isinstance(values[n], tuple) else (values[n],) for n in names]
     plan = [planned(Setup(**dict(zip(names, combo)))).check()
             for combo in itertools.product(*choices)]
     return list(dict.fromkeys(plan))
+
+
+def workload_values(values: Mapping[str, object]) -> Mapping[str, object]:
+    """`values` with the workload's own part settled: a factory's `--param` specs expanded into
+    every combination, its declared axes passed to it, the axes that do not apply refused
+    (workload/plan.py); a transformers model takes no `--param`."""
+    from stepbench.workload.plan import factory_values, no_params
+
+    if is_factory(values.get("model")):
+        return factory_values(values)
+    no_params(values)
+    return values
 
 
 def planned(setup):

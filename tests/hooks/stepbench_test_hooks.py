@@ -31,8 +31,8 @@ def spoil_weights(apply_options):
     """apply_options, then the output embedding weights x 64 for the setup DIVERGE_ENV names."""
 
     @functools.wraps(apply_options)
-    def apply_then_spoil(model, setup):
-        model = apply_options(model, setup)
+    def apply_then_spoil(model, setup, **kwargs):
+        model = apply_options(model, setup, **kwargs)
         if os.environ.get(DIVERGE_ENV) == setup.name:
             import torch    # already imported by measure/options, the module this wraps
 
@@ -150,7 +150,7 @@ PATCHES = {
     "stepbench.measure.options": ("apply_options", spoil_weights),
     "stepbench.measure.distributed": ("enter_phase", fail_on_entry),
     "stepbench.measure.step": ("measure", fail_in_setup),
-    "stepbench.execute.server": ("preload", thread_after_preload),
+    "stepbench.execute.local.serving": ("preload", thread_after_preload),
     "ray.dashboard.modules.job.job_manager": ("JobManager", poll_faster),
     "ray.dashboard.modules.job.job_head": ("JobHead", poll_faster),
     "ray.dashboard.modules.job.utils": ("asyncio", quick_sleeps),

@@ -29,7 +29,8 @@ AXIS_DOCS: dict[str, tuple[str | None, str]] = {
     "model": (None, "preset (`llama-468m` = the post's config, `llama-135m` = SmolLM2-135M's "
                     "shape, `llama-small`, `llama-tiny`) or the path of an HF `config.json` (or a "
                     "folder holding one) of any causal LM transformers knows; random weights, "
-                    "nothing downloaded"),
+                    "nothing downloaded; or your own model's factory, `FILE.py:FUNCTION` or "
+                    "`package.module:FUNCTION` ([workloads.md](workloads.md))"),
     "modes": (None, "comma list of `eager`, `compile`"),
     "attn": (None, "comma list of `attn_implementation`s: `eager`, `sdpa`, `flex_attention`, "
                    "`flash_attention_2`, `flash_attention_3` (the last two need flash-attn on a "

@@ -147,8 +147,8 @@ def add_prices(sub) -> None:
 def cmd_prices(args: argparse.Namespace) -> int:
     from datetime import datetime, timezone
 
-    from stepbench.execute.providers import ProviderError
-    from stepbench.execute.rent import PROVIDERS, price_file, provider
+    from stepbench.execute.rent.providers import ProviderError
+    from stepbench.execute.rent.rentals import PROVIDERS, price_file, provider
 
     if args.provider not in PROVIDERS:
         raise UserError(f"--from {args.provider!r}: unknown provider; choose one of: "

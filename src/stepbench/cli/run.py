@@ -9,8 +9,7 @@ from pathlib import Path
 
 from stepbench.cli.base import EXIT_OK, outcome, report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_settings
-from stepbench.errors import UserError
-from stepbench.settings import DEFAULT_OUT, RUN, RunSettings, writable_folder
+from stepbench.settings import DEFAULT_OUT, RUN, RunSettings
 
 def add(sub, settings: type = RunSettings) -> None:
     """`run`'s parser: --plan, a flag per axis, a flag per setting `settings` declares."""
@@ -38,47 +37,66 @@ def settings_of(args) -> RunSettings:
 
 
 def cmd_run(args) -> int:
+    from stepbench.execute.registry import choose
+
     settings = settings_of(args)
-    if settings.remote_run:
+    backend = choose(settings)
+    if backend.fleet:
         return run_hosts(settings)
-    if settings.cluster is not None:
-        return run_cluster(settings)
-    from stepbench.execute import pool
-    from stepbench.execute.executor import LocalProcess
-    from stepbench.execute.server import imports_for
+    return run_on(backend, settings)
+
+
+def run_on(backend, settings: RunSettings) -> int:
+    """The plan through the backend's one executor (execute/registry.py): this machine, or a
+    cluster (each setup a job of it). A remote backend is contacted only after the checks that
+    need nothing (and never for --dry-run), and with the results file known to be writable."""
     from stepbench.execute.progress import Display
-    from stepbench.measure.machine import resolve_device
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search.max_batch import check_searches
 
-    local = settings.resolved(resolve_device(settings.device))
-    plan = local.plan()
-    with local.origin.checking("model"):    # a plan's model: the error names the plan
-        check_models(plan)
-    if local.max_batch is not None:
-        check_searches(local.max_batch, plan, local.origin)
-    if local.dry_run:
-        print_plan(plan, local.format) if local.max_batch is None else \
-            print_searches(plan, local)
+    backend.require()
+    if settings.dry_run and backend.remote:     # nothing is contacted, nothing started
+        shown, why = backend.dry_run_device(settings)
+        local = settings.resolved(shown)
+        if why:
+            say("run", why)
+        print_plan(local.plan(), local.format) if local.max_batch is None else \
+            print_searches(local.plan(), local)
         return 0
-    if local.device == "cpu" and local.max_batch is None:
-        check_memory(plan)
-    if settings.device == "auto" and local.device == "cpu":
-        model = "" if settings.values["model"] else " with the llama-tiny preset"
-        say("run", f"no CUDA GPU found; running on the CPU{model} (pass --device cuda on a GPU "
-                   "machine)")
-    cache = None if local.compile_cache is None else \
-        writable_folder(local.compile_cache, "--compile-cache", make=True)
-    if local.profile is not None:
-        writable_folder(local.profile, "--profile", make=True)
-    gpus = pool.gpu_pool(local, plan)
-    rendezvous = pool.rendezvous(local, gpus, plan)
-    store = ResultsFile(local.out).check_writable()
-    display = Display()
-    executor = LocalProcess(compile_cache=cache, gpus=gpus, rendezvous=rendezvous,
-                            start=local.start, preload=imports_for(plan), note=display.note)
-    return run_plan(local, plan, executor, store, display)
+    backend.precheck(settings)
+    store = display = site = None
+    if backend.remote:
+        store = ResultsFile(settings.out).check_writable()
+        display = Display()
+    try:
+        site = backend.open(settings, display.note if display else lambda text: say("run", text))
+        local = settings.resolved(site.device(settings))
+        plan = local.plan()
+        with local.origin.checking("model"):    # a plan's model: the error names the plan
+            check_models(plan)
+        if local.max_batch is not None:
+            check_searches(local.max_batch, plan, local.origin)
+        if local.dry_run:
+            print_plan(plan, local.format) if local.max_batch is None else \
+                print_searches(plan, local)
+            return 0
+        site.check(local, plan)
+        if store is None:
+            store = ResultsFile(local.out).check_writable()
+            display = Display()
+        executor = site.executor(local, plan, display.note)
+        code = run_plan(local, plan, executor, store, display)
+        if executor.lost and code == 0:
+            say("run", f"{executor.lost}; the setups it did not run are not recorded; run the "
+                       "same command again to resume")
+            return 1
+        return code
+    finally:
+        if display is not None:
+            display.close()
+        if site is not None:
+            site.close()
 
 
 def run_plan(local: RunSettings, plan, executor, store, display) -> int:
@@ -88,7 +106,7 @@ def run_plan(local: RunSettings, plan, executor, store, display) -> int:
     from stepbench.search.max_batch import MaxBatch
 
     runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak,
-                    run_id=getattr(executor, "run_id", None), profile=local.profile)
+                    run_id=executor.run_id, profile=local.profile)
     searched = []
     try:
         if local.max_batch is None:
@@ -111,36 +129,6 @@ def run_plan(local: RunSettings, plan, executor, store, display) -> int:
     return outcome("run", records, runner.run_id, local.out)
 
 
-def check_memory(plan) -> None:
-    """On a CPU, refuse a plan with a setup whose step needs more memory than this machine has
-    available (measure/footprint.py's floor), before its process grows until the kernel kills
-    it. A setup capped by --memory-limit-gb below that fails with `oom` instead; --max-batch
-    and tune probe sizes that may not fit on purpose, and are not checked."""
-    from stepbench.execute.oom import available_bytes
-    from stepbench.measure.footprint import estimate
-    from stepbench.units import gigabytes
-
-    available = available_bytes()
-    over = []
-    for setup in plan:
-        if setup.memory_limit_gb is not None and setup.memory_limit_gb * 1e9 < available:
-            continue
-        floor = estimate(setup)
-        if floor is not None and floor.total > available:
-            over.append((floor.total, setup, floor))
-    if not over:
-        return
-    total, setup, floor = max(over, key=lambda item: item[0])
-    parts = ", ".join(f"{name} {gigabytes(value / 1e9)}" for name, value in floor.parts.items()
-                      if value >= 0.01 * total)
-    more = f" (and {len(over) - 1} more setup{'s' if len(over) > 2 else ''})" if len(over) > 1 \
-        else ""
-    raise UserError(f"{setup.name} at batch {setup.batch} x seq {setup.seq}{more} needs at least "
-                    f"{gigabytes(total / 1e9)} of memory ({parts}), and this machine has "
-                    f"{gigabytes(available / 1e9)} available; lower --seq or --batch (--max-batch "
-                    "with --memory-limit-gb finds the largest batch that fits)")
-
-
 def print_stopped(settings: RunSettings, kept: list) -> None:
     """A stopped run's table (or JSON array) on stdout: the setups that finished (and those
     found in the results file), as the run would have shown them; with --max-batch, the full
@@ -154,68 +142,10 @@ def print_stopped(settings: RunSettings, kept: list) -> None:
     print_records(settings, finals, kept, hints=False)
 
 
-def run_cluster(settings: RunSettings) -> int:
-    """`run --ray ADDRESS`, `run --slurm [PARTITION]`: each setup a job of the cluster
-    (execute/raycluster.py, execute/slurmcluster.py)."""
-    from stepbench.execute.clusters import check_cluster, cluster_device
-    from stepbench.execute.progress import Display
-    from stepbench.execute.runner import new_run_id
-    from stepbench.measure.models import check_models
-    from stepbench.record import ResultsFile
-    from stepbench.search.max_batch import check_searches
-
-    engine = cluster_engine(settings.cluster)
-    engine.require()
-    if settings.dry_run:        # nothing is contacted, nothing started
-        shown = "cuda" if settings.device == "auto" else settings.device
-        local = settings.resolved(shown)
-        if settings.device == "auto":
-            say("run", "the cluster's device decides the defaults (its GPUs, else the CPU); "
-                       f"shown: {shown}'s")
-        print_plan(local.plan(), local.format) if local.max_batch is None else \
-            print_searches(local.plan(), local)
-        return 0
-    engine.precheck(settings)
-    store = ResultsFile(settings.out).check_writable()
-    display = Display()
-    try:
-        cluster = engine.open_cluster(settings, display.note)
-    except BaseException:
-        display.close()
-        raise
-    try:
-        local = settings.resolved(cluster_device(cluster, settings.device, settings.gpu_type))
-        plan = local.plan()
-        with local.origin.checking("model"):    # a plan's model: the error names the plan
-            check_models(plan)
-        if local.max_batch is not None:
-            check_searches(local.max_batch, plan, local.origin)
-        gpus = check_cluster(cluster, local.device, local.gpu_type, local.gpus, plan)
-        executor = engine.executor_for(cluster, local, plan, gpus, new_run_id(), display.note)
-        code = run_plan(local, plan, executor, store, display)
-        if executor.lost and code == 0:
-            say("run", f"{executor.lost}; the setups it did not run are not recorded; run the "
-                       "same command again to resume")
-            return 1
-        return code
-    finally:
-        display.close()
-        cluster.close()
-
-
-def cluster_engine(flag: str):
-    """The module that runs setups on the cluster `flag` names (--ray, --slurm)."""
-    if flag == "--ray":
-        from stepbench.execute import raycluster as engine
-    else:
-        from stepbench.execute import slurmcluster as engine
-    return engine
-
-
 def run_hosts(settings: RunSettings) -> int:
     """`run --host ... --rent ...`: the plan on every host and rented machine at once
     (execute/fleet.py, execute/rent.py)."""
-    from stepbench.execute.fleet import check_hosts, report_failures, run_on_hosts
+    from stepbench.execute.hosts.fleet import check_hosts, report_failures, run_on_hosts
     from stepbench.execute.progress import Display
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
@@ -232,8 +162,8 @@ def run_hosts(settings: RunSettings) -> int:
     display = Display()
     rentals = loop = None
     if settings.rent.specs:
-        from stepbench.execute.rent import prepare_rentals
-        from stepbench.execute.ssh import EventLoop
+        from stepbench.execute.rent.rentals import prepare_rentals
+        from stepbench.execute.hosts.ssh import EventLoop
 
         loop = EventLoop()
         try:
@@ -257,7 +187,7 @@ def run_hosts(settings: RunSettings) -> int:
     finally:
         display.close()
         if rentals:
-            from stepbench.execute.rent import cost_summary
+            from stepbench.execute.rent.rentals import cost_summary
 
             summary = cost_summary(rentals.leases)
             if summary:
@@ -275,7 +205,7 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
     """`run --host/--rent --dry-run`: the setups each SSH host and each rented machine would
     run, after the checks that need no other machine; nothing is contacted (--rent-prices asks
     the providers for each rental's machine and price)."""
-    from stepbench.execute.rent import API_KEYS, check_rentals, quote_rentals
+    from stepbench.execute.rent.rentals import API_KEYS, check_rentals, quote_rentals
 
     rentals, key = check_rentals(settings.rent) if settings.rent.specs else ([], None)
     offers = quote_rentals(rentals) if settings.rent.prices else {}

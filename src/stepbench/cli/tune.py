@@ -8,7 +8,7 @@ import sys
 
 from stepbench.cli.base import given, report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_settings
-from stepbench.settings import TUNE, TuneSettings, writable_folder
+from stepbench.settings import TUNE, TuneSettings
 
 
 def add(sub, settings: type = TuneSettings) -> None:
@@ -27,65 +27,37 @@ def add(sub, settings: type = TuneSettings) -> None:
 
 
 def cmd_tune(args) -> int:
+    from stepbench.execute.registry import choose
+
     settings = TuneSettings.build(given(args))
-    cluster = None
-    if settings.cluster is not None:
-        from stepbench.cli.run import cluster_engine
-
-        engine = cluster_engine(settings.cluster)
-        engine.require()
-        engine.precheck(settings)
-        cluster = engine.open_cluster(settings, lambda text: say("tune", text))
+    backend = choose(settings)
+    backend.require()
+    backend.precheck(settings)
+    site = backend.open(settings, lambda text: say("tune", text))
     try:
-        return _tune(settings, cluster)
+        return _tune(settings, site)
     finally:
-        if cluster is not None:
-            cluster.close()
+        site.close()
 
 
-def _tune(settings: TuneSettings, cluster) -> int:
+def _tune(settings: TuneSettings, site) -> int:
     from stepbench.errors import UserError
-    from stepbench.execute.executor import LocalProcess
     from stepbench.execute.progress import Display
-    from stepbench.execute.server import imports_for
-    from stepbench.execute.runner import Runner, new_run_id
-    from stepbench.measure.cache import cache_dir
-    from stepbench.measure.machine import resolve_device
+    from stepbench.execute.runner import Runner
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search import tune
 
-    if cluster is None:
-        settings = settings.resolved(resolve_device(settings.device))
-    else:
-        from stepbench.execute.clusters import cluster_device
-
-        settings = settings.resolved(cluster_device(cluster, settings.device, settings.gpu_type))
+    settings = settings.resolved(site.device(settings))
     space, skipped = tune.space_for(settings)
     base = tune.start(settings, space)
     check_models([base])
     store = ResultsFile(settings.out)
     kinds = [base.replace(mode=m) for m in space["mode"]]
-    preload = imports_for(kinds)
-    if cluster is not None:
-        from stepbench.execute.clusters import check_cluster
-
-        # One GPU at a time: tune's probes are compared with each other.
-        check_cluster(cluster, settings.device, settings.gpu_type, "1" if
-                      settings.device == "cuda" else None, [base])
-    # On a cluster the folder is the nodes' (made there); here it must be one this can write.
-    cache = None if cluster is not None else writable_folder(
-        settings.compile_cache or cache_dir() / "inductor", "--compile-cache", make=True)
+    site.check_tune(settings, base)
     display = Display()
-    if cluster is None:
-        executor = LocalProcess(compile_cache=cache, start=settings.start, note=display.note,
-                                preload=preload)
-    else:
-        from stepbench.cli.run import cluster_engine
-
-        executor = cluster_engine(settings.cluster).executor_for(
-            cluster, settings, kinds, 1, new_run_id(), display.note)
-    runner = Runner(executor, store, run_id=getattr(executor, "run_id", None))
+    executor = site.tune_executor(settings, kinds, display.note)
+    runner = Runner(executor, store, run_id=executor.run_id)
     try:
         tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
                            objective=settings.objective, timeout_s=settings.timeout_s,

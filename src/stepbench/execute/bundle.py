@@ -1,4 +1,4 @@
-"""This very stepbench as a wheel, to install on an SSH host (execute/ssh.py).
+"""This very stepbench as a wheel, to install on an SSH host (execute/hosts/ssh.py).
 
 The wheel is zipped here from the package that is running, not built by a build backend: that
 works the same from a checkout, an editable install or an installed wheel, needs no setuptools or

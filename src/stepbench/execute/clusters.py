@@ -1,7 +1,7 @@
-"""What the cluster engines share (execute/raycluster.py for `--ray`, execute/slurmcluster.py for
-`--slurm`): the device a run takes there, how many of the cluster's GPUs it may use at once, and
-which stored record a job resumes from. The cluster places each job (its node and GPUs);
-stepbench measures, as everywhere else.
+"""What the cluster engines share (ray/ for `--ray`, slurm/ for `--slurm`): the backend and its
+site (registry.py), the device a run takes there, how many of the cluster's GPUs it may use at
+once, which stored record a job resumes from, and one job's run loop (`ClusterExecutor`). The
+cluster places each job (its node and GPUs); stepbench measures, as everywhere else.
 
 A cluster is seen through a few answers (`View`): its nodes' GPUs (of a type), its GPU types and
 how many nodes have a CPU; and how its errors name it.
@@ -9,9 +9,15 @@ how many nodes have a CPU; and how its errors name it.
 
 from __future__ import annotations
 
+import importlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from stepbench.errors import UserError
+from stepbench.execute.protocol import Executor, Job, OnMessage, Outcome, now_iso
+from stepbench.execute.registry import Backend, Note, Site
 from stepbench.setup import Setup
 
 
@@ -99,3 +105,171 @@ def device_indices(devices: str | None) -> list[int] | None:
         return [int(d) for d in devices.split(",")] if devices else None
     except ValueError:
         return None
+
+
+class ClusterBackend(Backend):
+    """A cluster engine as a backend: `engine` names its module, which holds `require()`,
+    `precheck(settings)` and `open_cluster(settings, note)` (a View with close()); `jobs` the
+    module with `executor_for(cluster, settings, plan, gpus, run_id, note)`."""
+
+    remote = True
+    engine = ""
+    jobs = ""
+    flag = ""               # the flag that chooses it (RunSettings.cluster's value)
+
+    def module(self):
+        return importlib.import_module(self.engine)
+
+    def chosen(self, settings) -> bool:
+        return settings.cluster == self.flag
+
+    def require(self) -> None:
+        self.module().require()
+
+    def dry_run_device(self, settings) -> tuple[str, str | None]:
+        """Nothing is contacted: a GPU's defaults are shown for `auto`."""
+        shown = "cuda" if settings.device == "auto" else settings.device
+        why = ("the cluster's device decides the defaults (its GPUs, else the CPU); shown: "
+               f"{shown}'s") if settings.device == "auto" else None
+        return shown, why
+
+    def precheck(self, settings) -> None:
+        self.module().precheck(settings)
+
+    def open(self, settings, note: Note) -> "ClusterSite":
+        return ClusterSite(importlib.import_module(self.jobs),
+                           self.module().open_cluster(settings, note))
+
+
+class ClusterSite(Site):
+    """An opened cluster: its device, the GPUs a run may use at once (check_cluster)."""
+
+    def __init__(self, jobs, cluster):
+        self.jobs, self.cluster = jobs, cluster
+        self.gpus = 1
+
+    def device(self, settings) -> str:
+        return cluster_device(self.cluster, settings.device, settings.gpu_type)
+
+    def check(self, settings, plan: list) -> None:
+        self.gpus = check_cluster(self.cluster, settings.device, settings.gpu_type,
+                                  settings.gpus, plan)
+
+    def executor(self, settings, plan: list, note: Note):
+        from stepbench.execute.runner import new_run_id
+
+        return self.jobs.executor_for(self.cluster, settings, plan, self.gpus, new_run_id(),
+                                        note)
+
+    def check_tune(self, settings, base) -> None:
+        # One GPU at a time: tune's probes are compared with each other.
+        check_cluster(self.cluster, settings.device, settings.gpu_type,
+                      "1" if settings.device == "cuda" else None, [base])
+
+    def tune_executor(self, settings, kinds: list, note: Note):
+        from stepbench.execute.runner import new_run_id
+
+        return self.jobs.executor_for(self.cluster, settings, kinds, 1, new_run_id(), note)
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+class Refused(Exception):
+    """The cluster refused a job's submission; the message is the run's one line."""
+
+
+@dataclass
+class Submitted:
+    """A job the cluster took: its id there, when it was submitted, what the engine keeps."""
+
+    job_id: str
+    start: float
+    handle: object = None
+
+
+class ClusterExecutor(Executor):
+    """What the cluster engines' executors share (ray/jobs.py, slurm/jobs.py): slots are GPUs
+    (`--gpus N` of the cluster's at once), each job takes its setup's, and one job's run loop:
+    submit it, follow its log until it ends, and tell the outcome. A job the cluster refused,
+    or one that ended before its setup's process started, measured nothing: it is not
+    recorded, and no job starts after it (`lost`, the run's one line)."""
+
+    engine = ""             # the record's placement key: "ray", "slurm"
+
+    def __init__(self, cluster, device: str, gpus: int, gpu_type: str | None,
+                 compile_cache: Path | None, run_id: str, start: str, note):
+        self.cluster, self.device, self.gpu_type = cluster, device, gpu_type
+        self.run_id = run_id or None
+        self.slots = [str(i) for i in range(gpus)]
+        self.compile_cache = compile_cache
+        self.start = start
+        self.note = note
+        self.lost: str | None = None
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def slots_needed(self, setup: Setup) -> int:
+        return setup.world_size if setup.device == "cuda" else 1
+
+    def gpu_name(self, setup: Setup, slot: str) -> str | None:
+        return "cpu" if setup.device == "cpu" else self.gpu_type
+
+    def find_done(self, job: Job, stored: list, by_key: dict | None = None) -> object | None:
+        """The stored record of `job` from a run on this engine (clusters.find_done)."""
+        return find_done(job, stored, self.engine, self.gpu_type)
+
+    def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
+        outcome = Outcome(started_at=now_iso())
+        with self._lock:
+            self._count += 1
+            count = self._count
+            stopping = self.stopping()
+        if stopping:
+            outcome.stopped, outcome.finished_at = True, outcome.started_at
+            return outcome
+        try:
+            submitted = self.submit_job(job, count, timeout_s)
+        except Refused as exc:
+            self._lose(str(exc))
+            outcome.stopped, outcome.finished_at = True, now_iso()
+            return outcome
+        followed = self.follow_job(submitted, job, timeout_s, outcome, on_message)
+        if not (self.job_placed(followed) or outcome.timed_out or outcome.stopped):
+            # The job ended before the setup's process started (its Python or runtime could not
+            # start, the cluster lost its node): nothing was measured, so nothing is recorded.
+            self._lose(self.why_not_started(submitted, followed))
+            outcome.stopped = True
+        self.finish_job(submitted, followed, job, outcome)
+        outcome.finished_at = now_iso()
+        return outcome
+
+    # -- what each engine does -----------------------------------------------------------------
+
+    def stopping(self) -> bool:
+        """Whether no job may start now (stop() came, or the cluster was lost); under the lock."""
+        raise NotImplementedError
+
+    def submit_job(self, job: Job, count: int, timeout_s: float) -> Submitted:
+        """Submit the run's `count`th job; Refused where the cluster does not take it."""
+        raise NotImplementedError
+
+    def follow_job(self, submitted: Submitted, job: Job, timeout_s: float, outcome: Outcome,
+                   on_message: OnMessage):
+        """Follow the job until it ended (stopped at the timeout, counted from its placed line,
+        or on stop()), its protocol lines into `outcome`; what was seen, for the hooks below."""
+        raise NotImplementedError
+
+    def job_placed(self, followed) -> bool:
+        """Whether the setup's process started (its placed line came)."""
+        raise NotImplementedError
+
+    def why_not_started(self, submitted: Submitted, followed) -> str:
+        raise NotImplementedError
+
+    def finish_job(self, submitted: Submitted, followed, job: Job, outcome: Outcome) -> None:
+        """Where the job ran (the placement) and how it ended, its wall time, into `outcome`."""
+        raise NotImplementedError
+
+    def _lose(self, reason: str) -> None:
+        raise NotImplementedError

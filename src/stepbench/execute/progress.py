@@ -27,7 +27,7 @@ import time
 from typing import Callable
 
 from stepbench.errors import first_line
-from stepbench.execute.executor import Job
+from stepbench.execute.protocol import Job
 from stepbench.record import Record
 from stepbench.setup import Setup
 from stepbench.units import duration, gigabytes

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from stepbench.execute.executor import Executor, Job, Outcome
+from stepbench.execute.protocol import Executor, Job, Outcome
 from stepbench.guard import loss_tolerance
 from stepbench.noise import processes_disagree
-from stepbench.record import MEASURED_FIELDS, Machine, Record, ResultsFile, Software, resume_key
+from stepbench.record import MEASURED_FIELDS, Machine, Record, ResultsFile, Software
 from stepbench.setup import Setup
 
 
@@ -79,10 +79,10 @@ class Runner:
         self.measure_peak = measure_peak
         self.profile = profile          # --profile: the folder each process writes a profile to
         self.run_id = run_id or new_run_id()
-        # The SSH host an executor runs on (execute/ssh.py): part of the resume key and the record.
-        self.host = getattr(executor, "host", None)
-        # A rented machine's provider and price (execute/rent.py), kept with each record.
-        self.rental = getattr(executor, "rental", None)
+        # The SSH host an executor runs on (hosts/ssh.py): part of the resume key and the record.
+        self.host = executor.host
+        # A rented machine's provider and price (rent/), kept with each record.
+        self.rental = executor.rental
         self._lock = threading.Lock()
         # Every record this runner found in the results file or made, by (setup, repeat):
         # what a run stopped by Ctrl-C still shows.
@@ -134,20 +134,18 @@ class Runner:
             (stale if r.compiled_too_few_layers else stored).append(r)
         done = {r.resume_key(): r for r in stored}
         stale_done = {r.resume_key(): r for r in stale}
-        # An executor that places jobs itself (a cluster) says which stored record is a job's.
-        find = getattr(self.executor, "find_done", None)
         records: dict[int, Record] = {}
         todo, again = [], 0
         call.display.plan(jobs, len(self.executor.slots))
         for index, job in enumerate(jobs, start=offset):
-            found = self._stored(job, stored, done, find)
+            found = self.executor.find_done(job, stored, done)
             if found is not None:
                 records[index] = found
                 self._keep(found)
                 call.display.skip(job, found)
             else:
                 todo.append((index, job))
-                if stale and self._stored(job, stale, stale_done, find) is not None:
+                if stale and self.executor.find_done(job, stale, stale_done) is not None:
                     again += 1
         if again:
             call.display.note(
@@ -162,16 +160,6 @@ class Runner:
             self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j),
                                    probe)) for i, j in todo], records, call)
         return [records[i] for i in sorted(records)]
-
-    def _stored(self, job: Job, stored: list[Record], by_key: dict[str, Record],
-                find) -> Record | None:
-        """The record of `stored` (`by_key`: the same by resume key) that is `job`'s, or None."""
-        if find is not None:
-            return find(job, stored)
-        # Done on any GPU of the pool counts (a host's GPUs are normally all of one kind).
-        keys = {resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, s), self.host)
-                for s in self.executor.slots}
-        return next((by_key[k] for k in keys if k in by_key), None)
 
     def profile_stem(self, job: Job) -> str | None:
         """Where `job`'s process writes its profile (--profile), less the suffixes: the
@@ -195,7 +183,7 @@ class Runner:
 
         def one(index: int, job: Job, slot: str) -> None:
             try:
-                call.display.start(job, where=self._where(job, slot))
+                call.display.start(job, where=self.executor.where(job, slot))
                 with self._lock:
                     running[index] = {"concurrent": 1}
                     for placement in running.values():   # jobs in flight alongside each other
@@ -245,12 +233,6 @@ class Runner:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
-
-    def _where(self, job: Job, slot: str) -> str | None:
-        """'GPU 1', 'GPUs 0,1' where a pool was given; None otherwise."""
-        if getattr(self.executor, "gpus", None) is None or job.setup.device != "cuda":
-            return None
-        return f"GPU{'s' if ',' in slot else ''} {slot}"
 
 
 @dataclass(frozen=True)
@@ -315,17 +297,20 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
-class stop_signals:
-    """While running, SIGTERM and SIGHUP raise Stopped in the main thread, as Ctrl-C raises
-    KeyboardInterrupt, so that every way out goes through the same clean-up."""
+class on_signals:
+    """While inside, `SIGNALS` go to `handle` (in the main thread; elsewhere nothing changes),
+    and the handlers before come back after."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+    SIGNALS: tuple = ()
+
+    def handle(self, signum, frame) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         self.previous = {}
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                self.previous[sig] = signal.signal(sig, self._raise)
+                self.previous[sig] = signal.signal(sig, self.handle)
         return self
 
     def __exit__(self, *exc):
@@ -333,8 +318,14 @@ class stop_signals:
             signal.signal(sig, handler)
         return False
 
-    @staticmethod
-    def _raise(signum, frame):
+
+class stop_signals(on_signals):
+    """While running, SIGTERM and SIGHUP raise Stopped in the main thread, as Ctrl-C raises
+    KeyboardInterrupt, so that every way out goes through the same clean-up."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def handle(self, signum, frame):
         raise Stopped(signum)
 
 

@@ -12,6 +12,7 @@ already classifies so).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -44,14 +45,18 @@ def weight_dtype(setup: Setup) -> torch.dtype:
     return WEIGHT_DTYPES[setup.dtype]
 
 
-def apply_options(model: torch.nn.Module, setup: Setup) -> torch.nn.Module:
+def apply_options(model: torch.nn.Module, setup: Setup, checkpoint=None) -> torch.nn.Module:
     """Fused kernels, float8 linear layers and activation checkpointing, in that order, on a
-    model already built, placed and cast to weight_dtype(setup). Returns the model."""
+    model already built, placed and cast to weight_dtype(setup). Returns the model.
+    `checkpoint`: how the workload checkpoints its blocks (default: a transformers model's own
+    gradient checkpointing)."""
     if setup.kernels != "none":
         apply_liger(model, setup.kernels)
     if setup.dtype == "float8":
         apply_float8(model)
-    if setup.checkpointing:
+    if setup.checkpointing and checkpoint is not None:
+        checkpoint()
+    elif setup.checkpointing:
         # Non-reentrant: the variant torch recommends, and the one torch.compile traces.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -83,7 +88,8 @@ def apply_float8(model: torch.nn.Module) -> None:
     multiples of 16 (float8 matmuls need them)."""
     from torchao.float8 import convert_to_float8_training
 
-    output = model.get_output_embeddings()
+    # A transformers model's output layer; a user's model has none to keep out.
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
 
     def wanted(module: torch.nn.Module, fqn: str) -> bool:
         return (module is not output and module.in_features % 16 == 0
@@ -144,15 +150,16 @@ class LocalShards:
             local.grad = None
 
 
-def compile_model(model: torch.nn.Module, setup: Setup):
+def compile_model(model: torch.nn.Module, setup: Setup, layers=None):
     """The callable that runs the forward: the model itself in eager mode; torch.compile of the
-    whole model; or the model with each decoder layer compiled in place (scope "layer")."""
+    whole model; or the model with each decoder layer compiled in place (scope "layer").
+    `layers(needed_by)`: the workload's blocks (default: a transformers model's decoder layers)."""
     if setup.mode != "compile":
         return model
     mode = compile_mode(setup)
     if setup.compile_scope == "model":
         return torch.compile(model, mode=mode)
-    layers = decoder_layers(model, "--compile-scope layer")
+    layers = (layers or functools.partial(decoder_layers, model))("--compile-scope layer")
     allow_a_graph_per_layer(len(layers))
     for layer in layers:
         layer.compile(mode=mode)

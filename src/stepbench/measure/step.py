@@ -23,12 +23,12 @@ from typing import Callable
 
 import torch
 
-from stepbench.measure import compile_info, flops, kernels, machine, options, parallel, telemetry
-from stepbench.measure.cache import JsonCache, positive_number
-from stepbench.measure.models import build_model, config_dict, synthetic_batch
+from stepbench import workload
+from stepbench.measure import compile_info, kernels, machine, options, parallel, telemetry  # noqa: F401
 from stepbench.measure.phases import Phases
 from stepbench.noise import noise_flags_for
 from stepbench.setup import Setup
+from stepbench.workload.hf import flop_counter_per_sequence  # noqa: F401 - its old home
 
 GB = 1e9
 
@@ -56,8 +56,10 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     progress("building")
     if setup.mode == "compile":
         compile_info.watch_recompile_limit()
-    model, step, tokens, optimizer = build(setup, device)
+    work, step, optimizer = build_workload(setup, device)
+    model = work.model
     result["params"] = sum(p.numel() for p in model.parameters())
+    result.update(work.record_fields())
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
     phases.lap("build")
@@ -95,7 +97,7 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
 
     result["losses"] = [float(v) for v in torch.stack(losses).float().cpu()]
     result["loss_last"] = result["losses"][-1]
-    result.update(step_time_summary(step_times_ms, setup.rank_tokens_per_step))
+    result.update(step_time_summary(step_times_ms, work.units_per_batch))
     phases.lap("timed")
     progress("done")
 
@@ -104,7 +106,7 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     if cuda:
         result["telemetry"] = telemetry.telemetry_record(gpu_start, gpu_end, other_procs)
         result["energy"] = telemetry.energy_over_window(gpu_start, gpu_end, setup.steps,
-                                                        setup.rank_tokens_per_step, result["timed_wall_s"])
+                                                        work.units_per_batch, result["timed_wall_s"])
         flags += telemetry.noise_flags(gpu_start, gpu_end, other_procs)
     elif cpu_watched:
         result["telemetry"] = telemetry.cpu_telemetry(cpu_start, cpu_end,
@@ -125,32 +127,37 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
             result["profile"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
         phases.lap("profile")
     if not cuda and not setup.distributed:
-        result.update(memory.tensors_peak(step, held_tensors(model, optimizer, tokens)))
+        result.update(memory.tensors_peak(step, held_tensors(model, optimizer, work.held())))
         phases.lap("memory")
-    result.update(flop_fields(setup, model, tokens, result["tokens_per_s"], peak_tflops_measured,
-                              count=not probe))
+    fields = work.flop_fields(setup, result["tokens_per_s"], peak_tflops_measured, count=not probe)
+    notes = fields.pop("notes", None)
+    if notes:
+        result["notes"] = [*result.get("notes", []), *notes]
+    result.update(fields)
     phases.lap("flops")
 
 
 def build(setup: Setup, device: torch.device):
     """The model (random weights from the seed, drawn where Setup.init says), its training step,
-    and the token batch."""
+    the inputs of a step and the optimizer; `build_workload` also returns the workload."""
+    work, step, optimizer = build_workload(setup, device)
+    return work.model, step, work.inputs, optimizer
+
+
+def build_workload(setup: Setup, device: torch.device):
+    """(the workload built: workload.base.Built, the training step, the optimizer)."""
     options.check_supported(setup)
     torch.manual_seed(setup.seed)
-    model = build_model(setup.model, setup.seq, setup.attn,
-                        device=device if setup.init == "device" else "cpu")
-    model.to(device=device, dtype=options.weight_dtype(setup))
-    options.apply_options(model, setup)
+    work = workload.build(setup, device, parallel.rank())
+    model = work.model
+    options.apply_options(model, setup, checkpoint=work.enable_checkpointing)
     model.train()
     if setup.distributed:
         # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
         forward = parallel.wrap(setup, model)
     else:
-        forward = options.compile_model(model, setup)
-    optimizer = options.make_optimizer(model, setup)
-    # Data parallel: every rank trains its own tokens; rank 0 the same as a single process.
-    tokens = synthetic_batch(model.config.vocab_size, setup.batch, setup.seq,
-                             setup.seed + parallel.rank(), setup.device)
+        forward = options.compile_model(model, setup, layers=work.layers)
+    optimizer = work.make_optimizer(setup)
     cudagraphs = setup.uses_cudagraphs
 
     def step() -> torch.Tensor:
@@ -159,13 +166,13 @@ def build(setup: Setup, device: torch.device):
             # and keep a copy of the loss, which the next replay would overwrite.
             torch.compiler.cudagraph_mark_step_begin()
         with options.forward_context(setup):
-            loss = forward(input_ids=tokens, labels=tokens).loss
+            loss = work.loss(forward)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss.detach().clone() if cudagraphs else loss.detach()
 
-    return model, step, tokens, optimizer
+    return work, step, optimizer
 
 
 def profile_step(step, stem: str, cuda: bool) -> dict:
@@ -199,11 +206,12 @@ def profile_step(step, stem: str, cuda: bool) -> dict:
             **kernels.split_trace(trace)}
 
 
-def held_tensors(model, optimizer, tokens) -> list[torch.Tensor]:
-    """What a step keeps between steps: weights, buffers, the optimizer's state, the tokens
-    (gradients are freed by zero_grad(set_to_none=True))."""
+def held_tensors(model, optimizer, inputs) -> list[torch.Tensor]:
+    """What a step keeps between steps: weights, buffers, the optimizer's state, the inputs (a
+    tensor, or a list of them; gradients are freed by zero_grad(set_to_none=True))."""
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    return [*model.parameters(), *model.buffers(), *state, tokens]
+    inputs = [inputs] if torch.is_tensor(inputs) else list(inputs)
+    return [*model.parameters(), *model.buffers(), *state, *inputs]
 
 
 def timed_steps(step, steps: int, cuda: bool, losses: list) -> list[float]:
@@ -227,49 +235,6 @@ def timed_steps(step, steps: int, cuda: bool, losses: list) -> list[float]:
         losses.append(step())
         step_times_ms.append((time.perf_counter() - t0) * 1000)
     return step_times_ms
-
-
-def flop_fields(setup: Setup, model, tokens, tokens_per_s: float,
-                peak_tflops_measured: float | None, count: bool = True) -> dict:
-    """FLOPs per token, achieved TFLOP/s and MFU, and FlopCounterMode's count as a cross-check
-    (without `count`, only where it is cached)."""
-    fields = flops.mfu_fields(config=model.config, seq=setup.seq, tokens_per_s=tokens_per_s,
-                              gpu_name=machine.gpu_name(setup.device), dtype=setup.compute_dtype,
-                              params_non_embedding=flops.non_embedding_params(model),
-                              peak_tflops_measured=peak_tflops_measured)
-    if setup.distributed:
-        return fields   # the cross-check needs the unwrapped model; its 1-process record has it
-    try:
-        # Compiled layers (scope "layer") run eagerly here: the count is the model's, and it
-        # must not compile the layers again under the counting mode.
-        with torch.compiler.set_stance("force_eager"), options.forward_context(setup):
-            per_sequence = flop_counter_per_sequence(setup, model, tokens, count)
-        if per_sequence is not None:
-            fields["flop_counter_per_step"] = setup.batch * per_sequence
-    except Exception as exc:  # noqa: BLE001 - a cross-check must not cost the measurement
-        print(f"stepbench: FlopCounterMode cross-check failed: {exc}", file=sys.stderr)
-    return fields
-
-
-# What FlopCounterMode counts depends on the model's shape, the sequence length, the attention
-# kernel, the precision, fused kernels, activation checkpointing (its recompute) and the library
-# versions, not on the batch, mode, compile scope or device: counted once per key.
-FLOP_CACHE = JsonCache("flops")
-
-
-def flop_counter_per_sequence(setup: Setup, model, tokens, count: bool = True) -> float | None:
-    """FlopCounterMode's FLOPs for one sequence's forward + backward: cached, else one counted
-    pass at batch 1 (exact: FLOPs are linear in the batch, and it needs no more memory than a
-    batch-1 step); without `count`, None where it is not cached."""
-    key = {"model": config_dict(setup.model), "seq": setup.seq, "attn": setup.attn,
-           "precision": setup.dtype, "kernels": setup.kernels, "checkpointing": setup.checkpointing,
-           "torch": torch.__version__, "transformers": machine.software_info()["transformers"]}
-    if not count:
-        hit = FLOP_CACHE.cached(key, valid=positive_number)
-        return None if hit is None else float(hit[0])
-    counted, _ = FLOP_CACHE.fetch(key, lambda: flops.flop_counter_step(model, tokens[:1]),
-                                  valid=positive_number)
-    return float(counted)
 
 
 def step_time_summary(step_times_ms: list[float], tokens_per_step: int) -> dict:

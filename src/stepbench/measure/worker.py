@@ -18,6 +18,7 @@ import traceback
 
 from stepbench import protocol
 from stepbench.errors import first_line
+from stepbench.workload.spec import is_factory
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 # Messages that mean "this combination cannot run here", not "stepbench has a bug".
@@ -91,6 +92,9 @@ def main(argv: list[str]) -> int:
             channel.measured["oom_memory_gb"] = memory_in_use_gb(setup.device)
         if status == "error":
             traceback.print_exc()  # the parent keeps the stderr tail
+            if is_factory(setup.model):
+                # The user's code failed: the whole traceback stays with the record.
+                channel.measured["traceback"] = traceback.format_exc()[-8000:]
     channel.send("result", status=status, error=error, measured=channel.measured)
     return 0
 

@@ -63,6 +63,18 @@ COLUMNS = ["GPU", "$/hour", "Setup", "Step (ms)", "Tokens/s", "Peak memory", "Fi
 RUN_COLUMNS = ["Setup", "Batch", "Seq", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)"]
 
 
+def unit_headers(columns: list[str], rows: list[Row]) -> list[str]:
+    """The headers, with a user's workload's unit in place of tokens where every row that ran
+    counts the same one ("Images/s", "M images per $"); tokens stay tokens, and rows of several
+    units keep the token headers (their records say each row's unit)."""
+    units = {r.units for row in rows for r in row.records if r.ok}
+    if len(units) != 1 or None in units or units == {"tokens"}:
+        return list(columns)
+    unit = units.pop()
+    names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $"}
+    return [names.get(c, c) for c in columns]
+
+
 def align(columns: list[str]) -> str:
     return "".join(CELLS[c][0] for c in columns)
 

@@ -16,7 +16,8 @@ from stepbench.errors import command_name, warning_line
 from stepbench.record import Record
 from stepbench.report import meta as about
 from stepbench.report import searches, table, tune
-from stepbench.report.columns import COLUMNS, RUN_COLUMNS, align, footnotes, marks, table_cells
+from stepbench.report.columns import (COLUMNS, RUN_COLUMNS, align, footnotes, marks, table_cells,
+                                      unit_headers)
 from stepbench.report.detail_tables import details
 from stepbench.report.findings import findings_for, key_findings
 from stepbench.report.layout import Document, Table
@@ -80,7 +81,7 @@ def rows_document(rows: list[Row], *, plots: bool = False,
     records among which those of searches are listed: each tune's in a "Tune" table
     (report/tune.py), the other probes and max-batch full measurements in "Details: searches"
     (report/searches.py)."""
-    tables = [Table(COLUMNS, table_cells(rows, COLUMNS), align(COLUMNS), "Results",
+    tables = [Table(unit_headers(COLUMNS, rows), table_cells(rows, COLUMNS), align(COLUMNS), "Results",
                     footnotes(rows))]
     tables += details(rows)
     tables += tune.tune_tables(list(searched))
@@ -122,7 +123,7 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
         title = about.title([head.setup.model_label], [precisions],
                             f"{len(hosts) or 'several'} machines")
         columns = ["GPU"] + RUN_COLUMNS
-    tables = [Table(columns, table_cells(rows, columns), align(columns),
+    tables = [Table(unit_headers(columns, rows), table_cells(rows, columns), align(columns),
                     notes=footnotes(rows, explain=False))]
     search_table = searches.details_table(list(searched))
     if not rows and search_table is not None:

@@ -395,7 +395,10 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     elif len(row.step_times_ms) >= 2:
         row.step_ms_ci = stats.mean_ci(row.step_times_ms)
         row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
-    row.tokens_per_s = row.setup.tokens_per_step * 1000.0 / row.step_ms
+    # A user's workload counts its own units (record.units_per_step, per process).
+    per_step = (ok[0].units_per_step * row.setup.world_size if ok[0].units_per_step
+                else row.setup.tokens_per_step)
+    row.tokens_per_s = per_step * 1000.0 / row.step_ms
     if row.tokens_per_s and price:
         # A job pays for every GPU it holds: the price is per GPU, the tokens the job's.
         job_price = price * row.gpus

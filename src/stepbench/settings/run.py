@@ -156,6 +156,15 @@ class RunSettings(Common):
             "a GPU the report's \"GPU busy\" says how much of the step the GPU ran kernels "
             "(docs/report.md). On this machine only (not with `--host`, `--rent`, `--ray`, "
             "`--slurm`)")
+    # A user's factory (--model FILE.py:FUNCTION) and the modules beside it: the folder a
+    # remote job carries (docs/workloads.md).
+    workload_dir: Path | None = setting(
+        None, "with --model FILE.py:FUNCTION on SSH hosts, Ray, Slurm or rented machines: "
+        "carry this whole folder (what the file imports from) instead of the file alone",
+        plan=True, metavar="DIR",
+        doc="with `--model FILE.py:FUNCTION`: the folder (above the file) that a job on SSH "
+            "hosts, Ray, Slurm or a rented machine carries instead of the file alone; see "
+            "[workloads.md](workloads.md)")
     rerun: bool = setting(
         False, "measure every setup again even if the results file has it; the new record is "
         "appended and replaces the old one in resume and report")
@@ -251,6 +260,10 @@ class RunSettings(Common):
                                  f"spread the step: add {parallel} ddp or {parallel} fsdp2",
                           kind="conflict")
         self._check_fsdp2()
+        if self.workload_dir is not None:
+            from stepbench.workload.checks import check_workload_dir
+
+            check_workload_dir(self.workload_dir, v["model"])
         nnodes, rank = v["nnodes"], self.node_rank
         check_backends(self)
         if self.cluster is not None and (rank is not None or self.rdzv_endpoint):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from stepbench.axes import AXES, axis
 from stepbench.settings import SEARCHED
 from stepbench.setup import Setup
+from stepbench.workload.spec import is_factory
 
 # What the tune may vary: axis name -> the values it searches, the start value first (the
 # registry's axes with a `tune` stage, axes.AXES).
@@ -39,6 +40,10 @@ def space_for(settings) -> tuple[Space, list[str]]:
                                 f"{reason}{fix}")
         space[name] = list(values)
         notes.pop(name)
+    if is_factory(settings.values.get("model")):
+        # A user's model takes no attention or fused kernels of transformers' (workload/plan.py).
+        for name in ("attn", "kernels"):
+            space[name], notes[name] = space[name][:1], []
     return space, [text for texts in notes.values() for text in texts]
 
 
@@ -46,4 +51,8 @@ def start(settings, space: Space) -> Setup:
     """The setup a tune starts from: eager mode, each searched axis at its start value, the
     others as the settings hold them."""
     fields = {**settings.values, **{name: values[0] for name, values in space.items()}}
+    if is_factory(fields.get("model")):
+        from stepbench.workload.plan import one_setup_values
+
+        fields = one_setup_values(fields)
     return Setup(**{**fields, "mode": "eager"}).check()

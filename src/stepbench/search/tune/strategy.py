@@ -26,6 +26,7 @@ from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line
 from stepbench.search.tune.results import TuneResult, is_earlier, label
 from stepbench.search.tune.space import Space
 from stepbench.setup import Setup
+from stepbench.workload.spec import is_factory
 
 LADDER_GAIN = 0.10     # a doubling of the ladder's batch must buy this much more tokens/s
 
@@ -427,7 +428,10 @@ class Tuner:
         if parent is not None and gain is not None:
             c.parent, c.parent_rate, c.gain = parent, self.seen.rate_of(parent), gain
             top = c.parent_rate * gain.hi
-            if best_setup is not None and top <= best * (1 + BEAT) and gain.decides:
+            # Gains seen on other models order a user's model's candidates, never skip one
+            # (a ResNet is not a Llama).
+            if best_setup is not None and top <= best * (1 + BEAT) and gain.decides \
+                    and not is_factory(setup.model):
                 c.why = "pruned"
                 c.reason = (f"its largest gain cannot beat the best so far: at most "
                             f"{top:,.0f} tokens/s ({gain.hi:.2f}x {label(parent)}: "

@@ -1,9 +1,9 @@
-"""What one task of a Slurm job runs: execute/slurmcluster.py submits `run(spec)` through submitit,
+"""What one task of a Slurm job runs: execute/slurm/jobs.py submits `run(spec)` through submitit,
 which calls it in the job's Python (this very Python and stepbench, from the filesystem that the
 nodes share).
 
 A job is one process of one setup: one task, or one per node for `--nnodes`. Each task runs
-hostside (execute/hostside.py) in this process, as an SSH host or a Ray job does: the setup's
+hostside (execute/hosts/hostside.py) in this process, as an SSH host or a Ray job does: the setup's
 process (or a torchrun job) in its own process group, its protocol lines passed through to the
 task's log file, a first "placed" line (the job, the node: the setup's timeout starts there) and
 an "exit" line. With `--start server`, hostside forks the setup's process from a process server
@@ -27,7 +27,7 @@ import socket
 import time
 from pathlib import Path
 
-from stepbench.execute import hostside
+from stepbench.execute.hosts import hostside
 
 ENDPOINT = "{endpoint}"     # in a node's argv: node 0's HOST:PORT, known once the job runs
 RENDEZVOUS_WAIT_S = 300     # how long a node waits for node 0's address

@@ -1,10 +1,10 @@
 """A torchrun job over several nodes of a Ray cluster: the entrypoint of its Ray job
-(execute/raycluster.py), `python -m stepbench.execute.raynodes SPEC`.
+(execute/ray/jobs.py), `python -m stepbench.execute.ray.nodes SPEC`.
 
 It reserves a placement group of `nnodes` bundles with the STRICT_SPREAD strategy (each bundle on
 its own node), asks the first bundle's node for its address and a free port (torchrun's static
 rendezvous), then starts one task per bundle. Each task runs, on its node, what an SSH host runs
-(`python -m stepbench.execute.hostside run`) with that node's torchrun command, and streams its
+(`python -m stepbench.execute.hosts.hostside run`) with that node's torchrun command, and streams its
 lines back (a Ray streaming generator). This process passes node 0's protocol lines through as
 the job's output, then one "placed" line naming every node, one "ranks" line with every node's
 rank states and one "exit" line, as hostside does for a job on one node.
@@ -23,7 +23,9 @@ import subprocess
 import sys
 import threading
 
-from stepbench.execute.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
+from stepbench.execute.hosts import hostside
+from stepbench.execute.local import FRESH
+from stepbench.execute.hosts.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
 
 
 def _free_port() -> dict:
@@ -46,8 +48,8 @@ def _node(spec: dict, argv: list[str]):
     yield json.dumps({"node_id": ray.get_runtime_context().get_node_id(),
                       "ip": ray.util.get_node_ip_address()})
     spec = dict(spec, argv=argv)
-    proc = subprocess.Popen([sys.executable, "-m", "stepbench.execute.hostside", "run",
-                             json.dumps(spec)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(hostside.command(sys.executable, "run", json.dumps(spec)),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             preexec_fn=die_with_parent)
     try:
         for line in proc.stdout:
@@ -63,7 +65,7 @@ def main(argv: list[str]) -> int:
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from stepbench.execute.executor import Job, Rendezvous, torchrun_command
+    from stepbench.execute.protocol import Job, Rendezvous, worker_command
     from stepbench.setup import Setup
 
     spec = json.loads(argv[0])
@@ -92,7 +94,7 @@ def main(argv: list[str]) -> int:
         endpoint = f"{first['ip']}:{first['port']}"
         node_task = ray.remote(_node)
         for index in range(nnodes):
-            command = torchrun_command(python, job, Rendezvous(nnodes, index, endpoint))
+            command = worker_command(python, job, Rendezvous(nnodes, index, endpoint))
             tasks.append(node_task.options(
                 num_cpus=bundle.get("CPU", 0), num_gpus=bundle.get("GPU", 0),
                 resources={k: v for k, v in bundle.items() if k not in ("CPU", "GPU")},
@@ -133,7 +135,7 @@ def main(argv: list[str]) -> int:
         failed = next((c for c in codes if c not in (0, None)), None)
         _say({"event": RANKS_EVENT, "states": sorted(ranks, key=lambda s: s.get("rank", 0))}, lock)
         _say({"event": EXIT_EVENT, "returncode": failed if failed is not None else codes[0],
-              "start": "fresh"}, lock)
+              "start": FRESH}, lock)
         return 0
     finally:
         for task in tasks:

@@ -1,9 +1,9 @@
 """The process servers of a run on a Ray cluster (`--start server`, the default): the entrypoint
-of one Ray job per run, `python -m stepbench.execute.rayservers SPEC` (execute/raycluster.py).
+of one Ray job per run, `python -m stepbench.execute.ray.servers SPEC` (execute/ray/jobs.py).
 
 On every host of the cluster (one per address: raylets that share a machine share its /tmp) an
-actor pinned to one of its nodes runs `python -m stepbench.execute.hostside serve PATH PRELOAD`,
-the process server an SSH host runs (execute/server.py): it imports torch and transformers once
+actor pinned to one of its nodes runs `python -m stepbench.execute.hosts.hostside serve PATH PRELOAD`,
+the process server an SSH host runs (execute/local/server.py): it imports torch and transformers once
 and forks each setup's process there. A setup's job on that host finds it at PATH (the same on
 every host) and asks it for its process (hostside run); where none answers, the process starts
 fresh. This process prints one line {"event": "servers", "hosts": N}, then one "ready" or
@@ -28,9 +28,11 @@ class _Serve:
     """A Ray actor: one host's process server, a child that lives while this actor does."""
 
     def __init__(self, path: str, preload: dict):
-        self.proc = subprocess.Popen([sys.executable, "-m", "stepbench.execute.hostside", "serve",
-                                      path, json.dumps(preload)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)
+        from stepbench.execute.hosts import hostside
+
+        self.proc = subprocess.Popen(hostside.command(sys.executable, "serve", path,
+                                                      json.dumps(preload)),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def stop(self) -> int:
         """End the server as its SSH host's ends: its stdin ends, it ends what it forked."""

@@ -1,13 +1,13 @@
 """Which GPUs of this host a run may use (`run --gpus`), and where a torchrun job's ranks meet.
 
 A pool is a list of CUDA indices as this process sees them; the executor makes one slot per GPU
-and shows each child only its slots' GPUs (execute/executor.py).
+and shows each child only its slots' GPUs (execute/local/process.py).
 """
 
 from __future__ import annotations
 
 from stepbench.errors import UserError
-from stepbench.execute.executor import Rendezvous
+from stepbench.execute.protocol import Rendezvous
 
 
 def gpu_pool(settings, plan) -> list[int] | None:

@@ -7,10 +7,10 @@ known_hosts: a host whose key is not there is refused, and a config that turns t
 thread; each runner thread waits on its own host's calls, so the runner stays what it is.
 
 On each host (its connection made once, every command a channel of it):
-  1. prepare: execute/hostprep.py under the host's Python installs this stepbench (a wheel made by
+  1. prepare: execute/hosts/hostprep.py under the host's Python installs this stepbench (a wheel made by
      execute/bundle.py) into a cached environment that sees that Python's torch, writes the model
      configs, makes this run's work folder and probes the device and GPU name there;
-  2. each setup: `python -m stepbench.execute.hostside run SPEC` runs the setup's process in its
+  2. each setup: `python -m stepbench.execute.hosts.hostside run SPEC` runs the setup's process in its
      own process group there and passes its JSON lines through as they come; closing the
      channel's stdin (timeout, Ctrl-C) or losing the connection kills that group on the host;
   3. close: the work folder (inductor caches) is removed and the connection closed.
@@ -34,9 +34,11 @@ from pathlib import Path
 
 from stepbench import __version__, protocol
 from stepbench.errors import UserError
-from stepbench.execute import hostprep
-from stepbench.execute.executor import KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome, now_iso
-from stepbench.execute.hostside import Exit, Lines
+from stepbench.execute.hosts import hostprep
+from stepbench.execute.hosts import hostside
+from stepbench.execute.hosts.hostside import Exit, Lines
+from stepbench.execute.protocol import (KILL_GRACE_S, STDERR_TAIL_CHARS, Executor, Job, OnMessage,
+                                        Outcome, now_iso, worker_command)
 from stepbench.settings import Remote
 from stepbench.setup import Setup
 
@@ -138,7 +140,7 @@ class _Exit:
 
 # ---------------------------------------------------------------- the executor
 
-class SSHExecutor:
+class SSHExecutor(Executor):
     """Runs setups on one SSH host, one at a time (its slot is the host)."""
 
     def __init__(self, spec: HostSpec, loop: EventLoop, options: Remote):
@@ -189,11 +191,11 @@ class SSHExecutor:
             return f"no process server ({_reason(exc)}); every setup's process starts fresh"
 
     async def _start_server(self, preload: dict) -> str:
-        from stepbench.execute.server import READY_TIMEOUT_S
+        from stepbench.execute.local.server import READY_TIMEOUT_S
 
         path = f"{self.info['workdir']}/server.sock"
-        command = quote_command([self.info["python"], "-m", "stepbench.execute.hostside",
-                                 "serve", path, json.dumps(preload)], self.options.setup)
+        command = quote_command(hostside.command(self.info["python"], "serve", path,
+                                                 json.dumps(preload)), self.options.setup)
         proc = await self._conn.create_process(command, encoding=None)
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
@@ -313,8 +315,8 @@ class SSHExecutor:
         lines = Lines(outcome, on_message)
         self.running = f"{setup.name} batch {setup.batch} seq {setup.seq}"
         start = time.monotonic()
-        end = self.loop.call(self._exec([self.info["python"], "-m", "stepbench.measure.worker",
-                                         payload], env, dirs, timeout_s, lines, payload))
+        end = self.loop.call(self._exec(self.command(job, payload), env, dirs, timeout_s, lines,
+                                        payload))
         outcome.timed_out = end.timed_out
         (lines.exit or Exit()).tell(outcome)
         outcome.stderr_tail = end.stderr_tail
@@ -328,6 +330,10 @@ class SSHExecutor:
         outcome.stopped = end.stopped or end.lost is not None
         self.running = None
         return outcome
+
+    def command(self, job: Job, payload: str) -> list[str]:
+        """A setup's process on the host (`payload`: the job with the host's model paths)."""
+        return worker_command(self.info["python"], job, payload=payload)
 
     def _cache_for(self, setup: Setup) -> tuple[str, str]:
         if self.info.get("compile_cache"):
@@ -380,8 +386,8 @@ class SSHExecutor:
         spec = {"argv": argv, "env": env, "dirs": dirs, "cwd": self.info["workdir"]}
         if payload is not None and self._server_path:
             spec.update(server=self._server_path, payload=payload)
-        command = quote_command([self.info["python"], "-m", "stepbench.execute.hostside", "run",
-                                 json.dumps(spec)], self.options.setup)
+        command = quote_command(hostside.command(self.info["python"], "run", json.dumps(spec)),
+                                self.options.setup)
         try:
             proc = await self._conn.create_process(command, encoding=None)
         except (asyncssh.Error, OSError) as exc:

@@ -1,10 +1,10 @@
-"""stepbench's side of an SSH host: what execute/ssh.py runs there, in the prepared environment.
+"""stepbench's side of an SSH host: what execute/hosts/ssh.py runs there, in the prepared environment.
 
-`python -m stepbench.execute.hostside probe DEVICE` prints one JSON line: the device `DEVICE`
+`python -m stepbench.execute.hosts.hostside probe DEVICE` prints one JSON line: the device `DEVICE`
 (auto, cuda, cpu) resolves to there, the GPU's name (the one the resume key uses, found by the
 same route as a setup's own process), and the software versions; or {"error": ...}.
 
-`python -m stepbench.execute.hostside run SPEC` runs one command (a setup's process, or `stepbench
+`python -m stepbench.execute.hosts.hostside run SPEC` runs one command (a setup's process, or `stepbench
 peak`) the way LocalProcess runs it here: in a new session, so that it and everything it starts
 is one process group, killed whole after it exits, on SIGTERM/SIGHUP, and when this process's
 stdin reaches its end. The parent never writes to stdin: it reaches its end when the parent
@@ -17,15 +17,15 @@ killed it), how it started (forked by a process server: the host's, when SPEC na
 for a SIGKILL, why the host's kernel took it for its out-of-memory killer's victim, or null
 (execute/oom.py). A first line {"event": "placed", ...} says where it runs (host,
 CUDA_VISIBLE_DEVICES, and what SPEC's "placed" adds), for a cluster that chose the place
-(execute/raycluster.py, execute/slurmcluster.py): a setup's timeout counts from there, after
+(execute/ray/jobs.py, execute/slurm/jobs.py): a setup's timeout counts from there, after
 its own process server (if any) started. Lines pass through whole, so that they
 stay whole where stdout and stderr share one log (a Ray job's). When SPEC names a `rank_dir` (a
 torchrun job), the ranks' state files are written there and sent back on one line
 {"event": "ranks", "states": [...]} before the exit line. `Lines` reads that output on the
 other side.
 
-`python -m stepbench.execute.hostside serve PATH PRELOAD` is that server for one run
-(execute/server.py `serve_at`): it listens at PATH, prints one "ready" JSON line, and ends (its
+`python -m stepbench.execute.hosts.hostside serve PATH PRELOAD` is that server for one run
+(execute/local/serving.py `serve_at`): it listens at PATH, prints one "ready" JSON line, and ends (its
 children with it) when its stdin ends: when the SSH channel that started it closes.
 """
 
@@ -47,14 +47,21 @@ from typing import NoReturn
 
 from stepbench import protocol
 from stepbench.execute import oom
-from stepbench.execute.executor import (WAKE_S, OnMessage, Outcome, _take, kill_group,
-                                        read_rank_states)
+from stepbench.execute.local import FRESH, SERVER
+from stepbench.execute.local.process import WAKE_S, kill_group
+from stepbench.execute.protocol import OnMessage, Outcome, read_rank_states, take
 from stepbench.measure.distributed import RANK_DIR_ENV
 from stepbench.process import die_with_parent
 
+MODULE = "stepbench.execute.hosts.hostside"   # what the other side runs: `python -m MODULE ...`
 EXIT_EVENT = "exit"
 PLACED_EVENT = "placed"
 RANKS_EVENT = "ranks"
+
+
+def command(python: str, *args: str) -> list[str]:
+    """`python -m stepbench.execute.hosts.hostside ARGS...`: this module there."""
+    return [python, "-m", MODULE, *args]
 
 
 def event_of(line: str | bytes) -> dict | None:
@@ -131,7 +138,7 @@ class Lines:
         else:
             said = protocol.decode(line)
             if said is not None:
-                _take(said, self.outcome, self.on_message)
+                take(said, self.outcome, self.on_message)
             else:
                 if isinstance(line, bytes):
                     line = line.decode("utf-8", "replace")
@@ -178,7 +185,7 @@ def run(spec: dict) -> int:
         signal.signal(sig, _raise_stop)
     out = sys.stdout.buffer
     proc = own = watch = result_at = None
-    start, began = "fresh", time.monotonic()
+    start, began = FRESH, time.monotonic()
     try:
         # Its own server starts before the placed line: its imports are the run's, not the
         # setup's (a local run's server starts before the setup's clock too).
@@ -188,12 +195,12 @@ def run(spec: dict) -> int:
                     **spec.get("placed", {})})
         watch = oom.Watch()
         began = time.monotonic()
-        proc, start = _forked(spec, env, own), "server"
+        proc, start = _forked(spec, env, own), SERVER
         if proc is None:
             proc, start = subprocess.Popen(spec["argv"], stdin=subprocess.DEVNULL,
                                            stdout=subprocess.PIPE, env=env, cwd=spec.get("cwd"),
                                            start_new_session=True,
-                                           preexec_fn=die_with_parent), "fresh"
+                                           preexec_fn=die_with_parent), FRESH
         result_at = _pass_through(proc, out, watch_stdin=spec.get("watch_stdin", True))
     except (_Stop, BrokenPipeError):
         pass
@@ -239,7 +246,7 @@ def _own_server(spec: dict):
     (then the process starts fresh; stderr says why)."""
     if spec.get("preload") is None or not spec.get("payload") or spec.get("server"):
         return None
-    from stepbench.execute.server import ProcessServer, ServerError
+    from stepbench.execute.local.server import ProcessServer, ServerError
 
     try:
         return ProcessServer(spec["preload"]).start()
@@ -255,7 +262,7 @@ def _forked(spec: dict, env: dict, own=None):
     stderr says why)."""
     if not (spec.get("server") or own) or not spec.get("payload"):
         return None
-    from stepbench.execute.server import ProcessServer, ServerError
+    from stepbench.execute.local.server import ProcessServer, ServerError
 
     try:
         server = own or ProcessServer.connect(spec["server"])
@@ -267,9 +274,9 @@ def _forked(spec: dict, env: dict, own=None):
 
 
 def serve(path: str, preload: str) -> NoReturn:
-    """This host's process server for one run, listening at `path` (execute/server.py); this
-    process ends once it has ended what it forked (server.ended)."""
-    from stepbench.execute.server import ended, serve_at
+    """This host's process server for one run, listening at `path` (execute/local/serving.py);
+    this process ends once it has ended what it forked (serving.ended)."""
+    from stepbench.execute.local.serving import ended, serve_at
 
     ended(lambda: serve_at(path, json.loads(preload)))
 
@@ -319,7 +326,7 @@ def main(argv: list[str]) -> int:
         return run(json.loads(argv[1]))
     if argv[:1] == ["serve"] and len(argv) == 3:
         serve(argv[1], argv[2])
-    print("usage: python -m stepbench.execute.hostside probe DEVICE | run SPEC | serve PATH "
+    print("usage: python -m stepbench.execute.hosts.hostside probe DEVICE | run SPEC | serve PATH "
           "PRELOAD", file=sys.stderr)
     return 2
 

@@ -1,4 +1,4 @@
-"""The seam between rented machines (execute/rent.py) and the clouds that rent them: what a provider
+"""The seam between rented machines (execute/rent/rentals.py) and the clouds that rent them: what a provider
 is asked (`Provider`) and what it answers (`Offer`, `Instance`, `ProviderError`). runcrate.py
 implements it with Runcrate's SDK; another cloud (or SkyPilot) slots in the same way, named in
 rent.PROVIDERS. Nothing here knows a particular provider.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from stepbench.errors import UserError
-from stepbench.execute.ssh import HostError
+from stepbench.execute.hosts.ssh import HostError
 
 POLL_FIRST_S, POLL_MAX_S = 1.0, 10.0     # how often a provider's state is looked at, growing
 

@@ -1,5 +1,5 @@
 """Prepare an SSH host for stepbench. Runs there, under the host's own Python, before stepbench is
-installed: execute/ssh.py sends this file's source as `PYTHON -c SOURCE ARGS`, the wheel on stdin.
+installed: execute/hosts/ssh.py sends this file's source as `PYTHON -c SOURCE ARGS`, the wheel on stdin.
 So it uses the standard library only.
 
 It installs the wheel into a virtual environment that sees every package of that Python (its
@@ -8,7 +8,7 @@ venv or conda env), named by the wheel's hash and the Python, once: later runs o
 stepbench reuse it. A lock file keeps two runs (or two host aliases of one machine, or hosts
 sharing a home folder) from building the same environment at once. Then it writes the model
 configs it was given, makes this run's work folder and prints, as one JSON line, where
-everything is and what the probe (`stepbench.execute.hostside probe`) found there.
+everything is and what the probe (`stepbench.execute.hosts.hostside probe`) found there.
 Any failure is one JSON line {"error": "..."} that names the fix.
 """
 
@@ -73,7 +73,7 @@ def prepare(args, wheel):
                      "writable --remote-dir") from None
     python = os.path.join(env, "bin", "python")
     cache = args.get("compile_cache")
-    probe = run([python, "-m", "stepbench.execute.hostside", "probe", args["device"]],
+    probe = run([python, "-m", "stepbench.execute.hosts.hostside", "probe", args["device"]],
                 "the probe of torch and the GPU")
     return {"python": python, "env": env, "installed": installed, "workdir": workdir,
             "models": models, "probe": json.loads(probe.splitlines()[-1]),

@@ -1,12 +1,12 @@
 """`stepbench run --host A --host B ...`: the same matrix on every host at once, into one file.
 
-Each host gets its own thread, SSH executor (execute/ssh.py) and Runner, so resume, records,
+Each host gets its own thread, SSH executor (execute/hosts/ssh.py) and Runner, so resume, records,
 timeouts and progress are the local run's: the runner keys and tags every record with the host's
 name, and two hosts with the same GPU never stand in for each other. Device and model defaults
 are worked out on each host (a GPU host runs the GPU defaults, a CPU host the CPU ones). A host
 that cannot be reached, refuses the key, fails to prepare or is lost mid-run ends in one line on
 stderr; the others go on. Ctrl-C, SIGTERM and SIGHUP stop every host's running setup; what
-finished is in the file. A rented machine (`--rent`, execute/rent.py) is one more host: its
+finished is in the file. A rented machine (`--rent`, execute/rent/rentals.py) is one more host: its
 thread creates it first, points the host's executor at it, and deletes it last, every way out.
 """
 
@@ -57,7 +57,7 @@ def model_copies(model: str | None) -> list[dict]:
 def check_hosts(settings: RunSettings) -> list:
     """The hosts the settings name, as HostSpecs; a UserError for a bad one or a missing
     asyncssh, before anything else is done."""
-    from stepbench.execute.ssh import parse_host, require_asyncssh
+    from stepbench.execute.hosts.ssh import parse_host, require_asyncssh
 
     specs = [parse_host(name) for name in settings.remote.hosts]
     require_asyncssh()
@@ -67,7 +67,7 @@ def check_hosts(settings: RunSettings) -> list:
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile,
                  rentals=None, loop=None, runs: list[HostRun] | None = None) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
-    (`rentals`, execute/rent.py: each is created, run and deleted in its host's thread); returns
+    (`rentals`, execute/rent/rentals.py: each is created, run and deleted in its host's thread); returns
     what each host did, in the order named (appended to `runs` as they start, so that a caller
     stopped by Ctrl-C sees what each host finished: HostRun.kept). Raises KeyboardInterrupt (or
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns
@@ -75,8 +75,9 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     from stepbench.execute import bundle
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, least_processes, new_run_id, stop_signals
-    from stepbench.execute.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
-    from stepbench.execute.server import imports_for
+    from stepbench.execute.hosts.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
+    from stepbench.execute.local import uses_server
+    from stepbench.execute.local.server import imports_for
     from stepbench.measure.models import check_models
 
     options = settings.remote
@@ -111,7 +112,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             there = settings.resolved(device)
             plan = there.plan()
             check_models(plan)
-            if there.start == "server":
+            if uses_server(there.start):
                 view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
                             run_id=run_id)
@@ -179,7 +180,7 @@ def _holding(leases):
     """While rented machines are deleted, a signal does not cut that short."""
     from contextlib import nullcontext
 
-    from stepbench.execute.rent import hold_signals
+    from stepbench.execute.rent.rentals import hold_signals
 
     if not leases:
         return nullcontext()

@@ -1,11 +1,11 @@
-"""Setups on a Ray cluster the user already has (`run --ray ADDRESS`, `tune --ray`): Ray places
-each setup's process; stepbench measures, as everywhere else.
+"""Setups on a Ray cluster (ray/cluster.py): Ray places each setup's process; stepbench
+measures, as everywhere else.
 
 One setup (one repeat) is one Ray job, through Ray's Jobs API (the `ray` extra):
   - `submit_job` with the setup's GPUs as `entrypoint_num_gpus` (its --nproc; a CPU setup asks
     for one CPU), `--gpu-type` as Ray's `accelerator_type:NAME` resource, and a runtime_env whose
     py_modules carry this very stepbench package (the cluster's Python brings torch);
-  - the job's entrypoint is `python -m stepbench.execute.hostside run SPEC`, the command an SSH
+  - the job's entrypoint is `python -m stepbench.execute.hosts.hostside run SPEC`, the command an SSH
     host runs: the setup's process (or a torchrun job) in its own process group, its protocol
     lines passed through whole, a first "placed" line (where Ray put it: the timeout's clock
     starts there, not while the job waits for a GPU), a "ranks" line for a torchrun job and an
@@ -18,8 +18,8 @@ One setup (one repeat) is one Ray job, through Ray's Jobs API (the `ray` extra):
     entrypoint and every process below it, then SIGKILL; hostside ends the setup's group itself;
   - `delete_job` once it ended, in the background (the next job does not wait for it; the run's
     end does).
-A job over several nodes (`--nnodes`) runs `python -m stepbench.execute.raynodes SPEC` instead:
-a placement group, one task per node (execute/raynodes.py).
+A job over several nodes (`--nnodes`) runs `python -m stepbench.execute.ray.nodes SPEC` instead:
+a placement group, one task per node (execute/ray/nodes.py).
 
 The runner, the protocol and the records are the local run's (execute/runner.py). Slots are GPUs:
 at most `--gpus N` of them (default: the cluster's GPUs, of `--gpu-type` when given) in use by
@@ -33,238 +33,51 @@ import asyncio
 import hashlib
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
 
 from stepbench import protocol
-from stepbench.errors import UserError, first_line
-from stepbench.execute.executor import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage, Outcome,
-                                        Rendezvous, now_iso, rank_verdict, torchrun_command)
-from stepbench.execute.clusters import device_indices, find_done
-from stepbench.execute.hostside import PLACED_EVENT, Exit, Lines, event_of
+from stepbench.errors import first_line
+from stepbench.execute.clusters import ClusterExecutor, Refused, Submitted, device_indices
+from stepbench.execute.hosts import hostside
+from stepbench.execute.hosts.hostside import PLACED_EVENT, Exit, Lines, event_of
+from stepbench.execute.local import FRESH, uses_server
+from stepbench.execute.protocol import (KILL_GRACE_S, STDERR_TAIL_CHARS, Job, OnMessage,
+                                        Outcome, rank_verdict, worker_command)
+from stepbench.execute.ray.cluster import ACCELERATOR, Cluster, _reason
 from stepbench.setup import Setup
 
-INSTALL_HINT = "pip install 'stepbench[ray]'"
-ACCELERATOR = "accelerator_type:"
 # Ray ends a stopped job's processes within its own grace period (RAY_JOB_STOP_WAIT_TIME_S, 3 s
 # by default); past this the log stream is given up on.
 STOP_WAIT_S = 2 * KILL_GRACE_S + 20
 SETTLE_S = 3.0              # Ray's job manager looks at a job's supervisor about once a second
 DELETE_POLL_S = 0.25        # an ended job's status, until it is deleted and stays deleted
-LOCAL_READY_S = 120         # `--ray local`: until its Jobs API answers
 NODE_TMP = "/tmp"           # on the nodes: a job's own files (rank states, a private cache)
 
 
-def require_ray():
-    try:
-        import ray
-        from ray.job_submission import JobSubmissionClient  # noqa: F401 - ray[default]'s
-    except ImportError:
-        raise UserError(f"--ray needs Ray with its Jobs API: {INSTALL_HINT}") from None
-    return ray
-
-
-def quiet_ray_logs() -> None:
-    """Ray's client logs each upload and closed log stream at INFO on stderr, through the live
-    progress: only its warnings and errors are shown."""
-    import logging
-
-    for name in ("ray", "ray.dashboard", "ray.dashboard.modules.dashboard_sdk",
-                 "ray.dashboard.modules.job.sdk"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def jobs_address(address: str) -> str:
-    """The Jobs API's URL from --ray's value: http://HOST:PORT, HOST:PORT, or `auto`
-    (RAY_ADDRESS)."""
-    if address == "auto":
-        address = os.environ.get("RAY_ADDRESS", "")
-        if not address:
-            raise UserError("--ray auto reads RAY_ADDRESS, which is not set; set it to the "
-                            "cluster's Jobs API address (http://HEAD:8265) or pass that to --ray")
-    if "://" not in address:
-        address = f"http://{address}"
-    return address.rstrip("/")
-
-
-class Cluster:
-    """A Ray cluster as its Jobs API shows it: its nodes and their resources (a clusters.View)."""
-
-    what, flag = "the Ray cluster", "--ray"
-    type_names = "Ray's names, e.g. H100, A100-80G"
-    no_types = "none (its nodes declare no accelerator_type)"
-
-    def __init__(self, address: str, local=None):
-        require_ray()
-        from ray.job_submission import JobSubmissionClient
-
-        self.address = address
-        self.local = local          # the LocalRay this run started, stopped by close()
-        quiet_ray_logs()
-        try:
-            self.client = JobSubmissionClient(address)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UserError(f"cannot reach Ray's Jobs API at {address} ({_reason(exc)}); pass "
-                            "the dashboard's address (http://HEAD:8265) or `local`") from None
-
-    def nodes(self) -> list[dict]:
-        """The live nodes: id, address and total resources."""
-        from ray.util.state import list_nodes
-
-        found = list_nodes(address=self.address, detail=True, filters=[("state", "=", "ALIVE")],
-                           raise_on_missing_output=False)
-        return [{"node_id": n.node_id, "ip": n.node_ip, "resources": dict(n.resources_total)}
-                for n in found]
-
-    def gpu_types(self) -> set[str]:
-        return {name[len(ACCELERATOR):] for n in self.nodes() for name in n["resources"]
-                if name.startswith(ACCELERATOR)}
-
-    def gpus(self, gpu_type: str | None = None) -> list[int]:
-        """Each live node's GPUs (of `gpu_type` when given)."""
-        return [int(n["resources"].get("GPU", 0)) for n in self.nodes()
-                if gpu_type is None or f"{ACCELERATOR}{gpu_type}" in n["resources"]]
-
-    def cpu_nodes(self) -> int:
-        return sum(1 for n in self.nodes() if n["resources"].get("CPU", 0) >= 1)
-
-    def close(self) -> None:
-        if self.local is not None:
-            self.local.stop()
-            self.local = None
-
-
-class LocalRay:
-    """`--ray local`: a Ray head on this machine for this run (ray.init, which starts its
-    processes as this process's children), stopped by stop()."""
-
-    def __init__(self, note):
-        ray = require_ray()
-        note("starting a local Ray for this run (`--ray local`); Ray listens on this machine's "
-             "network address, not only on 127.0.0.1: run it where that is allowed")
-        context = ray.init(include_dashboard=True, dashboard_host="127.0.0.1",
-                           configure_logging=False, log_to_driver=False, logging_level="ERROR")
-        self.ray = ray
-        self.address = f"http://{context.dashboard_url}"
-        self.python = sys.executable     # the cluster is this machine: this very Python
-
-    def wait_ready(self) -> None:
-        """Until the Jobs API answers (the dashboard starts after ray.init returns)."""
-        from ray.job_submission import JobSubmissionClient
-
-        deadline = time.monotonic() + LOCAL_READY_S
-        while True:
-            try:
-                JobSubmissionClient(self.address).list_jobs()
-                return
-            except Exception as exc:  # noqa: BLE001 - not up yet: asked again below
-                if time.monotonic() > deadline:
-                    raise UserError(f"the local Ray's Jobs API did not answer within "
-                                    f"{LOCAL_READY_S} s ({_reason(exc)})") from None
-                time.sleep(1.0)
-
-    def stop(self) -> None:
-        """ray.shutdown(), then whatever of Ray's outlived it (the dashboard's forkserver was
-        seen to): every process below this one was started by this Ray."""
-        import psutil
-
-        family = psutil.Process().children(recursive=True)
-        self.ray.shutdown()
-        alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        for sig in ("terminate", "kill"):
-            for p in alive:
-                try:
-                    getattr(p, sig)()
-                except psutil.Error:
-                    pass
-            _, alive = psutil.wait_procs(alive, timeout=KILL_GRACE_S)
-            if not alive:
-                return
-
-
-def connect(address: str, note) -> Cluster:
-    """The cluster --ray names; `local` starts one (stopped by Cluster.close())."""
-    if address != "local":
-        return Cluster(jobs_address(address))
-    local = LocalRay(note)
-    try:
-        local.wait_ready()
-        return Cluster(local.address, local)
-    except BaseException:
-        local.stop()
-        raise
-
-
-# -- what `run --ray` and `tune --ray` ask (cli/run.py run_cluster) ---------------------------
-
-def require() -> None:
-    require_ray()
-
-
-def precheck(settings) -> None:
-    """Before anything is made: a model config file (the nodes have none), `auto` without
-    RAY_ADDRESS."""
-    check_model_files(settings.values["model"])
-    if settings.ray != "local":
-        jobs_address(settings.ray)
-
-
-def open_cluster(settings, note) -> Cluster:
-    return connect(settings.ray, note)
-
-
-def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_id: str,
-                 note) -> "RayExecutor":
-    from stepbench.execute.server import imports_for
-
-    return RayExecutor(cluster, settings.device, gpus=gpus, gpu_type=settings.gpu_type,
-                       compile_cache=settings.compile_cache, run_id=run_id,
-                       start=settings.start, preload=imports_for(plan), note=note)
-
-
-def check_model_files(model) -> None:
-    """A model given as a config file is on this machine only: refused up front."""
-    from stepbench.measure.models import PRESETS
-
-    for name in (model if isinstance(model, (tuple, list)) else [model]):
-        if name is not None and name not in PRESETS:
-            raise UserError(f"--model {name}: a config file stays on this machine, and --ray "
-                            "runs the setups on the cluster's nodes; pass a preset ("
-                            + ", ".join(PRESETS) + ")")
-
-
-class RayExecutor:
+class RayExecutor(ClusterExecutor):
     """Each job a Ray job on `cluster`; see the module's docstring."""
 
-    host = None                 # records are tagged through their placement (placement["ray"])
+    engine = "ray"              # records are tagged through their placement (placement["ray"])
 
     def __init__(self, cluster: Cluster, device: str, *, gpus: int = 1,
                  gpu_type: str | None = None, compile_cache: Path | None = None,
-                 python: str | None = None, run_id: str = "", start: str = "fresh",
+                 python: str | None = None, run_id: str = "", start: str = FRESH,
                  preload: dict | None = None, note=lambda text: None, loop=None):
-        from stepbench.execute.ssh import EventLoop
+        from stepbench.execute.hosts.ssh import EventLoop
 
-        self.cluster, self.device, self.gpu_type = cluster, device, gpu_type
-        self.run_id = run_id or None
-        self.slots = [str(i) for i in range(gpus)]
-        self.compile_cache = compile_cache
+        super().__init__(cluster, device, gpus, gpu_type, compile_cache, run_id, start, note)
         # The nodes' Python (on their PATH as `python`); a local Ray's is this very one.
         self.python = python or (cluster.local.python if cluster.local else "python")
         self.tag = f"stepbench-{run_id or os.getpid()}".replace(":", "-")   # names its jobs
-        self.start = start              # "server": the run's process servers fork the setups
         self.preload = preload or {"models": [], "compile": True}
-        self.note = note
         self._servers_job: str | None = None
         self._server_path: str | None = None
         self._servers_lock = threading.Lock()
         self._deleting: list[threading.Thread] = []     # _forget's, joined by close()
         self.loop = loop or EventLoop()
         self._own_loop = loop is None
-        self._count = 0
-        self.lost: str | None = None    # why the cluster could not run a job: the run's one line
-        self._lock = threading.Lock()
         self._stopping = False
         self._stop_event = None     # made in the loop's thread (asyncio.Event binds to it)
         self.loop.call(self._make_event())
@@ -272,29 +85,13 @@ class RayExecutor:
     async def _make_event(self) -> None:
         self._stop_event = asyncio.Event()
 
-    # -- what the runner asks ------------------------------------------------------------------
+    # -- one job (clusters.ClusterExecutor.run) ------------------------------------------------
 
-    def slots_needed(self, setup: Setup) -> int:
-        return setup.world_size if setup.device == "cuda" else 1
+    def stopping(self) -> bool:
+        return self._stopping
 
-    def gpu_name(self, setup: Setup, slot: str) -> str | None:
-        return "cpu" if setup.device == "cpu" else self.gpu_type
-
-    def find_done(self, job: Job, stored: list) -> object | None:
-        """The stored record of `job` from a Ray run (clusters.find_done)."""
-        return find_done(job, stored, "ray", self.gpu_type)
-
-    # -- one job -------------------------------------------------------------------------------
-
-    def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
-        outcome = Outcome(started_at=now_iso())
-        with self._lock:
-            self._count += 1
-            job_id = f"{self.tag}-{self._count}"
-            stopping = self._stopping
-        if stopping:
-            outcome.stopped, outcome.finished_at = True, outcome.started_at
-            return outcome
+    def submit_job(self, job: Job, count: int, timeout_s: float) -> Submitted:
+        job_id = f"{self.tag}-{count}"
         setup = job.setup
         entrypoint, resources = self._entrypoint(job, job_id), self._resources(setup)
         from stepbench.execute.bundle import PACKAGE
@@ -306,20 +103,30 @@ class RayExecutor:
                 runtime_env={"py_modules": [str(PACKAGE)]},
                 metadata={"stepbench": setup.name, "repeat": str(job.repeat)}, **resources)
         except Exception as exc:  # noqa: BLE001 - the cluster is gone or refuses: said once
-            self._lose(f"Ray refused job {job_id} ({_reason(exc)})")
-            outcome.stopped, outcome.finished_at = True, now_iso()
-            return outcome
+            raise Refused(f"Ray refused job {job_id} ({_reason(exc)})") from None
+        return Submitted(job_id, start)
+
+    def follow_job(self, submitted: Submitted, job: Job, timeout_s: float, outcome: Outcome,
+                   on_message: OnMessage) -> tuple["_Follow", object]:
+        """The job's log as it came, and Ray's job info once it ended."""
         follow = _Follow(outcome, on_message)
-        outcome.timed_out, outcome.stopped = self.loop.call(self._follow(job_id, timeout_s, follow))
-        info = self._info(job_id)
-        if not (follow.running.is_set() or outcome.timed_out or outcome.stopped):
-            # The job ended before the setup's process started (its runtime_env failed, the
-            # cluster lost its node): nothing was measured, so nothing is recorded.
-            status = getattr(info, "status", None)
-            self._lose(f"Ray job {job_id} ended {getattr(status, 'value', status)} before its "
-                       f"process started: {first_line(getattr(info, 'message', None) or '')}"
-                       + (f" ({first_line(follow.other[-1])})" if follow.other else ""))
-            outcome.stopped = True
+        outcome.timed_out, outcome.stopped = self.loop.call(
+            self._follow(submitted.job_id, timeout_s, follow))
+        return follow, self._info(submitted.job_id)
+
+    def job_placed(self, followed) -> bool:
+        return followed[0].running.is_set()
+
+    def why_not_started(self, submitted: Submitted, followed) -> str:
+        follow, info = followed
+        status = getattr(info, "status", None)
+        return (f"Ray job {submitted.job_id} ended {getattr(status, 'value', status)} before its "
+                f"process started: {first_line(getattr(info, 'message', None) or '')}"
+                + (f" ({first_line(follow.other[-1])})" if follow.other else ""))
+
+    def finish_job(self, submitted: Submitted, followed, job: Job, outcome: Outcome) -> None:
+        follow, info = followed
+        setup, job_id = job.setup, submitted.job_id
         placed, end = follow.placed or {}, follow.exit or Exit()
         devices = placed.get("cuda_visible_devices") if setup.device == "cuda" else None
         outcome.placement = {
@@ -327,7 +134,7 @@ class RayExecutor:
                     "gpu_type": self.gpu_type,
                     **({"nodes": placed["nodes"]} if placed.get("nodes") else {})},
             "gpus": device_indices(devices), "cuda_visible_devices": devices,
-            "compile_threads": None, "start": "fresh", "concurrent": 1}
+            "compile_threads": None, "start": FRESH, "concurrent": 1}
         end.tell(outcome)           # the exit code, how it started, told by hostside on the node
         outcome.stderr_tail = "\n".join(follow.other)[-STDERR_TAIL_CHARS:].strip()
         if end.returncode is None and not (outcome.timed_out or outcome.stopped):
@@ -339,12 +146,10 @@ class RayExecutor:
         if outcome.result_at is not None:
             outcome.exit_s = (end.at or time.monotonic()) - outcome.result_at
         self._forget(job_id)
-        outcome.wall_s = time.monotonic() - start
-        outcome.finished_at = now_iso()
-        return outcome
+        outcome.wall_s = time.monotonic() - submitted.start
 
     def _entrypoint(self, job: Job, job_id: str) -> str:
-        from stepbench.execute.ssh import quote_command
+        from stepbench.execute.hosts.ssh import quote_command
 
         setup = job.setup
         env, dirs, cleanup = {"PYTHONUNBUFFERED": "1"}, [], []
@@ -363,35 +168,33 @@ class RayExecutor:
             spec.update(job=json.loads(job.payload()), nnodes=setup.nnodes,
                         bundle=self._bundle(setup), python=self.python,
                         rank_dir=f"{NODE_TMP}/{job_id}-ranks")
-            return quote_command([self.python, "-m", "stepbench.execute.raynodes",
+            return quote_command([self.python, "-m", "stepbench.execute.ray.nodes",
                                   json.dumps(spec)])
+        spec["argv"] = self.command(job)
         if setup.distributed:
-            spec["argv"] = self.torchrun_argv(job)
             spec["rank_dir"] = f"{NODE_TMP}/{job_id}-ranks"
         else:
-            spec["argv"] = self.worker_argv(job)
             path = self._servers()
             if path is not None:
                 spec.update(server=path, payload=job.payload())
-        return quote_command([self.python, "-m", "stepbench.execute.hostside", "run",
-                              json.dumps(spec)])
+        return quote_command(hostside.command(self.python, "run", json.dumps(spec)))
 
     def _servers(self) -> str | None:
         """Where this run's process servers listen on every host (started by the first job
-        that asks, execute/rayservers.py), or None: fresh start asked for, or no server."""
-        if self.start != "server":
+        that asks, execute/ray/servers.py), or None: fresh start asked for, or no server."""
+        if not uses_server(self.start):
             return None
         with self._servers_lock:
             if self._servers_job is not None:
                 return self._server_path
             from stepbench.execute.bundle import PACKAGE
-            from stepbench.execute.ssh import quote_command
+            from stepbench.execute.hosts.ssh import quote_command
 
             self._servers_job = f"{self.tag}-servers"
             path = f"{NODE_TMP}/{self.tag}.sock"
             try:
                 self.cluster.client.submit_job(
-                    entrypoint=quote_command([self.python, "-m", "stepbench.execute.rayservers",
+                    entrypoint=quote_command([self.python, "-m", "stepbench.execute.ray.servers",
                                               json.dumps({"path": path,
                                                           "preload": self.preload})]),
                     submission_id=self._servers_job, entrypoint_num_cpus=0,
@@ -417,7 +220,7 @@ class RayExecutor:
     async def _await_servers(self, job_id: str) -> tuple[int, list[dict]]:
         """The servers job's count of hosts and the ready lines, once every host answered (or
         the job ended, or stop() came, or READY_TIMEOUT_S passed)."""
-        from stepbench.execute.server import READY_TIMEOUT_S
+        from stepbench.execute.local.server import READY_TIMEOUT_S
 
         hosts, ready, answered, pending = 0, [], 0, ""
 
@@ -446,14 +249,10 @@ class RayExecutor:
                 task.cancel()
         return hosts, ready
 
-    def worker_argv(self, job: Job) -> list[str]:
-        """A setup's process on its node (as LocalProcess.command runs it here)."""
-        return [self.python, "-m", "stepbench.measure.worker", job.payload()]
-
-    def torchrun_argv(self, job: Job) -> list[str]:
-        """A one-node torchrun job on its node, its ranks on the job's GPUs (as
-        LocalProcess.torchrun_command runs it here)."""
-        return torchrun_command(self.python, job, Rendezvous())
+    def command(self, job: Job) -> list[str]:
+        """A setup's process on its node, or a one-node torchrun job, its ranks on the job's
+        GPUs (as LocalProcess.command runs them here)."""
+        return worker_command(self.python, job)
 
     def _bundle(self, setup: Setup) -> dict:
         """One node's share of a job over several nodes (a placement group's bundle)."""
@@ -608,5 +407,10 @@ class _Follow(Lines):
         return event
 
 
-def _reason(exc: BaseException) -> str:
-    return first_line(str(exc)) or type(exc).__name__
+def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_id: str,
+                 note) -> RayExecutor:
+    from stepbench.execute.local.server import imports_for
+
+    return RayExecutor(cluster, settings.device, gpus=gpus, gpu_type=settings.gpu_type,
+                       compile_cache=settings.compile_cache, run_id=run_id,
+                       start=settings.start, preload=imports_for(plan), note=note)

@@ -1,4 +1,4 @@
-"""Runcrate as a provider of rented GPUs (execute/rent.py), through its official Python SDK
+"""Runcrate as a provider of rented GPUs (execute/rent/rentals.py), through its official Python SDK
 (`runcrate-sdk`, the `runcrate` extra).
 
 Instances and SSH, not the SDK's jobs API: a job runs one command on a fresh machine and hands
@@ -30,9 +30,9 @@ import threading
 import time
 
 from stepbench.errors import UserError, first_line
-from stepbench.execute.providers import (POLL_FIRST_S, POLL_MAX_S, Instance, Offer, ProviderError,
+from stepbench.execute.rent.providers import (POLL_FIRST_S, POLL_MAX_S, Instance, Offer, ProviderError,
                                          RentError, RentSpec, api_key_from_env, redact)
-from stepbench.execute.ssh import HostStopped
+from stepbench.execute.hosts.ssh import HostStopped
 
 INSTALL_HINT = "pip install 'stepbench[runcrate]'"
 READY = {"running", "deployed", "active", "ready"}

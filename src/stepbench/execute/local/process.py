@@ -1,23 +1,15 @@
-"""Where a setup's process runs. An Executor runs one job with a timeout and reports what it saw.
+"""The local backend's executor: each setup's process on this host, forked by a process server
+(local/server.py) or started fresh, in a session of its own whose group is killed whole.
 
-The runner (runner.py) only talks to this seam: `run(job, slot, timeout_s, on_message)` returns an
-Outcome built from the child's JSON lines (stepbench.protocol), its exit code and the clock, and
-`stop()` ends everything in flight. LocalProcess runs children on this host; a torchrun or SSH
-executor (execute/ssh.py) carries the same lines from elsewhere and plugs in without touching the
-runner.
-
-A slot is a place where one process runs at a time: this host's one GPU or CPU, or one GPU of a
-pool (`--gpus`). A job takes `slots_needed(setup)` slots at once (a torchrun job of N processes
-takes N GPUs), and the runner never gives one slot to two jobs. A child sees only its slots' GPUs
-(CUDA_VISIBLE_DEVICES); every other variable, NCCL's included, passes through untouched.
+A child sees only its slots' GPUs (CUDA_VISIBLE_DEVICES, with `--gpus`); every other variable,
+NCCL's included, passes through untouched. A distributed setup runs as a torchrun job
+(protocol.worker_command), whose ranks report through the same protocol (measure/distributed.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 import selectors
 import shutil
 import signal
@@ -26,103 +18,23 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 from stepbench import protocol
 from stepbench.execute import oom
-from stepbench.execute.server import ProcessServer, ServerError
+from stepbench.execute.local import FRESH, SERVER, uses_server
+from stepbench.execute.local.server import ForkedChild, ProcessServer, ServerError
+from stepbench.execute.protocol import (KILL_GRACE_S, Executor, Job, OnMessage, Outcome,
+                                        Rendezvous, now_iso, rank_verdict, read_rank_states,
+                                        tail, take, worker_command)
 from stepbench.measure.distributed import RANK_DIR_ENV
 from stepbench.setup import Setup
 
-STDERR_TAIL_CHARS = 2000
-KILL_GRACE_S = 5.0      # SIGTERM, then SIGKILL after this long
 WAKE_S = 1.0            # while waiting for a line, look at the child's exit this often
 
 
-@dataclass(frozen=True)
-class Job:
-    """One process to run: a setup, which repeat, and what the child needs beyond the setup."""
-
-    setup: Setup
-    repeat: int = 0
-    measure_peak: bool = True       # the child measures (or finds cached) the GPU's matmul rate
-    profile: str | None = None      # where the child writes one step's profile (a path stem)
-    # A search's measurement before its finals (runner.before_finals): the GPU's matmul rate
-    # and the FLOP counter's cross-check come from their caches only, never measured in it.
-    probe: bool = False
-
-    def payload(self) -> str:
-        job = {"setup": self.setup.to_dict(), "measure_peak": self.measure_peak}
-        if self.profile:
-            job["profile"] = self.profile
-        if self.probe:
-            job["probe"] = True
-        return json.dumps(job)
-
-
-@dataclass
-class Outcome:
-    """What the parent saw of one child."""
-
-    start: dict | None = None          # the child's "start" message: machine, software
-    progress: dict = field(default_factory=dict)   # its last "progress" message
-    result: dict | None = None         # its "result" message: status, error, measured
-    returncode: int | None = None
-    timed_out: bool = False
-    stopped: bool = False              # ended by stop() (Ctrl-C, SIGTERM): not a result
-    stderr_tail: str = ""
-    started_at: str = ""
-    finished_at: str = ""
-    wall_s: float = 0.0
-    exit_s: float | None = None        # from the result message to the child's end
-    result_at: float | None = None     # time.monotonic() when the result message arrived
-    placement: dict = field(default_factory=dict)   # the record's `placement`: GPUs, threads
-    detail: str | None = None          # what the executor adds to a timeout's or crash's error
-    # Why a process that died of SIGKILL is taken for the kernel's OOM killer's victim (oom.py).
-    oom_killed: str | None = None
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """Where a torchrun job's ranks meet (torchrun's --nnodes, --node-rank, --rdzv-endpoint).
-
-    One node and no endpoint: `--standalone`, a rendezvous on a free port of this host, so jobs
-    on one host never collide. Several nodes: node 0's host:port (torchrun's static rendezvous;
-    every node runs the same command with its own --node-rank).
-    """
-
-    nnodes: int = 1
-    node_rank: int = 0
-    endpoint: str | None = None
-
-
-OnMessage = Callable[[dict], None]
-
-
-class Executor(Protocol):
-    slots: list[str]
-    host: str | None     # the SSH host it runs on (tags records, part of the resume key); None here
-
-    def slots_needed(self, setup: Setup) -> int:
-        """How many slots a job of `setup` takes at once."""
-
-    def gpu_name(self, setup: Setup, slot: str) -> str | None:
-        """The GPU `setup` would run on in `slot` ("cpu" on the CPU): part of the resume key."""
-
-    def run(self, job: Job, slot: str, timeout_s: float, on_message: OnMessage) -> Outcome:
-        """Run `job` in `slot`; call `on_message` with each protocol message as it arrives."""
-
-    def stop(self) -> None:
-        """End every job in flight now (their outcomes come back with stopped=True)."""
-
-    def close(self) -> None:
-        """Remove what the executor made (temporary folders)."""
-
-
-class LocalProcess:
+class LocalProcess(Executor):
     """Each job in a fresh `python -m stepbench.measure.worker` process on this host.
 
     The child gets a new session, so it and everything it starts (inductor's compile workers)
@@ -139,9 +51,9 @@ class LocalProcess:
 
     def __init__(self, compile_cache: Path | None = None, python: str = sys.executable,
                  gpus: list[int] | None = None, rendezvous: Rendezvous | None = None,
-                 start: str = "fresh", preload: dict | None = None,
+                 start: str = FRESH, preload: dict | None = None,
                  note: Callable[[str], None] = lambda text: None):
-        self.start = start              # "server" (forked by a process server) or "fresh"
+        self.start = start              # SERVER (forked by a process server) or FRESH
         self.preload = preload or {"models": [], "compile": True}
         self.note = note
         self._server = None             # the ProcessServer, started by the first job that needs it
@@ -149,7 +61,6 @@ class LocalProcess:
         self._server_starts = 0
         self.gpus = list(gpus) if gpus is not None else None
         self.slots = [str(g) for g in self.gpus] if self.gpus else ["0"]
-        self.host = None
         self.compile_cache = compile_cache
         self.python = python
         self.rendezvous = rendezvous or Rendezvous()
@@ -162,18 +73,19 @@ class LocalProcess:
         # A torchrun job needs one GPU per local process; on the CPU its ranks share the host.
         return setup.nproc if self.gpus is not None and setup.device == "cuda" else 1
 
+    def where(self, job: Job, slot: str) -> str | None:
+        """'GPU 1', 'GPUs 0,1' where a pool was given; None otherwise."""
+        if self.gpus is None or job.setup.device != "cuda":
+            return None
+        return f"GPU{'s' if ',' in slot else ''} {slot}"
+
     def gpu_name(self, setup: Setup, slot: str) -> str | None:
         from stepbench.measure.machine import gpu_name
 
         return gpu_name(setup.device, int(slot.split(",")[0]) if self.gpus is not None else 0)
 
     def command(self, job: Job) -> list[str]:
-        if job.setup.distributed:
-            return self.torchrun_command(job)
-        return [self.python, "-m", "stepbench.measure.worker", job.payload()]
-
-    def torchrun_command(self, job: Job) -> list[str]:
-        return torchrun_command(self.python, job, self.rendezvous)
+        return worker_command(self.python, job, self.rendezvous)
 
     def visible_devices(self, slot: str) -> str:
         """CUDA_VISIBLE_DEVICES for a child in `slot`, through this process's own list when set
@@ -194,7 +106,7 @@ class LocalProcess:
     def environment(self, job: Job, slot: str | None = None) -> dict[str, str]:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # The child imports this very stepbench, also when it runs from a checkout.
-        src = str(Path(__file__).resolve().parents[2])
+        src = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
         if slot is not None and self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.visible_devices(slot)
@@ -252,7 +164,7 @@ class LocalProcess:
                         self._running.discard(proc)
                         outcome.stopped = self._stopping
             outcome.returncode = proc.returncode
-            if getattr(proc, "exit_unknown", False):
+            if isinstance(proc, ForkedChild) and proc.exit_unknown:
                 outcome.detail = "its exit status is unknown: the process server died while it ran"
             elif was_killed(outcome):
                 outcome.oom_killed = watch.verdict(proc.pid)
@@ -274,14 +186,14 @@ class LocalProcess:
         if server is not None:
             try:
                 child = server.spawn(job.payload(), env, stderr.fileno())
-                placement["start"] = "server"
+                placement["start"] = SERVER
                 return child
             except ServerError as exc:
                 with self._server_lock:
-                    if self.start == "server":
+                    if uses_server(self.start):
                         self.note(f"{exc}; every setup's process starts fresh from here")
-                        self.start = "fresh"
-        placement["start"] = "fresh"
+                        self.start = FRESH
+        placement["start"] = FRESH
         return subprocess.Popen(self.command(job), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=stderr, env=env,
                                 start_new_session=True)
@@ -289,7 +201,7 @@ class LocalProcess:
     def _server_for(self, job: Job, placement: dict):
         """The running process server for `job` (started, or started again, here), or None:
         fresh start asked for, a torchrun job, or a server that could not start."""
-        if self.start != "server" or job.setup.distributed:
+        if not uses_server(self.start) or job.setup.distributed:
             return None
         with self._server_lock:
             if self._server is not None and not self._server.dead:
@@ -303,7 +215,7 @@ class LocalProcess:
                 self._server = ProcessServer(self.preload, log=log).start()
             except ServerError as exc:
                 self.note(f"{exc}; every setup's process starts fresh")
-                self.start, self._server = "fresh", None
+                self.start, self._server = FRESH, None
                 return None
             self._server_starts += 1
             placement["server_start_s"] = round(self._server.ready_s, 3)
@@ -338,18 +250,6 @@ class LocalProcess:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def torchrun_command(python: str, job: Job, rdzv: Rendezvous) -> list[str]:
-    """torchrun (torch.distributed.run) with one rank worker per process of the job."""
-    s = job.setup
-    command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={s.nproc}",
-               f"--nnodes={s.nnodes}", "--max-restarts=0"]
-    if s.nnodes == 1 and rdzv.endpoint is None:
-        command.append("--standalone")
-    else:
-        command += [f"--node-rank={rdzv.node_rank}", f"--rdzv-endpoint={rdzv.endpoint}"]
-    return command + ["-m", "stepbench.measure.rank", job.payload()]
-
-
 def was_killed(outcome: Outcome) -> bool:
     """Whether a process died of a SIGKILL that stepbench did not send (a timeout or a stop
     ends the group with SIGTERM, then SIGKILL) before it sent its result."""
@@ -376,25 +276,12 @@ def read_messages(proc: subprocess.Popen, deadline: float, outcome: Outcome,
                     return False
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
-                    _take(protocol.decode(line), outcome, on_message)
+                    take(protocol.decode(line), outcome, on_message)
             elif proc.poll() is not None:
                 return False
     finally:
         selector.close()
         proc.stdout.close()
-
-
-def _take(message: dict | None, outcome: Outcome, on_message: OnMessage) -> None:
-    if message is None:
-        return
-    if message["event"] == "start":
-        outcome.start = message
-    elif message["event"] == "progress":
-        outcome.progress = message
-    else:
-        outcome.result = message
-        outcome.result_at = time.monotonic()
-    on_message(message)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -456,70 +343,3 @@ def _signal_all(processes: list, sig: int) -> list:
     return alive
 
 
-def read_rank_states(folder: Path) -> list[dict]:
-    """The state files of a torchrun job's ranks (measure/distributed.RankState), by rank."""
-    states = []
-    for path in folder.glob("rank-*.json"):
-        try:
-            states.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            pass
-    return sorted(states, key=lambda s: s.get("rank", 0))
-
-
-# torchrun's summary of a failed job names the first rank that failed ("Root Cause").
-_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
-
-
-def rank_verdict(outcome: Outcome, states: list[dict]) -> None:
-    """Say which rank failed and why: the first rank (by the time it wrote) that reported a
-    failure; else, for a job that timed out, the phase each rank was in; else torchrun's root
-    cause for a rank that died without a word."""
-    failed = sorted((s for s in states if s.get("status") not in (None, "ok")),
-                    key=lambda s: s.get("at", 0))
-    if failed and not outcome.timed_out:
-        first = failed[0]
-        later = [str(s["rank"]) for s in failed[1:]]
-        error = (f"rank {first['rank']} ({first.get('host')}) failed first: {first.get('error')}"
-                 + (f"; rank(s) {', '.join(later)} failed after it" if later else "")
-                 + "; torchrun stopped the other ranks")
-        measured = dict((outcome.result or {}).get("measured") or {})
-        measured["phase"] = first.get("phase", measured.get("phase", "starting"))
-        if first.get("oom_memory_gb") is not None:
-            measured["oom_memory_gb"] = first["oom_memory_gb"]
-        outcome.result = {"event": "result", "status": first["status"], "error": error,
-                          "measured": measured}
-        # The failing rank's traceback, not torchrun's summary of the failure, ends the error.
-        outcome.stderr_tail = (first.get("traceback") or "").strip()
-        return
-    if outcome.result is not None and outcome.result.get("status") == "ok":
-        return
-    phases = ", ".join(f"rank {s['rank']} in {_phase(s)}" for s in states)
-    if outcome.timed_out:
-        outcome.detail = f"ranks at the timeout: {phases}" if phases else None
-        return
-    match = _ROOT_CAUSE.search(outcome.stderr_tail or "")
-    if match:
-        rank = int(match.group(1))
-        where = next((_phase(s) for s in states if s.get("rank") == rank), "an unknown phase")
-        outcome.detail = (f"rank {rank} exited with code {match.group(2)} in {where} (torchrun's "
-                          "root cause); torchrun stopped the other ranks")
-    elif phases:
-        outcome.detail = f"ranks: {phases}"
-
-
-def _phase(state: dict) -> str:
-    args = state.get("args") or []
-    return f"{state.get('phase')}" + (f" {'/'.join(map(str, args))}" if args else "")
-
-
-def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str:
-    try:
-        data = path.read_bytes()[-chars:]
-    except OSError:
-        return ""
-    return data.decode("utf-8", "replace").strip()
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

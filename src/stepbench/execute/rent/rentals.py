@@ -1,6 +1,6 @@
 """Rented machines: `stepbench run --rent runcrate:L40S --rent "runcrate:RTX 5090" ...`.
 
-A rented machine becomes one more SSH host of the fleet (execute/fleet.py): for each `--rent`
+A rented machine becomes one more SSH host of the fleet (execute/hosts/fleet.py): for each `--rent`
 its host thread creates an instance (with a maximum runtime as a safety net), waits until it has
 an address and answers SSH, pins its host key, and then runs exactly as `--host` does. The
 instance is deleted on every way out: the study finished, the host failed, the wait timed out,
@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Callable
 
 from stepbench.errors import UserError
-from stepbench.execute.providers import (Instance, Offer, Provider, ProviderError, RentError,
+from stepbench.execute.rent.providers import (Instance, Offer, Provider, ProviderError, RentError,
                                          RentSpec)
-from stepbench.execute.ssh import EventLoop, HostSpec, HostStopped, require_asyncssh
+from stepbench.execute.hosts.ssh import EventLoop, HostSpec, HostStopped, require_asyncssh
+from stepbench.execute.runner import on_signals
 from stepbench.settings import Rent
 
 # How long to wait for an instance to have an address and answer SSH (--rent-timeout).
@@ -49,7 +50,7 @@ DEFAULT_KEYS = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 def provider(name: str) -> Provider:
     """The provider named on the command line (its module is imported only when asked for)."""
     if name == "runcrate":
-        from stepbench.execute import runcrate
+        from stepbench.execute.rent import runcrate
 
         return runcrate.make_provider()
     raise UserError(f"unknown provider {name!r}; choose one of: " + ", ".join(PROVIDERS))
@@ -426,7 +427,7 @@ def pick_offer(p: Provider, spec: RentSpec, cache: dict | None = None) -> Offer:
 
 # ---------------------------------------------------------------- signals while deleting
 
-class hold_signals:
+class hold_signals(on_signals):
     """While the rented machines are being deleted, Ctrl-C, SIGTERM and SIGHUP do not cut that
     short: each prints `message` (once) and the deleting goes on."""
 
@@ -435,19 +436,7 @@ class hold_signals:
     def __init__(self, message: str):
         self.message, self.said = message, False
 
-    def __enter__(self):
-        self.previous = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self.previous[sig] = signal.signal(sig, self._hold)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        return False
-
-    def _hold(self, signum, frame):
+    def handle(self, signum, frame):
         if not self.said:
             self.said = True
             print(f"stepbench run: {self.message}", file=sys.stderr, flush=True)

@@ -1,0 +1,241 @@
+"""The user's workload: `--model path/file.py:make` or `--model pkg.module:make`, built in the
+setup's process after the seed is set.
+
+The factory is called with `batch_size`, `device` (and `seq_len`, `attn`, `kernels` where it
+declares them) and the setup's own parameters (`--param`), and returns `(model, make_batch)` or
+a `stepbench.Workload`. The model is cast to the setup's weight dtype and moved to the device;
+`make_batch()` is called once and the batch's floating-point tensors are cast to the weights'
+dtype (a bf16 model takes bf16 images), as a plain training script would make them.
+What goes wrong here is the user's to fix and says so in one line (`WorkloadError`); the worker
+records it as a failed setup with the traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+
+from stepbench.workload.contract import Workload
+from stepbench.workload.base import Built, tensors_in
+from stepbench.workload.loader import load_function
+from stepbench.workload.spec import params_of, typed
+
+
+class WorkloadError(RuntimeError):
+    """The user's factory, batch or loss is not what stepbench can train; the text says why."""
+
+
+class FactoryBuilt(Built):
+    def __init__(self, setup, device):
+        import torch
+
+        from stepbench.measure import options
+
+        self.setup = setup
+        self.factory = load_function(setup.model)
+        made = self.factory(**self.kwargs(setup))
+        work = as_workload(made, setup.model)
+        if not isinstance(work.model, torch.nn.Module):
+            raise WorkloadError(f"{setup.model} returned a model of type "
+                                f"{type(work.model).__name__}; return a torch.nn.Module")
+        self.work = work
+        self.model = work.model
+        self.units = work.units or "samples"
+        self.units_per_batch = int(work.units_per_batch or setup.batch)
+        dtype = options.weight_dtype(setup)
+        self.model.to(device=device, dtype=dtype)
+        inputs = work.make_batch()
+        check_devices(inputs, device, setup.model)
+        # autocast-bf16 keeps fp32 weights and inputs: autocast casts inside the forward.
+        self.inputs = cast_floats(inputs, None if setup.dtype == "autocast-bf16" else dtype)
+        self._blocks = None
+
+    def kwargs(self, setup) -> dict:
+        sig = inspect.signature(self.factory).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
+        kwargs = {"batch_size": setup.batch, "device": setup.device}
+        if "seq_len" in sig:
+            kwargs["seq_len"] = setup.seq
+        defaults = {name: p.default for name, p in sig.items()
+                    if p.default is not inspect.Parameter.empty}
+        for name, text in params_of(setup.params).items():
+            kwargs[name] = typed(text, defaults.get(name))
+        return {k: v for k, v in kwargs.items() if k in sig or takes_any}
+
+    def loss(self, forward):
+        inputs = self.inputs
+        if isinstance(inputs, dict):
+            output = forward(**inputs)
+        elif isinstance(inputs, (tuple, list)):
+            output = forward(*inputs)
+        else:
+            output = forward(inputs)
+        if self.work.loss_fn is not None:
+            loss = self.work.loss_fn(output, inputs)
+        else:
+            loss = getattr(output, "loss", output)
+            if isinstance(output, dict) and "loss" in output:
+                loss = output["loss"]
+        return checked_loss(loss, self.setup.model)
+
+    def layers(self, needed_by: str):
+        if self._blocks is None:
+            self._blocks = find_blocks(self.model, self.work.block)
+        if not self._blocks:
+            from stepbench.measure.options import Unsupported
+
+            raise Unsupported(f"{needed_by}: {self.setup.model}'s model has no repeated block; "
+                              "return stepbench.Workload(block=YourBlockClass)")
+        return self._blocks
+
+    def enable_checkpointing(self) -> None:
+        from torch.utils.checkpoint import checkpoint
+
+        for block in self.layers("--checkpointing on"):
+            forward = block.forward
+
+            def checkpointed(*args, _forward=forward, **kwargs):
+                return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+            block.forward = functools.wraps(forward)(checkpointed)
+
+    def make_optimizer(self, setup):
+        if self.work.optimizer is not None:
+            return self.work.optimizer(self.model.parameters())
+        return super().make_optimizer(setup)
+
+    def record_fields(self) -> dict:
+        return {"units": self.units, "units_per_step": self.units_per_batch}
+
+    def flop_fields(self, setup, units_per_s: float, peak_tflops_measured, count: bool) -> dict:
+        """FLOPs per step from the workload, else FlopCounterMode's count of one step;
+        achieved TFLOP/s and MFU from them. Without a count (a search's probe, or the counter
+        failed) the fields stay empty and a note says why: the measurement is still ok."""
+        import torch
+
+        from stepbench.measure import flops, machine, options
+        from stepbench.measure.peaks import datasheet_peak
+
+        fields: dict = {"notes": []}
+        per_step, source = self.work.flops_per_step, "workload"
+        if per_step is None and not setup.distributed and count:
+            try:
+                with torch.compiler.set_stance("force_eager"), options.forward_context(setup):
+                    per_step = self.count_flops()
+                source = "flop_counter"
+                fields["flop_counter_per_step"] = per_step
+            except Exception as exc:  # noqa: BLE001 - MFU must not cost the measurement
+                print(f"stepbench: FlopCounterMode failed: {exc}", file=sys.stderr)
+                fields["notes"].append(f"FLOPs not counted: FlopCounterMode failed "
+                                       f"({type(exc).__name__}); no MFU")
+                per_step = None
+        elif per_step is None:
+            fields["notes"].append("FLOPs not counted in a search's probe; no MFU")
+        if not per_step:
+            if per_step is not None:
+                fields["notes"].append("FlopCounterMode counted no FLOPs; no MFU")
+            return fields
+        steps_per_s = units_per_s / self.units_per_batch
+        achieved = flops.achieved_tflops(float(per_step), steps_per_s)
+        peak = datasheet_peak(machine.gpu_name(setup.device), setup.compute_dtype)
+        fields.update({"flops_per_step": float(per_step), "flops_source": source,
+                       "achieved_tflops": achieved, "peak_tflops_datasheet": peak,
+                       "peak_tflops_measured": peak_tflops_measured,
+                       "mfu_datasheet": flops.mfu(achieved, peak),
+                       "mfu_measured": flops.mfu(achieved, peak_tflops_measured)})
+        return fields
+
+    def count_flops(self) -> float:
+        """FLOPs of one forward + backward of this batch, as FlopCounterMode counts them
+        (matrix products); gradients and the RNG are left as they were."""
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        model = self.model
+        params = [p for p in model.parameters() if p.requires_grad]
+        saved = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        cuda = self.setup.device == "cuda"
+        try:
+            with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []), \
+                    FlopCounterMode(display=False) as counter:
+                self.loss(model).backward()
+            return float(counter.get_total_flops())
+        finally:
+            for p, grad in zip(params, saved):
+                p.grad = grad
+
+
+def as_workload(made, model: str) -> Workload:
+    """What the factory returned, as a Workload: `(model, make_batch)` or a Workload (or an
+    object with the same attributes)."""
+    if isinstance(made, Workload):
+        return made
+    if isinstance(made, tuple) and len(made) == 2 and callable(made[1]):
+        return Workload(model=made[0], make_batch=made[1])
+    if hasattr(made, "model") and hasattr(made, "make_batch"):
+        names = [f for f in Workload.__dataclass_fields__ if hasattr(made, f)]
+        return Workload(**{f: getattr(made, f) for f in names})
+    raise WorkloadError(f"{model} returned {type(made).__name__}; return (model, make_batch) or "
+                        "stepbench.Workload(model=..., make_batch=...)")
+
+
+def check_devices(inputs, device, model: str) -> None:
+    import torch
+
+    want = torch.device(device).type
+    for tensor in tensors_in(inputs):
+        if tensor.device.type != want:
+            raise WorkloadError(f"make_batch returned a tensor on {tensor.device.type} for a model "
+                                f"on {want}; make the batch on the `device` {model} is given")
+
+
+def cast_floats(inputs, dtype):
+    """The batch with its floating-point tensors in `dtype` (None: as they are)."""
+    import torch
+
+    if dtype is None:
+        return inputs
+    if torch.is_tensor(inputs):
+        return inputs.to(dtype) if inputs.is_floating_point() else inputs
+    if isinstance(inputs, dict):
+        return {k: cast_floats(v, dtype) for k, v in inputs.items()}
+    if isinstance(inputs, (list, tuple)):
+        return type(inputs)(cast_floats(v, dtype) for v in inputs)
+    return inputs
+
+
+def checked_loss(loss, model: str):
+    import torch
+
+    if not torch.is_tensor(loss):
+        raise WorkloadError(f"{model}'s model returned {type(loss).__name__}, not a loss tensor; "
+                            "return a scalar loss, an object with .loss, or give a loss_fn")
+    if loss.ndim != 0:
+        raise WorkloadError(f"{model}'s loss has shape {tuple(loss.shape)}, not a scalar; "
+                            "reduce it (loss.mean()) or give a loss_fn that does")
+    if not loss.requires_grad:
+        raise WorkloadError(f"{model}'s loss has no grad (requires_grad is False); compute it "
+                            "from the model's output")
+    return loss
+
+
+def find_blocks(model, block: type | None) -> list:
+    """The model's repeated blocks: instances of `block`, else of the class that occurs most
+    often (twice or more) as an element of the model's ModuleLists and Sequentials."""
+    import torch
+
+    if block is not None:
+        return [m for m in model.modules() if isinstance(m, block)]
+    counts: dict[type, int] = {}
+    for module in model.modules():
+        if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            for child in module:
+                if any(True for _ in child.children()):
+                    counts[type(child)] = counts.get(type(child), 0) + 1
+    if not counts or max(counts.values()) < 2:
+        return []
+    common = max(counts, key=counts.get)
+    return [m for m in model.modules() if type(m) is common]

@@ -1,0 +1,80 @@
+"""A factory's part of a plan, settled in the parent before any process starts: which axes apply
+to the user's model, what is passed to the factory, and the user's own axes (`--param`).
+
+- mode, compile mode and scope, precision, optimizer, batch, checkpointing apply to any module;
+- `seq` is passed as `seq_len` where the factory declares it; otherwise it does not apply and
+  the setups hold seq 1 (a batch's units are its samples unless the workload says otherwise);
+- attention kernels and fused kernels are a transformers model's: a factory that declares a
+  keyword of that name (`attn`, `kernels`) gets the values through its parameters, any other
+  refuses them in one line;
+- torchrun jobs (`--parallel ddp|fsdp2`) are for transformers models only, for now.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from stepbench.errors import UserError
+from stepbench.workload.spec import (DECLARABLE_AXES, check_params, combos, parse_param_specs,
+                                     signature)
+
+# Axes given through the factory's own keywords where it declares one -> the keyword.
+FLAGS = {"attn": "--attn", "kernels": "--kernels", "seq": "--seq", "parallel": "--parallel"}
+
+
+def factory_values(values: Mapping[str, object]) -> dict:
+    """`values` (axis name -> tuple or value) for a factory's setups."""
+    from stepbench.axes import axis
+
+    values = dict(values)
+    model = values["model"]
+    sig = signature(model)
+    params = parse_param_specs(values.get("params"))
+    check_params(sig, params)
+    for name, keyword in DECLARABLE_AXES.items():
+        given = _tuple(values.get(name))
+        default = _tuple(axis(name).default_for(values.get("device") or "cuda"))
+        if sig.declares(keyword):
+            params[keyword] = tuple(str(v) for v in given)
+        elif given not in (default, default[:1]):
+            raise UserError(f"{FLAGS[name]} does not apply to {model}: it takes no `{keyword}` "
+                            f"keyword; drop {FLAGS[name]} (or add a `{keyword}` parameter to "
+                            "the factory, which then gets the value)")
+        values[name] = default[:1]
+    seq = _tuple(values.get("seq"))
+    if not sig.takes("seq_len"):
+        default = _tuple(axis("seq").default_for(values.get("device") or "cuda"))
+        if seq not in (default, (1,)):
+            raise UserError(f"--seq does not apply to {model}: it takes no `seq_len` keyword; "
+                            "drop --seq (or add a `seq_len` parameter to the factory)")
+        values["seq"] = (1,)
+    if _tuple(values.get("parallel")) not in ((), ("none",)):
+        raise UserError(f"--parallel runs transformers models only for now; drop --parallel "
+                        f"for {model}")
+    values["params"] = combos(params)
+    return values
+
+
+def no_params(values: Mapping[str, object]) -> None:
+    if values.get("params"):
+        raise UserError(f"--param sets a parameter of your own model's factory; --model "
+                        f"{values.get('model')} is not one (pass --model FILE.py:FUNCTION)")
+
+
+def _tuple(value) -> tuple:
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def one_setup_values(fields: Mapping[str, object]) -> dict:
+    """`fields` (one value per axis: a tune's start) for a factory's setup, checked as a
+    run's matrix is (factory_values); one combination of `--param` only."""
+    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in fields.items()}
+    params = values.get("params")
+    values["params"] = (params,) if isinstance(params, str) else params
+    settled = factory_values(values)
+    if len(settled["params"]) > 1:
+        raise UserError("tune searches one model: give each --param one value")
+    return {k: (v[0] if isinstance(v, tuple) and k in fields and not isinstance(fields[k], tuple)
+                else v) for k, v in settled.items()}

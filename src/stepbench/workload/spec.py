@@ -1,0 +1,241 @@
+"""A user factory named on the command line, read without running it: `path/file.py:make` or
+`package.module:make`, the function's keyword parameters, and the setups' own parameters
+(`--param NAME=V1,V2`).
+
+The parent process checks a factory before any setup's process starts, so a missing file, a
+missing function, a syntax error or a parameter the factory does not take is one line and
+exit 2, not a failed setup per process. It reads the source with `ast` (the file is not run
+here: importing it would import torch and whatever the model needs into the parent); only a
+function it cannot find as a `def` in the source (assigned, or imported from elsewhere) is
+imported to read its signature.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepbench.errors import UserError
+from stepbench.workload.loader import is_factory, load_function, split  # noqa: F401
+
+# Keywords stepbench itself passes, and the axes a factory may take as keywords of that name
+# (`attn`, `kernels`: else they are refused for its setups).
+PASSED = ("batch_size", "device", "seq_len")
+DECLARABLE_AXES = {"attn": "attn", "kernels": "kernels"}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The factory's keyword parameters as the source declares them."""
+
+    model: str                          # as given
+    names: tuple[str, ...]              # parameters that can be passed by keyword
+    defaults: tuple[tuple[str, object], ...] = ()   # literal defaults, where readable
+    var_keyword: bool = False           # takes **kwargs: any keyword goes
+
+    def takes(self, name: str) -> bool:
+        return name in self.names or self.var_keyword
+
+    def declares(self, name: str) -> bool:
+        """Named in the signature itself (not only through **kwargs)."""
+        return name in self.names
+
+    @property
+    def user_params(self) -> tuple[str, ...]:
+        """The keyword parameters that are the user's own axes (`--param`)."""
+        return tuple(n for n in self.names if n not in PASSED and n not in DECLARABLE_AXES)
+
+
+@functools.lru_cache(maxsize=64)
+def signature(model: str) -> Signature:
+    """The factory's signature, read from its source; a UserError naming the fix when the file
+    or module is missing, does not parse, lacks the function, or the function lacks
+    `batch_size`."""
+    where, name = split(model)
+    source_path = _source(where, model)
+    try:
+        tree = ast.parse(source_path.read_text(), filename=str(source_path))
+    except SyntaxError as exc:
+        raise UserError(f"{source_path}:{exc.lineno}: syntax error ({exc.msg}); fix the file "
+                        f"that --model {model} names") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {source_path} ({exc}); pass a readable Python file") from None
+    found = _find_def(tree, name)
+    if found is None:
+        if not _binds(tree, name):
+            defined = sorted(n.name for n in tree.body
+                             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+            hint = f"; it defines: {', '.join(defined)}" if defined else ""
+            raise UserError(f"{source_path} has no function {name!r}{hint}; "
+                            f"fix --model {where}:FUNCTION")
+        sig = _imported_signature(where, name, model)
+    else:
+        sig = _from_def(model, found)
+    if not sig.takes("batch_size"):
+        raise UserError(f"{model} does not take batch_size; add a `batch_size` keyword "
+                        f"parameter (stepbench passes batch_size and device)")
+    return sig
+
+
+def _source(where: str, model: str) -> Path:
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise UserError(f"--model {model}: no such file {where}; pass the path of the "
+                            "Python file that defines the factory")
+        return path
+    try:
+        spec = importlib.util.find_spec(where)
+    except (ImportError, ValueError) as exc:
+        spec, why = None, f" ({exc})"
+    else:
+        why = ""
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        raise UserError(f"--model {model}: no module {where!r} importable here{why}; install "
+                        "it, add its folder to PYTHONPATH, or pass FILE.py:FUNCTION")
+    return Path(spec.origin)
+
+
+def _find_def(tree: ast.Module, name: str):
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+    return None
+
+
+def _binds(tree: ast.Module, name: str) -> bool:
+    """The module binds `name` some other way: an assignment, an import, a class."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
+                return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
+
+
+def _from_def(model: str, node) -> Signature:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    names = [a.arg for a in [*args.args, *args.kwonlyargs]]
+    defaults = {}
+    for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+        defaults[arg.arg] = default
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+        if default is not None:
+            defaults[arg.arg] = default
+    literal = {}
+    for key, node_default in defaults.items():
+        try:
+            literal[key] = ast.literal_eval(node_default)
+        except ValueError:
+            pass
+    return Signature(model, tuple(names), tuple(sorted(literal.items(), key=lambda kv: kv[0])),
+                     args.kwarg is not None)
+
+
+def _imported_signature(where: str, name: str, model: str) -> Signature:
+    """Import the module to read a factory that is not a plain `def` in its source."""
+    try:
+        function = load_function(model)
+        params = inspect.signature(function).parameters.values()
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+        raise UserError(f"--model {model}: importing {where} failed ({type(exc).__name__}: "
+                        f"{exc}); fix the module") from None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    names = tuple(p.name for p in params if p.kind in kinds)
+    literal = tuple((p.name, p.default) for p in params
+                    if p.kind in kinds and p.default is not inspect.Parameter.empty
+                    and isinstance(p.default, (int, float, str, bool)))
+    return Signature(model, names, literal,
+                     any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params))
+
+
+# ---------------------------------------------------------------- the user's own axes
+
+def parse_param_specs(specs) -> dict[str, tuple[str, ...]]:
+    """`--param` values (each `NAME=V1,V2`, several joined by `;`) -> {NAME: (V1, V2)}."""
+    out: dict[str, tuple[str, ...]] = {}
+    for spec in specs or ():
+        for part in str(spec).split(";"):
+            name, eq, values = part.partition("=")
+            name = name.strip()
+            items = tuple(v.strip() for v in values.split(","))
+            if not eq or not name.isidentifier() or not all(items):
+                raise UserError(f"--param takes NAME=V1,V2 (a keyword parameter of the factory "
+                                f"and its values), got {part!r}")
+            if name in out:
+                raise UserError(f"--param {name} is given twice; give its values once, comma "
+                                "separated")
+            out[name] = tuple(dict.fromkeys(items))
+    return out
+
+
+def combos(params: dict[str, tuple[str, ...]]) -> tuple[str | None, ...]:
+    """Every combination of the parameters' values, canonical: "depth=2;width=64" (names
+    sorted); (None,) without parameters."""
+    import itertools
+
+    if not params:
+        return (None,)
+    names = sorted(params)
+    return tuple(";".join(f"{n}={v}" for n, v in zip(names, values))
+                 for values in itertools.product(*(params[n] for n in names)))
+
+
+def params_of(text: str | None) -> dict[str, str]:
+    """A setup's canonical `params` back as {NAME: value text}."""
+    if not text:
+        return {}
+    return dict(part.split("=", 1) for part in text.split(";"))
+
+
+def typed(value: str, default=None):
+    """A parameter's value as the factory gets it: the type of its default where it has one
+    (int, float, bool), else an int, a float, true/false/none, or the text."""
+    lowered = value.lower()
+    if isinstance(default, str):
+        return value
+    if isinstance(default, bool) or (default is None and lowered in ("true", "false")):
+        if lowered in ("true", "on", "yes", "1"):
+            return True
+        if lowered in ("false", "off", "no", "0"):
+            return False
+        raise UserError(f"--param value {value!r} is not a boolean (true or false)")
+    if default is None and lowered == "none":
+        return None
+    for kind in ((type(default),) if isinstance(default, (int, float)) else (int, float)):
+        try:
+            return kind(value)
+        except ValueError:
+            if default is not None:
+                what = "an integer" if kind is int else "a number"
+                raise UserError(f"--param value {value!r} is not {what}, as the parameter's "
+                                "default is") from None
+    return value
+
+
+def check_params(sig: Signature, params: dict[str, tuple[str, ...]]) -> None:
+    """Every `--param` names a keyword the factory takes, not one stepbench passes itself."""
+    defaults = dict(sig.defaults)
+    for name, values in params.items():
+        if name in PASSED or name in DECLARABLE_AXES:
+            flag = {"batch_size": "--batch", "seq_len": "--seq", "device": "--device",
+                    "attn": "--attn", "kernels": "--kernels"}[name]
+            raise UserError(f"--param {name}: stepbench passes {name} itself; use {flag}")
+        if not sig.takes(name):
+            takes = ", ".join(sig.user_params) or "none"
+            raise UserError(f"--param {name}: {sig.model} takes no parameter {name!r} (its own "
+                            f"parameters: {takes}); fix the name or add it to the factory")
+        for value in values:
+            typed(value, defaults.get(name))

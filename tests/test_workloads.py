@@ -1,0 +1,264 @@
+"""A user's own model (`--model FILE.py:FUNCTION`, `pkg.module:FUNCTION`): what is checked before
+any process starts, and real tiny runs of the examples and of factories that fail in their
+process."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from stepbench.errors import UserError
+from stepbench.measure.models import check_models
+from stepbench.settings import RunSettings
+from stepbench.workload import spec
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+MLP = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 1))
+
+    def forward(self, x, y):
+        return nn.functional.mse_loss(self.body(x), y)
+
+
+def make(batch_size, device, width=16, fail="no"):
+    if fail == "raise":
+        raise ValueError("the factory says no")
+    model = Net(width).to(device)
+    x, y = torch.randn(batch_size, 8, device=device), torch.randn(batch_size, 1, device=device)
+    if fail == "shape":
+        model.forward = lambda x, y: (model.body(x) - y) ** 2
+    return model, lambda: (x, y)
+
+
+def no_batch(device):
+    return None
+
+
+def with_attn(batch_size, device, attn="plain"):
+    return None
+'''
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    path = tmp_path / "mlp.py"
+    path.write_text(MLP)
+    spec.signature.cache_clear()
+    return path
+
+
+def plan(**flags):
+    """The setups `stepbench run` would run for these flags (no process starts)."""
+    flags.setdefault("device", "cpu")
+    settings = RunSettings.build(flags)
+    setups = settings.resolved("cpu").plan()
+    check_models(setups)
+    return setups
+
+
+def test_a_factory_sweeps_its_own_parameters_and_holds_the_rest(mlp):
+    setups = plan(model=f"{mlp}:make", param=["width=4,8", "fail=no"], modes="eager,compile")
+    assert [(s.mode, s.params, s.seq, s.attn) for s in setups] == [
+        ("eager", "fail=no;width=4", 1, "sdpa"), ("compile", "fail=no;width=4", 1, "sdpa"),
+        ("eager", "fail=no;width=8", 1, "sdpa"), ("compile", "fail=no;width=8", 1, "sdpa")]
+    # Attention means nothing to this model: not in the name; the parameters are the identity.
+    assert setups[0].name == "eager" and setups[0].key() != setups[2].key()
+    assert "params" not in plan(model="llama-tiny")[0].to_dict()
+    # The reproduce command runs the same setup again.
+    flags = setups[3].to_flags()
+    again = dict(zip((f.lstrip("-").replace("-", "_") for f in flags[::2]), flags[1::2]))
+    again["param"], again["modes"] = [again.pop("param")], again.pop("mode", "compile")
+    assert plan(**again) == [setups[3]]
+
+
+@pytest.mark.parametrize("model, flags, message", [
+    ("missing.py:make", {}, "no such file missing.py"),
+    ("{mlp}:nothing", {}, "has no function 'nothing'; it defines: make, no_batch, with_attn"),
+    ("{mlp}:no_batch", {}, "does not take batch_size; add a `batch_size` keyword"),
+    ("{mlp}:make", {"param": ["depth=2"]}, "takes no parameter 'depth' (its own parameters: "
+                                           "width, fail)"),
+    ("{mlp}:make", {"param": ["width"]}, "--param takes NAME=V1,V2"),
+    ("{mlp}:make", {"param": ["width=a"]}, "--param value 'a' is not an integer"),
+    ("{mlp}:make", {"attn": "eager"}, "--attn does not apply to"),
+    ("{mlp}:make", {"seq": "128"}, "--seq does not apply to"),
+    ("{mlp}:make", {"parallel": "ddp", "nproc": 2}, "--parallel runs transformers models only"),
+    ("no_such_pkg_xyz.mod:make", {}, "no module 'no_such_pkg_xyz.mod' importable here"),
+    ("llama-tiny", {"param": ["width=2"]}, "--param sets a parameter of your own model's"),
+])
+def test_bad_factory_input_is_one_line_naming_the_fix(mlp, model, flags, message):
+    with pytest.raises(UserError) as err:
+        plan(model=model.format(mlp=mlp), **flags)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_syntax_error_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def make(batch_size, device):\n    return (\n\nx = 1 +\n")
+    with pytest.raises(UserError, match=rf"^{bad}:\d+: syntax error"):
+        plan(model=f"{bad}:make")
+
+
+def test_a_declared_axis_is_passed_to_the_factory(mlp):
+    setups = plan(model=f"{mlp}:with_attn", attn="eager,sdpa", modes="eager")
+    assert [s.params for s in setups] == ["attn=eager", "attn=sdpa"]
+
+
+def test_a_package_module_is_read_from_its_source(tmp_path, monkeypatch):
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(MLP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    setups = plan(model="mypkg.nets:make", param=["width=3"])
+    assert setups[0].params == "width=3"
+    assert "mypkg" in sys.modules and "mypkg.nets" not in sys.modules   # read, not run
+
+
+def test_a_python_file_without_a_function_says_how_to_name_it(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text(MLP)
+    with pytest.raises(UserError, match=r"name the function that builds the model: --model "):
+        plan(model=str(path))
+
+
+@pytest.mark.slow
+def test_the_gpt_example_runs_eager_and_compiled_and_the_loss_guard_compares_them(tmp_path):
+    out = tmp_path / "gpt.jsonl"
+    tiny = ["--param", "n_layer=2", "--param", "n_embd=32", "--param", "n_head=2",
+            "--param", "vocab_size=128"]
+    proc = run_cli("run", "--model", f"{EXAMPLES}/gpt.py:make", "--device", "cpu", "--seq", "16",
+                   "--batch", "2", "--warmup", "1", "--steps", "3", "--repeats", "1", *tiny,
+                   "--compile-cache", tmp_path / "inductor", "--out", out, "--format", "json",
+                   check_json=True)
+    eager, compiled = proc.records
+    assert [r["status"] for r in proc.records] == ["ok", "ok"], proc.stderr
+    assert eager["setup"]["params"] == "n_embd=32;n_head=2;n_layer=2;vocab_size=128"
+    assert eager["units"] == "tokens" and eager["units_per_step"] == 2 * 16
+    assert eager["tokens_per_s"] == pytest.approx(32 / (eager["step_ms"] / 1000))
+    assert eager["flops_source"] == "flop_counter" and eager["flops_per_step"] > 0
+    assert eager["flops_per_token"] is None
+    assert abs(compiled["loss_first"] - eager["loss_first"]) < 0.02 * eager["loss_first"]
+    report = json.loads(run_cli("report", out, "--format", "json").stdout)
+    assert [r["loss_guard"] for r in report["rows"]] == ["reference", "ok"]
+
+
+@pytest.mark.slow
+def test_failures_inside_the_process_are_failed_setups_with_their_traceback(mlp, tmp_path):
+    out = tmp_path / "fail.jsonl"
+    proc = run_cli("run", "--model", f"{mlp}:make", "--param", "fail=raise,shape",
+                   "--modes", "eager", "--device", "cpu", "--warmup", "1", "--steps", "2",
+                   "--repeats", "1", "--out", out, "--format", "json", check_json=True, code=1)
+    raised, shape = proc.records
+    assert raised["status"] == "error"
+    assert raised["error"].splitlines()[0] == "ValueError: the factory says no"
+    assert 'raise ValueError("the factory says no")' in raised["traceback"]
+    assert shape["status"] == "error" and "not a scalar; reduce it" in shape["error"]
+    assert "Traceback" not in proc.stderr
+    assert len(out.read_text().splitlines()) == 2
+
+
+def gpt_setup(**fields):
+    from stepbench.setup import Setup
+
+    params = "n_embd=32;n_head=2;n_layer=2;vocab_size=64"
+    return Setup(model=f"{EXAMPLES}/gpt.py:make", mode="eager", attn="sdpa", batch=2, seq=8,
+                 device="cpu", dtype="fp32", params=params, **fields)
+
+
+def test_checkpointing_wraps_the_blocks_and_trains_the_same_model():
+    # In this process: the workload is built as a setup's process builds it.
+    import torch
+
+    from stepbench.measure import step
+
+    losses = {}
+    for checkpointing in (False, True):
+        work, run, _ = step.build_workload(gpt_setup(checkpointing=checkpointing), torch.device("cpu"))
+        assert len(work.layers("test")) == 2 and type(work.layers("test")[0]).__name__ == "Block"
+        losses[checkpointing] = [run().item() for _ in range(3)]
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+
+
+def test_a_model_without_a_repeated_block_cannot_be_checkpointed(mlp):
+    import torch
+
+    from stepbench.measure import options, step
+    from stepbench.setup import Setup
+
+    setup = Setup(model=f"{mlp}:make", mode="eager", attn="sdpa", batch=2, seq=1, device="cpu",
+                  checkpointing=True)
+    with pytest.raises(options.Unsupported, match="has no repeated block; return "
+                                                  "stepbench.Workload"):
+        step.build_workload(setup, torch.device("cpu"))
+
+
+def _torchvision_works() -> bool:
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # noqa: BLE001 - a build that does not match torch fails at import
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _torchvision_works(), reason="torchvision is not installed (or does not "
+                                                     "match this torch)")
+def test_the_resnet_example_runs_and_counts_images(tmp_path):
+    proc = run_cli("run", "--model", f"{EXAMPLES}/resnet.py:make", "--device", "cpu",
+                   "--batch", "2", "--param", "image_size=32", "--param", "arch=resnet18",
+                   "--modes", "eager", "--warmup", "1", "--steps", "2", "--repeats", "1",
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+    (record,) = proc.records
+    assert record["status"] == "ok" and record["units"] == "images"
+    assert record["units_per_step"] == 2 and record["setup"]["seq"] == 1
+
+
+
+@pytest.mark.slow
+def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
+    from stepbench import api
+
+    out = tmp_path / "api.jsonl"
+    results = api.run(model=f"{mlp}:make", device="cpu", modes=["eager"], batch=[2, 3],
+                            warmup=1, steps=2, repeats=1, param={"width": 4}, out=out)
+    assert [(r["status"], r["setup"]["batch"], r["units"]) for r in results] == [
+        ("ok", 2, "samples"), ("ok", 3, "samples")]
+    assert len(out.read_text().splitlines()) == 2
+    frame = results.frame()
+    assert list(frame["setup.params"]) == ["width=4"] * 2
+    report = api.report(out)
+    assert [row["status"] for row in report["rows"]] == ["ok", "ok"]
+    with pytest.raises(UserError, match="takes no parameter 'depth'"):
+        api.run(model=f"{mlp}:make", device="cpu", param={"depth": 2}, out=out)
+
+
+def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies(mlp):
+    from stepbench.search import tune
+    from stepbench.settings import TuneSettings
+
+    settings = TuneSettings.build({"model": f"{mlp}:make", "param": "width=8", "budget": "1m",
+                                   "device": "cpu"}).resolved("cpu")
+    space, _ = tune.space_for(settings)
+    assert space["attn"] == ["sdpa"] and space["kernels"] == ["none"]
+    base = tune.start(settings, space)
+    assert (base.params, base.seq, base.mode, base.name) == ("width=8", 1, "eager", "eager")
+
+
+@pytest.mark.slow
+def test_max_batch_grows_the_factorys_batch_size(mlp, tmp_path):
+    proc = run_cli("run", "--model", f"{mlp}:make", "--device", "cpu", "--modes", "eager",
+                   "--warmup", "1", "--steps", "3", "--repeats", "1", "--max-batch",
+                   "--memory-limit-gb", "2", "--max-batch-limit", "8",
+                   "--out", tmp_path / "mb.jsonl", "--format", "json", check_json=True)
+    final = [r for r in proc.records if r["search"]["role"] == "final"]
+    assert [(r["status"], r["setup"]["batch"], r["units_per_step"]) for r in final] == [
+        ("ok", 8, 8)]
