@@ -26,6 +26,7 @@ from stepbench.report.rows import build_rows
 from stepbench.setup import Setup
 
 from conftest import DIVERGE_ENV, with_hooks
+from says import names
 
 BASE = dict(model="llama-tiny", device="cpu", batch=4, seq=32, warmup=1, steps=2)
 
@@ -157,7 +158,7 @@ def test_the_report_marks_the_departing_setup_and_never_calls_it_fastest(axes_ru
     out, by_setup = axes_run
     doc = rows_document(build_rows(ResultsFile(out).read(), {}))
     text = render(doc, "markdown")
-    assert "loss guard: eager+eager" in text and "first loss is" in text
+    assert names(text, "loss guard", "eager+eager", "first loss")
     # One departure; the other workloads' loss_guard findings say their setups agreed.
     guard = [f for _, found in doc.findings for f in found if f.kind == "loss_guard"
              and WRONG_LOSS in f.tags]

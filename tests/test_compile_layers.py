@@ -52,6 +52,7 @@ def one_step(model) -> dict:
     return compile_info.diagnostics(None, None, None, None)
 
 
+@pytest.mark.slow     # compiles a 10-layer model with dynamo (~10-30 s)
 def test_every_layer_past_dynamos_recompile_limit_is_compiled(eager_backend):
     compile_info.watch_recompile_limit()
     hits_before = compile_info.diagnostics(None, None, None, None)["recompile_limit_hits"]
@@ -63,6 +64,7 @@ def test_every_layer_past_dynamos_recompile_limit_is_compiled(eager_backend):
     assert info["recompile_limit_hits"] == hits_before and info["break_reasons"] == []
 
 
+@pytest.mark.slow     # compiles a 10-layer model with dynamo (~10-30 s)
 def test_layers_left_eager_at_the_limit_are_counted_and_said(eager_backend):
     # What per-layer compilation did before it raised the limit: the same layers, compiled one
     # by one at dynamo's default limit.

@@ -9,6 +9,7 @@ import socket
 import pytest
 
 from stepbench.cli import main
+from says import names, user_error
 
 asyncssh = pytest.importorskip("asyncssh")
 
@@ -115,7 +116,8 @@ def test_what_can_be_checked_offline_is_checked(offline, key, tmp_path, capsys, 
 
 
 def test_prices_are_asked_for_only_with_rent_prices_and_a_dry_run(key, capsys):
-    assert main(["run", "--rent", "runcrate:L40S", "--rent-key", str(key), "--rent-prices"]) == 2
-    assert "--rent-prices goes with --rent and --dry-run" in capsys.readouterr().err
-    assert main(["run", "--host", "a", "--rent-prices", "--dry-run"]) == 2
-    assert "--rent-prices goes with --rent and --dry-run" in capsys.readouterr().err
+    for args in (["--rent", "runcrate:L40S", "--rent-key", str(key), "--rent-prices"],
+                 ["--host", "a", "--rent-prices", "--dry-run"]):
+        assert main(["run", *args]) == 2
+        assert names(capsys.readouterr().err, "--rent-prices", "--rent", "--dry-run")
+        assert user_error(["run", *args]).kind == "conflict"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from says import names
 from stepbench.record import Record
 from stepbench.report.document import rows_document, run_document
 from stepbench.report.rows import build_rows
@@ -35,9 +36,12 @@ def test_failed_and_noisy_rows(h200_records):
     text = render_records(h200_records, "markdown")
     assert "| eager+eager | 4 | 2048 | OOM | - | - | - |" in text
     assert "| eager+sdpa | 4 | 2048 | 89.7*‡ |" in text
-    assert "OOM means the step did not fit in the GPU's memory." in text
-    assert "\\* step times varied by more than 5% (coefficient of variation)." in text
-    assert "‡ other processes were using the GPU." in text
+    # Each status and mark shown is explained in a line of its own (the golden files above
+    # keep the wording).
+    lines = text.splitlines()
+    assert any(line.startswith("OOM ") and "memory" in line for line in lines)
+    assert any(line.startswith("\\* ") and "5%" in line for line in lines)
+    assert any(line.startswith("‡ ") and "other processes" in line for line in lines)
 
 
 def test_graph_breaks_and_recompiles_are_marked_and_counted(h200_records):
@@ -45,8 +49,8 @@ def test_graph_breaks_and_recompiles_are_marked_and_counted(h200_records):
                                       break_reasons=["Unsupported: builtin print (x2)"])
     text = render_records(h200_records, "markdown")
     assert "| compile+sdpa | 4 | 2048 | 67.7¶ |" in text
-    assert ("¶ torch.compile split the model at graph breaks, recompiled it after the first "
-            "step, or left code eager at its recompile limit (counts in the details).") in text
+    assert any(names(line, "graph breaks", "recompile") for line in text.splitlines()
+               if line.startswith("¶ "))
     # The report's details carry the counts.
     rows = build_rows([Record.from_dict(r) for r in h200_records], {})
     details = next(t for t in rows_document(rows).tables if t.title == "Details: torch.compile")

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from conftest import SMALL, read_jsonl, run_cli
+from says import names
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -99,7 +100,7 @@ def test_table_output(tmp_path, matrix_run):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("already in the results file (ok), skipped") == 8
     lines = proc.stdout.splitlines()
-    assert "llama-tiny, bf16, on CPU" in lines[0]
+    assert names(lines[0], "llama-tiny", "bf16", "CPU")
     header = next(line for line in lines if "Setup" in line)
     assert header.split() == ["Setup", "Batch", "Seq", "Step", "(ms)", "Tokens/s", "Peak", "memory",
                               "First", "step", "(s)"]

@@ -127,22 +127,23 @@ class Axis:
             if value in self.choices and type(value) is type(self.choices[0]):
                 return value
             if self.kind is bool:
-                raise UserError(f"{name} takes off or on, got {value!r}")
+                raise UserError(f"{name} takes off or on, got {value!r}", kind="bad_value")
             raise UserError(f"unknown {what or self.noun} {value!r}"
                             + (f" in {where}" if where else "") + "; choose one of: "
-                            + ", ".join(map(str, self.choices)))
+                            + ", ".join(map(str, self.choices)), kind="unknown_value")
         if self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int) or \
                     (self.least is not None and value < self.least):
                 least = f" >= {self.least:g}" if self.least is not None else ""
-                raise UserError(f"{name} must be an integer{least}, got {value!r}")
+                raise UserError(f"{name} must be an integer{least}, got {value!r}",
+                                kind="bad_value")
         elif self.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise UserError(f"{name} must be a number, got {value!r}")
+                raise UserError(f"{name} must be a number, got {value!r}", kind="bad_value")
             if self.least is not None and not value > self.least:
-                raise UserError(f"{name} must be > {self.least:g}, got {value:g}")
+                raise UserError(f"{name} must be > {self.least:g}, got {value:g}", kind="bad_value")
         elif not isinstance(value, self.kind) or (self.kind is str and not value):
-            raise UserError(f"{name} takes a {self.kind.__name__}, got {value!r}")
+            raise UserError(f"{name} takes a {self.kind.__name__}, got {value!r}", kind="bad_value")
         return value
 
     @property
@@ -162,14 +163,15 @@ class Axis:
             if self.kind is bool:
                 value = item if isinstance(item, bool) else SWITCHES.get(str(item).strip().lower())
                 if value is None:
-                    raise UserError(f"{name} takes a comma list of off and on, got {item!r}")
+                    raise UserError(f"{name} takes a comma list of off and on, got {item!r}",
+                                    kind="bad_value")
             elif self.kind in (int, float) and not isinstance(item, (int, float)):
                 try:
                     value = self.kind(str(item).strip())
                 except ValueError:
                     raise UserError(f"{name} needs comma-separated "
                                     f"{'integers' if self.kind is int else 'numbers'}, got "
-                                    f"{text!r}") from None
+                                    f"{text!r}", kind="bad_value") from None
             else:
                 value = item
             values.append(self.check(value, where=where))
@@ -204,7 +206,8 @@ SWITCHES = {"on": True, "off": False, "true": True, "false": False, "yes": True,
 def _split(where: str, text: str) -> list[str]:
     items = [item.strip() for item in text.split(",")]
     if any(not item for item in items):
-        raise UserError(f"{where} needs a comma-separated list without empty items, got {text!r}")
+        raise UserError(f"{where} needs a comma-separated list without empty items, got {text!r}",
+                        kind="bad_list")
     return items
 
 

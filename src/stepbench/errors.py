@@ -15,7 +15,30 @@ from pathlib import Path
 
 
 class UserError(Exception):
-    """Bad input. The message names the fix, e.g. "unknown attention 'sdp'; choose one of: ..."."""
+    """Bad input. The message names the fix, e.g. "unknown attention 'sdp'; choose one of: ...".
+
+    `kind` says which family of mistake it is, for code and tests that must not depend on the
+    wording (one of KINDS, or None where no family was named); users never see it."""
+
+    kind: str | None = None
+
+    def __init__(self, message: str = "", *, kind: str | None = None):
+        super().__init__(message)
+        if kind is not None:
+            if kind not in KINDS:
+                raise ValueError(f"unknown UserError kind {kind!r}; choose one of: "
+                                 + ", ".join(KINDS))
+            self.kind = kind
+
+
+# The families of bad input, by what the user must fix.
+KINDS = (
+    "unknown_value",   # a name not among the valid ones (the message lists them)
+    "bad_value",       # a value of the wrong type or out of range ("must be an integer >= 1")
+    "bad_list",        # a comma list that cannot be split or read ("without empty items")
+    "conflict",        # settings that cannot go together ("drop --host ... (or --ray)")
+    "results_file",    # the results file cannot be written or appended to
+)
 
 
 def first_line(text: str | None, limit: int = 200, last: bool = False) -> str:

@@ -87,7 +87,8 @@ def read_plan(path: Path, command: type = RunSettings) -> Plan:
             else:
                 valid = ", ".join(dict.fromkeys(k for k in [*AXES, *SETTINGS]
                                                 if k == getattr(AXES.get(k), "key", k)))
-                raise UserError(f"plan {path}: unknown key {raw_key!r}; choose one of: {valid}")
+                raise UserError(f"plan {path}: unknown key {raw_key!r}; choose one of: {valid}",
+                                kind="unknown_value")
     if "model" in settings and not Path(settings["model"]).is_absolute():
         beside = path.parent / settings["model"]
         if beside.exists():     # a config path is read relative to the plan that names it
@@ -100,7 +101,7 @@ def _axis(path: Path, key: str, value) -> str:
     if not values or not all(isinstance(v, (str, int, bool)) and not isinstance(v, float)
                              for v in values):
         raise UserError(f"plan {path}: {key} must be a non-empty list of names or integers, "
-                        f"got {value!r}")
+                        f"got {value!r}", kind="bad_value")
     return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
 
 
@@ -111,5 +112,5 @@ def _setting(path: Path, key: str, value, kind):
     if not ok:
         what = {str: "a string", int: "an integer", float: "a number",
                 bool: "true or false"}[kind]
-        raise UserError(f"plan {path}: {key} must be {what}, got {value!r}")
+        raise UserError(f"plan {path}: {key} must be {what}, got {value!r}", kind="bad_value")
     return value

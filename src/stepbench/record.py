@@ -279,6 +279,7 @@ class ResultsFileError(UserError):
     command was fine, its results could not be kept."""
 
     exit_code = 1
+    kind = "results_file"
 
 
 # ---------------------------------------------------------------- the JSON Lines store

@@ -33,7 +33,8 @@ def render(doc: Document, fmt: str) -> str:
         return render_json(doc)
     if fmt == "html":
         return render_html(doc)
-    raise UserError(f"unknown format '{fmt}'; choose one of: {', '.join(FORMATS)}")
+    raise UserError(f"unknown format '{fmt}'; choose one of: {', '.join(FORMATS)}",
+                    kind="unknown_value")
 
 
 def write_output(text: str, path: Path) -> None:

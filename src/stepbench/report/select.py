@@ -62,7 +62,8 @@ class Filters:
 def _split(flag: str, given) -> tuple[str, ...]:
     values = [v.strip() for text in (given or ()) for v in str(text).split(",")]
     if any(not v for v in values):
-        raise UserError(f"{flag} needs names or globs, comma-separated, without empty items")
+        raise UserError(f"{flag} needs names or globs, comma-separated, without empty items",
+                        kind="bad_list")
     return tuple(dict.fromkeys(values))
 
 

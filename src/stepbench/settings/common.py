@@ -54,13 +54,13 @@ GROUPS = {
 def _ray_address(value: str, name: str) -> None:
     if not value.strip() or any(c.isspace() for c in value):
         raise UserError(f"{name} takes the Jobs API address (http://HEAD:8265), auto or local, "
-                        f"got {value!r}")
+                        f"got {value!r}", kind="bad_value")
 
 
 def _partition(value: str, name: str) -> None:
     if value and (value.startswith("-") or any(c.isspace() or c == "," for c in value)):
         raise UserError(f"{name} takes one partition's name (or none, for the default one), "
-                        f"got {value!r}")
+                        f"got {value!r}", kind="bad_value")
 
 
 def frozen(values: Mapping) -> Mapping:

@@ -103,13 +103,16 @@ class Setting:
         if value is None and not self.required:
             return None
         if value is not None and self.choices and value not in self.choices:
-            raise UserError(f"{name} takes one of {', '.join(self.choices)}, got {value!r}")
+            raise UserError(f"{name} takes one of {', '.join(self.choices)}, got {value!r}",
+                            kind="unknown_value")
         if value is not None and self.least is not None:
             if self.kind is int and value < self.least:
-                raise UserError(f"{name} must be an integer >= {self.least:g}, got {value}")
+                raise UserError(f"{name} must be an integer >= {self.least:g}, got {value}",
+                                kind="bad_value")
             if self.kind is float and not value > self.least:
                 unit = f" {self.unit}" if self.unit else ""
-                raise UserError(f"{name} must be > {self.least:g}{unit}, got {value:g}")
+                raise UserError(f"{name} must be > {self.least:g}{unit}, got {value:g}",
+                                kind="bad_value")
         if self.check is not None and value is not None:
             self.check(value, name)
         value = _coerce(self, value)
@@ -278,19 +281,19 @@ def check_backends(settings) -> None:
     clusters = [s for s, b in chosen if b.cluster]
     if len(clusters) > 1:
         raise UserError(f"{_and([s.flag_name for s in clusters])} each name the cluster that "
-                        "runs the setups; pass one of them")
+                        "runs the setups; pass one of them", kind="conflict")
     names = {b.name for _, b in chosen}
     for s in everything:
         if s.needs and value_at(settings, s) is not None and not names & set(s.needs):
             usages = [b.usage for b in dict.fromkeys(
                 x.backend for x in everything if x.backend and x.backend.name in s.needs)]
             raise UserError(f"{s.flag_name} {s.needs_why}; add {' or '.join(usages)} (or drop "
-                            f"{s.flag_name})")
+                            f"{s.flag_name})", kind="conflict")
     if clusters and len(chosen) > 1:
         flag, engine = clusters[0].flag_name, next(b for _, b in chosen if b.cluster)
         others = [s.flag_name for s in everything if s.backend and not s.backend.cluster]
         raise UserError(f"{flag} runs the setups on a {engine.title} cluster; drop "
-                        f"{_and(others)} (or {flag})")
+                        f"{_and(others)} (or {flag})", kind="conflict")
 
 
 def _and(items: list[str]) -> str:
@@ -301,7 +304,7 @@ def between(least: int, most: int) -> Callable[[Any, str], None]:
     """A check: an integer from `least` to `most`."""
     def check(value, name: str) -> None:
         if not least <= value <= most:
-            raise UserError(f"{name} must be from {least} to {most}, got {value}")
+            raise UserError(f"{name} must be from {least} to {most}, got {value}", kind="bad_value")
     return check
 
 

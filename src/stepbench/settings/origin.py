@@ -43,10 +43,11 @@ class Origin:
                                         else f" in plan {self.plan}")
         return key.replace("_", "-") if about in self.spelled else flag
 
-    def error(self, about: str, message: str) -> UserError:
-        """A UserError about the value of `about`, headed by the plan's name when the plan
-        gave that value."""
-        return UserError(f"plan {self.plan}: {message}" if about in self.spelled else message)
+    def error(self, about: str, message: str, kind: str | None = None) -> UserError:
+        """A UserError (of `kind`) about the value of `about`, headed by the plan's name when
+        the plan gave that value."""
+        return UserError(f"plan {self.plan}: {message}" if about in self.spelled else message,
+                         kind=kind)
 
     @contextmanager
     def checking(self, key: str):
@@ -57,7 +58,7 @@ class Origin:
         except UserError as exc:
             if key not in self.spelled:
                 raise
-            raise UserError(f"plan {self.plan}: {exc}") from None
+            raise UserError(f"plan {self.plan}: {exc}", kind=exc.kind) from None
 
 
 def writable_folder(path: Path, flag: str, make: bool = False) -> Path:

@@ -251,13 +251,14 @@ class RunSettings(Common):
             raise o.error("compile_scope", f"{scope} {','.join(v['compile_scope'])} needs "
                                            "torch.compile; eager mode compiles nothing: add "
                                            f"compile to {o.name('modes', 'compile_scope')} or "
-                                           f"drop {scope}")
+                                           f"drop {scope}", kind="conflict")
         if v["parallel"] == ("none",) and (v["nproc"] != 1 or v["nnodes"] != 1):
             about = "nproc" if v["nproc"] != 1 else "nnodes"
             parallel = o.name("parallel", about)
             raise o.error(about, f"{o.name('nproc', about)} {v['nproc']} "
                                  f"{o.name('nnodes', about)} {v['nnodes']} needs a way to "
-                                 f"spread the step: add {parallel} ddp or {parallel} fsdp2")
+                                 f"spread the step: add {parallel} ddp or {parallel} fsdp2",
+                          kind="conflict")
         self._check_fsdp2()
         if self.workload_dir is not None:
             from stepbench.workload.checks import check_workload_dir
@@ -267,13 +268,14 @@ class RunSettings(Common):
         check_backends(self)
         if self.cluster is not None and (rank is not None or self.rdzv_endpoint):
             raise UserError(f"{self.cluster} places a job's nodes itself; drop --node-rank and "
-                            "--rdzv-endpoint")
+                            "--rdzv-endpoint", kind="conflict")
         if nnodes > 1 and self.cluster is None and (rank is None or not self.rdzv_endpoint):
             raise o.error("nnodes", f"{o.name('nnodes')} {nnodes} needs --node-rank (0 on the "
                                     "host given as the endpoint) and --rdzv-endpoint HOST:PORT "
-                                    "of node 0, on every host")
+                                    "of node 0, on every host", kind="conflict")
         if nnodes > 1 and self.cluster is None and not 0 <= rank < nnodes:
-            raise UserError(f"--node-rank must be from 0 to {nnodes - 1}, got {rank}")
+            raise UserError(f"--node-rank must be from 0 to {nnodes - 1}, got {rank}",
+                            kind="bad_value")
         if nnodes == 1 and rank not in (None, 0):
             spelled = o.where("nnodes")
             raise UserError("--node-rank needs " + (f"{spelled} = 2 or more in plan {o.plan}"
@@ -282,11 +284,11 @@ class RunSettings(Common):
                                 or v["parallel"] != ("none",)):
             raise UserError("--host and --rent run one setup at a time on each machine's first "
                             "GPU; drop --gpus, --nproc, --nnodes and --parallel, or run "
-                            "stepbench on the machine itself")
+                            "stepbench on the machine itself", kind="conflict")
         if self.rent.prices and not (self.rent.specs and self.dry_run):
             raise UserError("--rent-prices goes with --rent and --dry-run: it asks the providers "
                             "for today's prices without renting (a run looks them up itself "
-                            "before it creates anything)")
+                            "before it creates anything)", kind="conflict")
         if self.compile_cache is not None and not self.remote_run and self.ray is None:
             # Here (or on the filesystem this shares with a Slurm cluster's nodes), not a host's
             # or a Ray cluster's folder (made there): checked, not yet made.
@@ -294,14 +296,14 @@ class RunSettings(Common):
                 writable_folder(self.compile_cache, self.origin.name("compile_cache"))
         if self.profile is not None and (self.remote_run or self.cluster is not None):
             raise UserError("--profile writes its traces on this machine; drop it, or run "
-                            "stepbench on the machine that runs the setups")
+                            "stepbench on the machine that runs the setups", kind="conflict")
         if self.profile is not None:
             with self.origin.checking("profile"):
                 writable_folder(self.profile, self.origin.name("profile"))
         if self.max_batch is not None and self.remote_run:
             raise UserError("--max-batch runs its probes on this machine; drop --host, "
                             "--hosts-file and --rent, or run `stepbench run --max-batch` on the "
-                            "host itself")
+                            "host itself", kind="conflict")
 
     def _check_fsdp2(self) -> None:
         """FSDP2's wrapping choices need fsdp2 setups; its mixed precision needs them alone."""
@@ -310,13 +312,15 @@ class RunSettings(Common):
         if "mixed-bf16" in v["dtype"] and set(v["parallel"]) != {"fsdp2"}:
             raise o.error("precision", f"{o.name('precision')} mixed-bf16 is FSDP2's mixed "
                                        f"precision: it needs {parallel} fsdp2 alone (measure the "
-                                       "one-GPU baseline, bf16, in a run of its own)")
+                                       "one-GPU baseline, bf16, in a run of its own)",
+                          kind="conflict")
         if "fsdp2" in v["parallel"]:
             return
         for key in ("fsdp_reshard", "fsdp_unit", "fsdp_prefetch", "fsdp_optimizer"):
             if tuple(v[key]) != by_key(key).default:
                 raise o.error(key, f"{o.name(key)} is a choice of FSDP2's wrapping: add "
-                                   f"{o.name('parallel', key)} fsdp2 or drop {o.name(key)}")
+                                   f"{o.name('parallel', key)} fsdp2 or drop {o.name(key)}",
+                              kind="conflict")
 
 
 def axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):

@@ -29,9 +29,12 @@ class Measurements:
         self._verdicts: dict | None = None
         self._table: GainTable | None = None
         self._compared: dict = {}
+        # setup -> its records: the search asks for a setup's processes thousands of times.
+        self._processes: dict[Setup, list[Record]] = {}
 
     def add(self, stage: str, record: Record) -> None:
         self.tried.append(Tried(stage, record))
+        self._processes.setdefault(record.setup, []).append(record)
         if record.status == "oom":
             family = record.setup.replace(batch=1).key()
             self.oom[family] = min(self.oom.get(family, BATCH_LIMIT + 1), record.setup.batch)
@@ -42,8 +45,7 @@ class Measurements:
         return [t.record for t in self.tried]
 
     def processes(self, setup: Setup) -> list[Record]:
-        return sorted((t.record for t in self.tried if t.record.setup == setup),
-                      key=lambda r: r.repeat)
+        return sorted(self._processes.get(setup, ()), key=lambda r: r.repeat)
 
     def measured(self) -> list[Setup]:
         """Every setup measured, in the order first measured."""

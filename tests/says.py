@@ -1,0 +1,29 @@
+"""Asserting on what a message must name (the flag, the file, the value) and on its kind, not
+on its wording: a reworded message keeps these tests green. Each family's exact wording is
+pinned once, in its golden test (test_cli_errors.py's GOLDEN, test_report_wording.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stepbench.cli import build_parser
+from stepbench.errors import UserError
+
+
+def missing(text: str, *tokens: str) -> list[str]:
+    """The tokens `text` does not contain; [] when it names them all."""
+    return [token for token in tokens if token not in text]
+
+
+def names(text: str, *tokens: str) -> bool:
+    """Whether `text` contains every one of `tokens` (a flag, a path, a value, a number)."""
+    return not missing(text, *tokens)
+
+
+def user_error(argv: list[str]) -> UserError:
+    """The UserError that `stepbench ARGV` stops with, raised from its handler (cli.main turns
+    it into its one line and exit code): its `kind` and text, for the test to check."""
+    args = build_parser().parse_args(argv)
+    with pytest.raises(UserError) as caught:
+        args.handler(args)
+    return caught.value
