@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from stepbench import noise, stats
+from stepbench import hierarchical, noise, stats
 
 # Real per-step times of one eager+sdpa and one compile+sdpa process on an H200
 # (/work/shared/anchors/h200-variance-2026-11-30.jsonl, first 20 steps of each).
@@ -266,10 +266,10 @@ def test_mann_whitney_is_scipys():
 
 def _direct(a, b):
     """compare_processes' resamples drawn one comparison at a time, as before they were
-    shared (stats._resampled_means)."""
+    shared (hierarchical._resampled_means)."""
     rng = np.random.default_rng(stats.SEED)
     a, b = [np.asarray(p, float) for p in a], [np.asarray(p, float) for p in b]
-    return stats._resampled_means(a, stats.N_BOOT, rng) / stats._resampled_means(b, stats.N_BOOT,
+    return hierarchical._resampled_means(a, stats.N_BOOT, rng) / hierarchical._resampled_means(b, stats.N_BOOT,
                                                                                rng)
 
 
@@ -280,7 +280,7 @@ def test_shared_resampling_weights_give_the_direct_resamples(sizes, shift):
     rng = np.random.default_rng(len(sizes[0]) * 100 + sizes[1][0])
     a = [rng.normal(100, 4, n) for n in sizes[0]]
     b = [rng.normal(100 * shift, 4, n) for n in sizes[1]]
-    boot, ends = stats._hierarchical_ratios(
+    boot, ends = hierarchical._hierarchical_ratios(
         [np.asarray(p) for p in a], [np.asarray(p) for p in b], stats.N_BOOT, stats.SEED,
         [0.025, 0.975])
     direct = _direct(a, b)
@@ -299,11 +299,11 @@ def test_resamples_at_a_tie_are_the_direct_ones_to_the_bit(a, b):
     """Step times rounded to 0.01 ms give resampled means exactly equal on both sides: a sum
     in another order would put such a ratio a bit off 1 and move the p-value. Those
     resamples are taken from the draws as the direct resampling adds them."""
-    boot, ends = stats._hierarchical_ratios([np.asarray(p) for p in a],
+    boot, ends = hierarchical._hierarchical_ratios([np.asarray(p) for p in a],
                                             [np.asarray(p) for p in b], stats.N_BOOT,
                                             stats.SEED, [0.025, 0.975])
     direct = _direct(a, b)
-    tied = np.abs(direct - 1.0) <= stats._TIE
+    tied = np.abs(direct - 1.0) <= hierarchical._TIE
     assert np.count_nonzero(direct == 1.0) > 0
     assert np.array_equal(boot[tied], direct[tied])
     assert np.count_nonzero(boot == 1.0) == np.count_nonzero(direct == 1.0)
