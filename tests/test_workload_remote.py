@@ -221,6 +221,34 @@ def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path):
     assert (unpacked / "proj" / "nets" / "helper.py").exists()
 
 
+@pytest.mark.slow
+def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path):
+    # A rented machine is an SSH host (the stand-in's instances are tests/sshd.py's server).
+    pytest.importorskip("runcrate")
+    from runcrate_standin import StandIn
+
+    run = project(tmp_path)
+    (run.parent / "proj" / "nets" / "mlp.py").write_text(   # the file alone: no helper beside it
+        FACTORY.replace("from helper import WIDTH", "WIDTH = 16").format(
+            origin=str((tmp_path / "proj").resolve())))
+    api = StandIn(sshd.port)
+    try:
+        key = "rc_live_" + "T0pS3cret" * 4
+        proc = subprocess.run(
+            [sys.executable, "-m", "stepbench", "run", "--rent", "runcrate:L40S", "--rent-key",
+             str(sshd.folder / "user_key"), "--remote-python", sys.executable, "--remote-dir",
+             str(tmp_path / "remote"), "--model", MODEL, *TINY, "--out", str(tmp_path / "r.jsonl"),
+             "--format", "json"],
+            cwd=run, capture_output=True, text=True, timeout=600,
+            env=_env(RUNCRATE_API_KEY=key, RUNCRATE_BASE_URL=api.url))
+        assert proc.returncode == 0, proc.stderr
+        record = _ok(json.loads(proc.stdout))
+        assert record["host"] == "runcrate:L40S" and api.live() == []
+        assert "runcrate:L40S: carries ../proj/nets/mlp.py (1 file" in proc.stderr
+    finally:
+        api.stop()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     from raynet import RayCluster, unavailable
