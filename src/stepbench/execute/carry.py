@@ -110,7 +110,7 @@ def gather(models, workload_dir=None, what: str = "the remote machines") -> Carr
             sources.setdefault(os.path.normpath(file), here / file)
     depth = max(_climbs(given) for given in sources)
     cwd = PurePosixPath(*([CWD] * depth)) if depth else PurePosixPath(".")
-    out: dict[str, bytes] = {}
+    chosen: dict[str, Path] = {}        # the path below the root -> the file here
     for given, path in sources.items():
         target = PurePosixPath(os.path.normpath(str(cwd / PurePosixPath(Path(given).as_posix()))))
         if path.is_dir():
@@ -119,15 +119,16 @@ def gather(models, workload_dir=None, what: str = "the remote machines") -> Carr
                 if inner.is_file() and not any(p in SKIP_DIRS or p.startswith(".")
                                                for p in relative.parts[:-1]) \
                         and inner.suffix != ".pyc":
-                    out[str(target / relative.as_posix())] = inner.read_bytes()
+                    chosen[str(target / relative.as_posix())] = inner
         else:
-            out[str(target)] = path.read_bytes()
-    found = Carried(out, str(cwd), tuple(sources))
-    if found.size > LIMIT_BYTES:
-        raise UserError(f"{', '.join(sources)} holds {found.size / 2**20:.0f} MiB; a job "
+            chosen[str(target)] = path
+    size = sum(path.stat().st_size for path in chosen.values())
+    if size > LIMIT_BYTES:      # said before anything is read
+        raise UserError(f"{', '.join(sources)} holds {size / 2**20:.0f} MiB; a job "
                         f"carries at most {LIMIT_BYTES // 2**20} MiB to {what}: pass a "
                         "--workload-dir with the code alone")
-    return found
+    return Carried({name: path.read_bytes() for name, path in chosen.items()}, str(cwd),
+                   tuple(sources))
 
 
 def _holds(folder: Path, file: str) -> bool:
