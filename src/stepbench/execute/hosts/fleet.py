@@ -59,9 +59,17 @@ def check_hosts(settings: RunSettings) -> list:
     asyncssh, before anything else is done."""
     from stepbench.execute.hosts.ssh import parse_host, require_asyncssh
 
+    from stepbench.execute.carry import carried
+
     specs = [parse_host(name) for name in settings.remote.hosts]
     require_asyncssh()
+    carried(settings, _where(settings))     # a factory file that cannot travel: refused now
     return specs
+
+
+def _where(settings: RunSettings) -> str:
+    return "rented machines" if settings.rent.specs and not settings.remote.hosts \
+        else "SSH hosts"
 
 
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile,
@@ -73,6 +81,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns
     or raises."""
     from stepbench.execute import bundle
+    from stepbench.execute.carry import carried
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, least_processes, new_run_id, stop_signals
     from stepbench.execute.hosts.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
@@ -82,6 +91,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
 
     options = settings.remote
     models = model_copies(settings.values["model"])
+    workload = carried(settings, _where(settings))
     wheel = bundle.build()
     run_id = new_run_id()
     loop = loop or EventLoop()
@@ -103,12 +113,15 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             view.note("connecting")
             host.connect()
             view.note("preparing (installs stepbench there once per version)")
-            info = host.prepare(wheel, models, settings.device, settings.compile_cache)
+            info = host.prepare(wheel, models, settings.device, settings.compile_cache,
+                                workload)
             probe = info["probe"]
             device = probe["device"]
             where = "the CPU" if device == "cpu" else probe["gpu"]
             view.note(f"runs on {where}, torch {probe['software'].get('torch')}"
                       + (f" (installed stepbench into {info['env']})" if info["installed"] else ""))
+            if workload is not None:
+                view.note(f"{workload.describe()}, its setups run in {info['workload_cwd']}")
             there = settings.resolved(device)
             plan = there.plan()
             check_models(plan)

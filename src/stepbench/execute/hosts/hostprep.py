@@ -7,7 +7,8 @@ torch above all: `--system-site-packages`, plus the site folders of a Python tha
 venv or conda env), named by the wheel's hash and the Python, once: later runs of the same
 stepbench reuse it. A lock file keeps two runs (or two host aliases of one machine, or hosts
 sharing a home folder) from building the same environment at once. Then it writes the model
-configs it was given, makes this run's work folder and prints, as one JSON line, where
+configs it was given and the user's workload files (a tar after the wheel on stdin, under
+workloads/SHA/), makes this run's work folder and prints, as one JSON line, where
 everything is and what the probe (`stepbench.execute.hosts.hostside probe`) found there.
 Any failure is one JSON line {"error": "..."} that names the fix.
 """
@@ -32,16 +33,19 @@ class Failed(Exception):
 
 def main(argv):
     args = json.loads(argv[0])
-    wheel = sys.stdin.buffer.read()
+    data = sys.stdin.buffer.read()
+    # After the wheel, a user's workload files as a tar, where a factory file travels.
+    size = args.get("wheel_size", len(data))
+    wheel, workload = data[:size], data[size:]
     try:
-        print(json.dumps(prepare(args, wheel)))
+        print(json.dumps(prepare(args, wheel, workload)))
     except Failed as exc:
         print(json.dumps({"error": str(exc)}))
         return 1
     return 0
 
 
-def prepare(args, wheel):
+def prepare(args, wheel, workload=b""):
     if sys.version_info < MIN_PYTHON:
         raise Failed(f"{sys.executable} is Python {sys.version.split()[0]}; stepbench needs "
                      f"{'.'.join(map(str, MIN_PYTHON))} or newer: pass --remote-python PATH")
@@ -66,6 +70,8 @@ def prepare(args, wheel):
             with open(path, "w") as f:
                 f.write(model["text"])
             models[model["local"]] = path
+        carried = args.get("workload")
+        workload_cwd = unpack(base, carried, workload) if carried else None
         os.makedirs(os.path.join(base, "runs"), exist_ok=True)
         workdir = tempfile.mkdtemp(prefix="run-", dir=os.path.join(base, "runs"))
     except OSError as exc:
@@ -76,8 +82,37 @@ def prepare(args, wheel):
     probe = run([python, "-m", "stepbench.execute.hosts.hostside", "probe", args["device"]],
                 "the probe of torch and the GPU")
     return {"python": python, "env": env, "installed": installed, "workdir": workdir,
-            "models": models, "probe": json.loads(probe.splitlines()[-1]),
+            "models": models, "workload_cwd": workload_cwd,
+            "probe": json.loads(probe.splitlines()[-1]),
             "compile_cache": os.path.abspath(os.path.expanduser(cache)) if cache else None}
+
+
+def unpack(base, carried, data):
+    """The workload's files (a tar) under workloads/SHA/, once per content; the folder its
+    setups run in."""
+    import io
+    import tarfile
+
+    root = os.path.join(base, "workloads", carried["sha"])
+    if not os.path.isdir(root):
+        os.makedirs(os.path.dirname(root), exist_ok=True)
+        part = tempfile.mkdtemp(prefix=carried["sha"] + "-", dir=os.path.dirname(root))
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar.getmembers():
+                name = os.path.normpath(member.name)
+                if not member.isfile() or name.startswith("..") or os.path.isabs(name):
+                    raise Failed(f"the workload's archive holds {member.name!r}; run again")
+                target = os.path.join(part, name)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "wb") as f:
+                    f.write(tar.extractfile(member).read())
+        try:
+            os.rename(part, root)
+        except OSError:             # another run unpacked the same files meanwhile
+            shutil.rmtree(part, ignore_errors=True)
+    cwd = os.path.normpath(os.path.join(root, carried["cwd"]))
+    os.makedirs(cwd, exist_ok=True)
+    return cwd
 
 
 def install(env, wheel, wheel_name, requires):

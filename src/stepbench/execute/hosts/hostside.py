@@ -24,7 +24,7 @@ torchrun job), the ranks' state files are written there and sent back on one lin
 {"event": "ranks", "states": [...]} before the exit line. `Lines` reads that output on the
 other side.
 
-`python -m stepbench.execute.hosts.hostside serve PATH PRELOAD` is that server for one run
+`python -m stepbench.execute.hosts.hostside serve PATH PRELOAD [CWD]` is that server for one run
 (execute/local/serving.py `serve_at`): it listens at PATH, prints one "ready" JSON line, and ends (its
 children with it) when its stdin ends: when the SSH channel that started it closes.
 """
@@ -174,6 +174,9 @@ def _raise_stop(signum, frame):
 
 
 def run(spec: dict) -> int:
+    if spec.get("cwd"):     # relative: to where this runs (a Ray job's working_dir)
+        spec = dict(spec, cwd=os.path.abspath(spec["cwd"]))
+        os.makedirs(spec["cwd"], exist_ok=True)     # an empty folder may not travel
     for folder in spec.get("dirs", []):
         os.makedirs(folder, exist_ok=True)
     env = dict(os.environ, **spec.get("env", {}))
@@ -273,10 +276,17 @@ def _forked(spec: dict, env: dict, own=None):
         return None
 
 
-def serve(path: str, preload: str) -> NoReturn:
+def serve(path: str, preload: str, cwd: str | None = None) -> NoReturn:
     """This host's process server for one run, listening at `path` (execute/local/serving.py);
-    this process ends once it has ended what it forked (serving.ended)."""
+    this process ends once it has ended what it forked (serving.ended). `cwd`: the folder it
+    runs in (a user's workload files, which its preload imports from there, as the setups'
+    processes it forks do), first on sys.path as `python -m` puts the folder it starts in."""
     from stepbench.execute.local.serving import ended, serve_at
+
+    if cwd:
+        started = os.getcwd()
+        os.chdir(cwd)
+        sys.path = [os.getcwd() if p in (started, "") else p for p in sys.path]
 
     ended(lambda: serve_at(path, json.loads(preload)))
 
@@ -324,10 +334,10 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["run"] and len(argv) == 2:
         return run(json.loads(argv[1]))
-    if argv[:1] == ["serve"] and len(argv) == 3:
-        serve(argv[1], argv[2])
+    if argv[:1] == ["serve"] and len(argv) in (3, 4):
+        serve(*argv[1:])
     print("usage: python -m stepbench.execute.hosts.hostside probe DEVICE | run SPEC | serve PATH "
-          "PRELOAD", file=sys.stderr)
+          "PRELOAD [CWD]", file=sys.stderr)
     return 2
 
 

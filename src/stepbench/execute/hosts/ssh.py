@@ -163,16 +163,21 @@ class SSHExecutor(Executor):
         self.loop.call(self._until_stopped(self._connect()))
 
     def prepare(self, wheel, models: list[dict], device: str,
-                compile_cache: Path | None = None) -> dict:
-        """Install stepbench there (once per version), copy the model configs, probe the device;
-        `compile_cache`: a folder there shared by every compiled setup (--compile-cache)."""
+                compile_cache: Path | None = None, workload=None) -> dict:
+        """Install stepbench there (once per version), copy the model configs and a user's
+        workload files (`workload`, execute/carry.py: its setups then run in that folder there),
+        probe the device; `compile_cache`: a folder there shared by every compiled setup
+        (--compile-cache)."""
         args = {"dir": self.options.dir, "version": __version__, "wheel_name": wheel.filename,
                 "requires": list(wheel.requires), "models": models, "device": device,
-                "compile_cache": str(compile_cache) if compile_cache else None}
+                "compile_cache": str(compile_cache) if compile_cache else None,
+                "wheel_size": len(wheel.data),
+                "workload": {"sha": workload.sha, "cwd": workload.cwd} if workload else None}
+        data = wheel.data + (workload.archive() if workload else b"")
         source = Path(hostprep.__file__).read_text()
         command = quote_command([self.options.python, "-c", source, json.dumps(args)],
                                 self.options.setup)
-        result = self.loop.call(self._until_stopped(self._prepare(command, wheel.data)))
+        result = self.loop.call(self._until_stopped(self._prepare(command, data)))
         probe = result.get("probe") or {}
         if probe.get("error"):
             raise HostError(probe["error"])
@@ -195,7 +200,9 @@ class SSHExecutor(Executor):
 
         path = f"{self.info['workdir']}/server.sock"
         command = quote_command(hostside.command(self.info["python"], "serve", path,
-                                                 json.dumps(preload)), self.options.setup)
+                                                 json.dumps(preload),
+                                                 *filter(None, [self.info.get("workload_cwd")])),
+                                self.options.setup)
         proc = await self._conn.create_process(command, encoding=None)
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), READY_TIMEOUT_S)
@@ -335,6 +342,12 @@ class SSHExecutor(Executor):
         """A setup's process on the host (`payload`: the job with the host's model paths)."""
         return worker_command(self.info["python"], job, payload=payload)
 
+    @property
+    def cwd(self) -> str:
+        """Where a setup's process runs there: the user's workload folder where one travelled
+        (its `model` path resolves there as here), else the run's work folder."""
+        return self.info.get("workload_cwd") or self.info["workdir"]
+
     def _cache_for(self, setup: Setup) -> tuple[str, str]:
         if self.info.get("compile_cache"):
             return self.info["compile_cache"], "shared"
@@ -383,7 +396,7 @@ class SSHExecutor(Executor):
         server, where it runs); `lines` takes each stdout line as it comes."""
         asyncssh = require_asyncssh()
         end = _Exit()
-        spec = {"argv": argv, "env": env, "dirs": dirs, "cwd": self.info["workdir"]}
+        spec = {"argv": argv, "env": env, "dirs": dirs, "cwd": self.cwd}
         if payload is not None and self._server_path:
             spec.update(server=self._server_path, payload=payload)
         command = quote_command(hostside.command(self.info["python"], "run", json.dumps(spec)),

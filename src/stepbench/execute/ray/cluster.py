@@ -164,9 +164,10 @@ def require() -> None:
 
 
 def precheck(settings) -> None:
-    """Before anything is made: a model config file (the nodes have none), `auto` without
+    """Before anything is made: a model config file (the nodes have none), a factory file
+    that cannot travel, `auto` without
     RAY_ADDRESS."""
-    check_model_files(settings.values["model"])
+    check_model_files(settings.values["model"], getattr(settings, "workload_dir", None))
     if settings.ray != "local":
         jobs_address(settings.ray)
 
@@ -176,12 +177,17 @@ def open_cluster(settings, note) -> Cluster:
 
 
 
-def check_model_files(model) -> None:
-    """A model given as a config file is on this machine only: refused up front."""
+def check_model_files(model, workload_dir=None) -> None:
+    """A model given as a config file is on this machine only: refused up front. A factory
+    travels (a file as the jobs' working_dir, execute/carry.py; a package.module as installed
+    on the nodes); one given by an absolute path is refused by carry.gather."""
+    from stepbench.execute.carry import gather
     from stepbench.measure.models import PRESETS
+    from stepbench.workload.loader import is_factory
 
+    gather(model, workload_dir, "the Ray cluster")
     for name in (model if isinstance(model, (tuple, list)) else [model]):
-        if name is not None and name not in PRESETS:
+        if name is not None and name not in PRESETS and not is_factory(name):
             raise UserError(f"--model {name}: a config file stays on this machine, and --ray "
                             "runs the setups on the cluster's nodes; pass a preset ("
                             + ", ".join(PRESETS) + ")")

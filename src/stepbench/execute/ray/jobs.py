@@ -4,7 +4,9 @@ measures, as everywhere else.
 One setup (one repeat) is one Ray job, through Ray's Jobs API (the `ray` extra):
   - `submit_job` with the setup's GPUs as `entrypoint_num_gpus` (its --nproc; a CPU setup asks
     for one CPU), `--gpu-type` as Ray's `accelerator_type:NAME` resource, and a runtime_env whose
-    py_modules carry this very stepbench package (the cluster's Python brings torch);
+    py_modules carry this very stepbench package (the cluster's Python brings torch) and,
+    for a user's factory file, whose working_dir holds that file or its --workload-dir folder
+    (execute/carry.py);
   - the job's entrypoint is `python -m stepbench.execute.hosts.hostside run SPEC`, the command an SSH
     host runs: the setup's process (or a torchrun job) in its own process group, its protocol
     lines passed through whole, a first "placed" line (where Ray put it: the timeout's clock
@@ -64,7 +66,8 @@ class RayExecutor(ClusterExecutor):
     def __init__(self, cluster: Cluster, device: str, *, gpus: int = 1,
                  gpu_type: str | None = None, compile_cache: Path | None = None,
                  python: str | None = None, run_id: str = "", start: str = FRESH,
-                 preload: dict | None = None, note=lambda text: None, loop=None):
+                 preload: dict | None = None, note=lambda text: None, loop=None,
+                 workload=None):
         from stepbench.execute.hosts.ssh import EventLoop
 
         super().__init__(cluster, device, gpus, gpu_type, compile_cache, run_id, start, note)
@@ -72,6 +75,15 @@ class RayExecutor(ClusterExecutor):
         self.python = python or (cluster.local.python if cluster.local else "python")
         self.tag = f"stepbench-{run_id or os.getpid()}".replace(":", "-")   # names its jobs
         self.preload = preload or {"models": [], "compile": True}
+        # A user's factory file (or --workload-dir folder), execute/carry.py: every job's
+        # working_dir, written once into a folder of this run's own (removed by close()).
+        self.workload = workload
+        self._working_dir: str | None = None
+        if workload is not None:
+            import tempfile
+
+            self._working_dir = tempfile.mkdtemp(prefix="stepbench-workload-")
+            workload.write(Path(self._working_dir))
         self._servers_job: str | None = None
         self._server_path: str | None = None
         self._servers_lock = threading.Lock()
@@ -94,13 +106,10 @@ class RayExecutor(ClusterExecutor):
         job_id = f"{self.tag}-{count}"
         setup = job.setup
         entrypoint, resources = self._entrypoint(job, job_id), self._resources(setup)
-        from stepbench.execute.bundle import PACKAGE
-
         start = time.monotonic()
         try:
             self.cluster.client.submit_job(
-                entrypoint=entrypoint, submission_id=job_id,
-                runtime_env={"py_modules": [str(PACKAGE)]},
+                entrypoint=entrypoint, submission_id=job_id, runtime_env=self.runtime_env(),
                 metadata={"stepbench": setup.name, "repeat": str(job.repeat)}, **resources)
         except Exception as exc:  # noqa: BLE001 - the cluster is gone or refuses: said once
             raise Refused(f"Ray refused job {job_id} ({_reason(exc)})") from None
@@ -164,6 +173,8 @@ class RayExecutor(ClusterExecutor):
                         protocol.CACHE_KIND_ENV: kind})
             dirs.append(cache)
         spec = {"env": env, "dirs": dirs, "cleanup": cleanup, "watch_stdin": False}
+        if self.workload is not None:   # below the working_dir, where the model's path resolves
+            spec["cwd"] = self.workload.cwd
         if setup.nnodes > 1:
             spec.update(job=json.loads(job.payload()), nnodes=setup.nnodes,
                         bundle=self._bundle(setup), python=self.python,
@@ -187,18 +198,18 @@ class RayExecutor(ClusterExecutor):
         with self._servers_lock:
             if self._servers_job is not None:
                 return self._server_path
-            from stepbench.execute.bundle import PACKAGE
             from stepbench.execute.hosts.ssh import quote_command
 
             self._servers_job = f"{self.tag}-servers"
             path = f"{NODE_TMP}/{self.tag}.sock"
+            spec = {"path": path, "preload": self.preload,
+                    "cwd": self.workload.cwd if self.workload is not None else None}
             try:
                 self.cluster.client.submit_job(
                     entrypoint=quote_command([self.python, "-m", "stepbench.execute.ray.servers",
-                                              json.dumps({"path": path,
-                                                          "preload": self.preload})]),
+                                              json.dumps(spec)]),
                     submission_id=self._servers_job, entrypoint_num_cpus=0,
-                    runtime_env={"py_modules": [str(PACKAGE)]},
+                    runtime_env=self.runtime_env(),
                     metadata={"stepbench": "process servers"})
             except Exception as exc:  # noqa: BLE001 - the setups start fresh; said once
                 self.note(f"no process servers ({_reason(exc)}); every setup's process starts "
@@ -248,6 +259,16 @@ class RayExecutor(ClusterExecutor):
             for task in (reader, stopper):
                 task.cancel()
         return hosts, ready
+
+    def runtime_env(self) -> dict:
+        """Every job's: this very stepbench package, and a user's workload files as its
+        working_dir."""
+        from stepbench.execute.bundle import PACKAGE
+
+        env = {"py_modules": [str(PACKAGE)]}
+        if self._working_dir is not None:
+            env["working_dir"] = self._working_dir
+        return env
 
     def command(self, job: Job) -> list[str]:
         """A setup's process on its node, or a one-node torchrun job, its ranks on the job's
@@ -390,6 +411,11 @@ class RayExecutor(ClusterExecutor):
             thread.join()
         if self._own_loop:
             self.loop.close()
+        if self._working_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._working_dir, ignore_errors=True)
+            self._working_dir = None
 
 
 class _Follow(Lines):
@@ -409,8 +435,13 @@ class _Follow(Lines):
 
 def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_id: str,
                  note) -> RayExecutor:
+    from stepbench.execute.carry import carried
     from stepbench.execute.local.server import imports_for
 
+    workload = carried(settings, "the Ray cluster")
+    if workload is not None:
+        note(f"each Ray job {workload.describe()} as its working_dir")
     return RayExecutor(cluster, settings.device, gpus=gpus, gpu_type=settings.gpu_type,
                        compile_cache=settings.compile_cache, run_id=run_id,
-                       start=settings.start, preload=imports_for(plan), note=note)
+                       start=settings.start, preload=imports_for(plan), note=note,
+                       workload=workload)

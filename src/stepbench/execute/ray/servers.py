@@ -27,11 +27,11 @@ STOP_S = 2.0    # Ray kills this process 3 s after stop_job's SIGTERM (RAY_JOB_S
 class _Serve:
     """A Ray actor: one host's process server, a child that lives while this actor does."""
 
-    def __init__(self, path: str, preload: dict):
+    def __init__(self, path: str, preload: dict, cwd: str | None = None):
         from stepbench.execute.hosts import hostside
 
         self.proc = subprocess.Popen(hostside.command(sys.executable, "serve", path,
-                                                      json.dumps(preload)),
+                                                      json.dumps(preload), *filter(None, [cwd])),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def stop(self) -> int:
@@ -67,7 +67,8 @@ def main(argv: list[str]) -> int:
     print(json.dumps({"event": "servers", "hosts": len(hosts)}), flush=True)
     server = ray.remote(num_cpus=0)(_Serve)
     actors = {ip: server.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-        node_id, soft=False)).remote(spec["path"], spec["preload"]) for ip, node_id in hosts.items()}
+        node_id, soft=False)).remote(spec["path"], spec["preload"], spec.get("cwd"))
+        for ip, node_id in hosts.items()}
     try:
         pending = {actor.ready.remote(): ip for ip, actor in actors.items()}
         while pending:

@@ -168,18 +168,21 @@ def open_cluster(settings, note) -> Cluster:
     cluster = Cluster(settings.slurm)
     model = settings.values["model"]
     check_shared(cluster, settings.out, settings.compile_cache,
-                 model if isinstance(model, (tuple, list)) else [model])
+                 model if isinstance(model, (tuple, list)) else [model],
+                 getattr(settings, "workload_dir", None))
     return cluster
 
 
 # ---------------------------------------------------------------- a filesystem the nodes share
 
 def check_shared(cluster: Cluster, out: Path, compile_cache: Path | None = None,
-                 models=()) -> None:
+                 models=(), workload_dir: Path | None = None) -> None:
     """A UserError, one line, where a path the jobs use is on this machine's own disk and the
     partition has nodes that are other machines: the results folder (the run's job files go
     beside the results file), this Python's environment and stepbench (the jobs run them), a
-    model's config file, the compile cache."""
+    model's config file, a factory's file (or its --workload-dir folder: the jobs import it
+    there, from this working folder), the compile cache. A `package.module:FUNCTION` is
+    imported as this Python has it."""
     far = [n.name for n in cluster.nodes if not n.here]
     if not far:
         return
@@ -193,12 +196,20 @@ def check_shared(cluster: Cluster, out: Path, compile_cache: Path | None = None,
               "run stepbench from an environment on a filesystem they share (a venv or conda "
               "environment in your home, usually)"),
              (package, "stepbench", "install it on a filesystem they share")]
+    from stepbench.execute.carry import factory_files
     from stepbench.measure.models import PRESETS
+    from stepbench.workload.loader import is_factory
 
     for model in models:
-        if model and model not in PRESETS:     # a config file (or its folder) here
+        if model and model not in PRESETS and not is_factory(model):   # a config file here
             paths.append((Path(model).expanduser().absolute(), "the model config",
                           "put it on a filesystem they share"))
+    for file in factory_files(list(models)):
+        held = workload_dir is not None and Path(workload_dir).resolve() in \
+            Path(file).resolve().parents
+        paths.append((Path(workload_dir if held else file).expanduser().absolute(),
+                      "the workload folder" if held else "the factory's file",
+                      "put it on a filesystem they share"))
     if compile_cache is not None:
         paths.append((Path(compile_cache).expanduser().absolute(), "the compile cache",
                       "pass --compile-cache a folder on a filesystem they share"))

@@ -76,6 +76,7 @@ class SlurmExecutor(ClusterExecutor):
         self.python = sys.executable        # the job runs this very Python (a shared filesystem)
         self.name = f"stepbench-{run_id or os.getpid()}"       # every job of the run: scancel's
         self.folder = Path(out).expanduser().absolute().parent / FOLDER / self.name
+        self.cwd = os.getcwd()
         self._stop = threading.Event()
         self._states: dict[str, str] | None = None     # the run's jobs, as squeue last saw them
         self._looked_at = float("-inf")
@@ -149,7 +150,8 @@ class SlurmExecutor(ClusterExecutor):
             env.update({"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": f"{cache}/triton",
                         protocol.CACHE_KIND_ENV: kind})
             dirs.append(cache)
-        host = {"env": env, "dirs": dirs, "watch_stdin": False}
+        # In this very folder (the nodes share it): a factory's relative path resolves there.
+        host = {"env": env, "dirs": dirs, "watch_stdin": False, "cwd": self.cwd}
         spec = {"host": host, "folder": str(self.folder)}
         ranks = f"{NODE_TMP}/{self.name}-{count}-ranks"
         if setup.nnodes > 1:

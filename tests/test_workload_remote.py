@@ -1,0 +1,303 @@
+"""A user's factory (`--model FILE.py:FUNCTION`) on the remote backends: what a job carries
+(execute/carry.py) and where it is unpacked (hostprep), fast; and one real tiny run through each
+of SSH (tests/sshd.py), Ray (tests/raynet.py) and Slurm (tests/slurmnet.py), each skipped where
+its server cannot be had here.
+
+The real runs' factory refuses to run from the file the test wrote (`ORIGIN`): an `ok` record
+says the job imported a carried copy, at the same relative path, with the module beside it
+(--workload-dir) importable there too.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import SRC
+from stepbench.errors import UserError
+from stepbench.execute import carry
+from stepbench.execute.hosts import hostprep
+
+FACTORY = '''
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from helper import WIDTH        # beside this file: it travels with --workload-dir
+
+ORIGIN = {origin!r}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 1))
+
+    def forward(self, x):
+        return self.body(x).pow(2).mean()
+
+
+def make(batch_size, device):
+    here = str(Path(__file__).resolve())
+    if ORIGIN and here.startswith(ORIGIN):
+        raise RuntimeError(f"imported from {{here}}, not from a carried copy")
+    x = torch.randn(batch_size, 8, device=device)
+    return Net(), lambda: x
+'''
+MODEL = "../proj/nets/mlp.py:make"
+TINY = ["--device", "cpu", "--modes", "eager", "--batch", "2", "--warmup", "1", "--steps", "2",
+        "--repeats", "1"]
+
+
+def project(root: Path, guard: bool = True) -> Path:
+    """root/proj/nets/{mlp,helper}.py (with a .git and a __pycache__ that do not travel) and
+    root/run, the folder the run starts in; returns root/run."""
+    nets = root / "proj" / "nets"
+    nets.mkdir(parents=True)
+    (nets / "mlp.py").write_text(FACTORY.format(origin=str((root / "proj").resolve())
+                                                if guard else ""))
+    (nets / "helper.py").write_text("WIDTH = 16\n")
+    (nets / "__pycache__").mkdir()
+    (nets / "__pycache__" / "mlp.cpython-311.pyc").write_bytes(b"\0" * 10)
+    (root / "proj" / ".git").mkdir()
+    (root / "proj" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "run").mkdir()
+    return root / "run"
+
+
+# ---------------------------------------------------------------- what travels (fast)
+
+def test_a_file_travels_alone_at_its_relative_path(tmp_path, monkeypatch):
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "net.py").write_text("def make(batch_size, device): ...\n")
+    (tmp_path / "examples" / "other.py").write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    found = carry.gather("examples/net.py:make")
+    assert found.files == {"examples/net.py": b"def make(batch_size, device): ...\n"}
+    assert found.cwd == "."
+    # Presets, configs and installed packages carry nothing.
+    assert carry.gather("llama-tiny") is None and carry.gather(None) is None
+    assert carry.gather("json.decoder:make") is None
+    # Several models: each factory file once.
+    both = carry.gather(("llama-tiny", "examples/net.py:make", "examples/other.py:make"))
+    assert sorted(both.files) == ["examples/net.py", "examples/other.py"]
+
+
+def test_a_workload_dir_travels_whole_and_a_path_above_the_folder_maps_below_it(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(project(tmp_path))
+    found = carry.gather(MODEL, "../proj")
+    # Not .git, not __pycache__: the code the file imports from.
+    assert sorted(found.files) == ["proj/nets/helper.py", "proj/nets/mlp.py"]
+    assert found.cwd == carry.CWD
+    assert found.sources == (os.path.join("..", "proj"),)
+    # Written out, the model's own path resolves from the job's working folder.
+    cwd = found.write(tmp_path / "there")
+    assert (cwd / "../proj/nets/mlp.py").resolve() == (tmp_path / "there/proj/nets/mlp.py")
+    assert (cwd / "../proj/nets/helper.py").read_text() == "WIDTH = 16\n"
+    # Without --workload-dir, the file alone.
+    alone = carry.gather(MODEL)
+    assert sorted(alone.files) == ["proj/nets/mlp.py"] and alone.cwd == carry.CWD
+    assert alone.sha != found.sha
+    # The same files, the same archive and name (a host unpacks them once).
+    assert carry.gather(MODEL, "../proj").archive() == found.archive()
+    assert carry.gather(MODEL, "../proj").sha == found.sha
+
+
+def test_an_absolute_path_or_too_big_a_folder_is_refused_in_one_line(tmp_path, monkeypatch):
+    run = project(tmp_path)
+    monkeypatch.chdir(run)
+    absolute = f"{tmp_path}/proj/nets/mlp.py:make"
+    with pytest.raises(UserError, match=r"^--model .*/proj/nets/mlp.py: an absolute path does "
+                                        r"not travel to SSH hosts; pass it relative to this "
+                                        r"folder"):
+        carry.gather(absolute, what="SSH hosts")
+    # An absolute --workload-dir is fine: the file's path is the relative one.
+    assert carry.gather(MODEL, tmp_path / "proj").sources == (os.path.join("..", "proj"),)
+    monkeypatch.setattr(carry, "LIMIT_BYTES", 12)
+    with pytest.raises(UserError, match=r"holds 0 MiB; a job carries at most 0 MiB to the Ray "
+                                        r"cluster: pass a --workload-dir with the code alone"):
+        carry.gather(MODEL, "../proj", "the Ray cluster")
+
+
+def test_hostprep_unpacks_the_archive_once_and_gives_the_folder_the_path_resolves_in(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(project(tmp_path))
+    found = carry.gather(MODEL, "../proj")
+    base = tmp_path / "remote"
+    cwd = hostprep.unpack(str(base), {"sha": found.sha, "cwd": found.cwd}, found.archive())
+    assert cwd == str(base / "workloads" / found.sha / carry.CWD)
+    assert Path(cwd, "../proj/nets/helper.py").read_text() == "WIDTH = 16\n"
+    # Again (a later run, another host alias of the machine): reused as it is.
+    assert hostprep.unpack(str(base), {"sha": found.sha, "cwd": found.cwd}, b"") == cwd
+    # An archive that climbs out is refused.
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("../evil.py")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(hostprep.Failed, match="holds '../evil.py'"):
+        hostprep.unpack(str(base), {"sha": "other", "cwd": "."}, buffer.getvalue())
+    assert not (base / "evil.py").exists() and not (base / "workloads" / "other").exists()
+
+
+def test_ray_lets_factories_through_and_still_refuses_a_config(tmp_path, monkeypatch):
+    from stepbench.execute.ray.cluster import check_model_files
+
+    monkeypatch.chdir(project(tmp_path))
+    check_model_files(MODEL, "../proj")
+    check_model_files(["llama-tiny", "json.decoder:make"])
+    with pytest.raises(UserError, match="a config file stays on this machine"):
+        check_model_files(str(tmp_path / "config.json"))
+    with pytest.raises(UserError, match="does not travel to the Ray cluster"):
+        check_model_files(f"{tmp_path}/proj/nets/mlp.py:make")
+
+
+def test_slurm_checks_the_factorys_file_or_folder_is_shared(tmp_path, monkeypatch):
+    import stepbench
+    from stepbench.execute.slurm import cluster as slurmcluster
+    from stepbench.execute.slurm.cluster import Cluster, Node, check_shared, gpus_of
+
+    monkeypatch.chdir(project(tmp_path))
+    far = Cluster.__new__(Cluster)
+    far.partition, far.what = "gpu", "the Slurm partition gpu"
+    far.nodes = [Node("n1", "far.example", "10.0.0.9", gpus_of("(null)"), 8)]
+    package = Path(stepbench.__file__).resolve().parent
+    out = tmp_path / "shared" / "r.jsonl"
+    out.parent.mkdir()
+    exports = f"{tmp_path / 'shared'}\t*(rw)\n{Path(sys.prefix).resolve()}\t*(rw)\n{package}\t*(rw)\n"
+    monkeypatch.setattr(slurmcluster, "EXPORTS", tmp_path / "etab")
+    (tmp_path / "etab").write_text(exports)
+    check_shared(far, out, models=["llama-tiny", "json.decoder:make"])   # nothing of the user's
+    with pytest.raises(UserError, match=r"^--slurm: the factory's file .*/proj/nets/mlp.py is on "
+                                        r"this machine's own disk"):
+        check_shared(far, out, models=[MODEL])
+    with pytest.raises(UserError, match=r"^--slurm: the workload folder .*/run/\.\./proj is on "):
+        check_shared(far, out, models=[MODEL], workload_dir=Path("../proj"))
+    (tmp_path / "etab").write_text(exports + f"{tmp_path / 'proj'}\t*(rw)\n")
+    check_shared(far, out, models=[MODEL], workload_dir=Path("../proj"))
+
+
+# ---------------------------------------------------------------- real runs (slow)
+
+def _ok(records: list[dict], start: str | None = None) -> dict:
+    [record] = records
+    assert record["status"] == "ok", record.get("error")
+    assert record["setup"]["model"] == MODEL      # the identity, as given
+    assert len(record["step_times_ms"]) == 2 and record["units"] == "samples"
+    if start:
+        assert record["placement"]["start"] == start
+    return record
+
+
+def _env(**extra) -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get(
+        "PYTHONPATH")])), **extra)
+
+
+@pytest.mark.slow
+def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path):
+    run = project(tmp_path)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stepbench", "run", "--host", "alpha", "--ssh-config",
+         str(sshd.config), "--remote-python", sys.executable, "--remote-dir",
+         str(tmp_path / "remote"), "--model", MODEL, "--workload-dir", "../proj", *TINY,
+         "--out", str(out), "--format", "json"],
+        cwd=run, capture_output=True, text=True, timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    record = _ok(json.loads(proc.stdout), "server")
+    assert record["host"] == "alpha"
+    assert "alpha: carries ../proj (2 files" in proc.stderr
+    [unpacked] = (tmp_path / "remote" / "workloads").iterdir()
+    assert (unpacked / "proj" / "nets" / "helper.py").exists()
+
+
+@pytest.mark.slow
+def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path):
+    # A rented machine is an SSH host (the stand-in's instances are tests/sshd.py's server).
+    pytest.importorskip("runcrate")
+    from runcrate_standin import StandIn
+
+    run = project(tmp_path)
+    (run.parent / "proj" / "nets" / "mlp.py").write_text(   # the file alone: no helper beside it
+        FACTORY.replace("from helper import WIDTH", "WIDTH = 16").format(
+            origin=str((tmp_path / "proj").resolve())))
+    api = StandIn(sshd.port)
+    try:
+        key = "rc_live_" + "T0pS3cret" * 4
+        proc = subprocess.run(
+            [sys.executable, "-m", "stepbench", "run", "--rent", "runcrate:L40S", "--rent-key",
+             str(sshd.folder / "user_key"), "--remote-python", sys.executable, "--remote-dir",
+             str(tmp_path / "remote"), "--model", MODEL, *TINY, "--out", str(tmp_path / "r.jsonl"),
+             "--format", "json"],
+            cwd=run, capture_output=True, text=True, timeout=600,
+            env=_env(RUNCRATE_API_KEY=key, RUNCRATE_BASE_URL=api.url))
+        assert proc.returncode == 0, proc.stderr
+        record = _ok(json.loads(proc.stdout))
+        assert record["host"] == "runcrate:L40S" and api.live() == []
+        assert "runcrate:L40S: carries ../proj/nets/mlp.py (1 file" in proc.stderr
+    finally:
+        api.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    from raynet import RayCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    cluster = RayCluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster, tmp_path):
+    run = project(tmp_path)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run(ray_cluster.client_argv(
+        [sys.executable, "-m", "stepbench", "run", "--ray", ray_cluster.address, "--model",
+         MODEL, "--workload-dir", "../proj", *TINY, "--out", str(out), "--format", "json"]),
+        cwd=run, capture_output=True, text=True, timeout=600, env=_env(RAY_AUTH_MODE="disabled"))
+    assert proc.returncode == 0, proc.stderr
+    record = _ok(json.loads(proc.stdout), "server")
+    assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
+    assert "each Ray job carries ../proj (2 files" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    from slurmnet import SlurmCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    cluster = SlurmCluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.mark.slow
+def test_a_factory_runs_as_a_slurm_job_in_this_folder(slurm_cluster, tmp_path):
+    # The nodes share this filesystem: nothing is carried, the job runs in this very folder.
+    run = project(tmp_path, guard=False)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run(slurm_cluster.client_argv(
+        [sys.executable, "-m", "stepbench", "run", "--slurm", "--model", MODEL, *TINY,
+         "--out", str(out), "--format", "json"]),
+        cwd=run, capture_output=True, text=True, timeout=600,
+        env=dict(slurm_cluster.env, PYTHONPATH=os.pathsep.join([SRC, os.environ.get(
+            "PYTHONPATH", "")])))
+    assert proc.returncode == 0, proc.stderr
+    record = _ok(json.loads(proc.stdout))
+    assert record["placement"]["slurm"]
