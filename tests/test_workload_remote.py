@@ -1,5 +1,5 @@
 """A user's factory (`--model FILE.py:FUNCTION`) on the remote backends: what a job carries
-(execute/carry.py) and where it is unpacked (hostprep), fast; and one real tiny run through each
+(execute/bundle.py) and where it is unpacked (hostprep), fast; and one real tiny run through each
 of SSH (tests/sshd.py), Ray (tests/raynet.py) and Slurm (tests/slurmnet.py), each skipped where
 its server cannot be had here.
 
@@ -22,7 +22,7 @@ import pytest
 
 from conftest import SRC
 from stepbench.errors import UserError
-from stepbench.execute import carry
+from stepbench.execute import bundle as carry
 from stepbench.execute.hosts import hostprep
 
 FACTORY = '''

@@ -59,7 +59,7 @@ def check_hosts(settings: RunSettings) -> list:
     asyncssh, before anything else is done."""
     from stepbench.execute.hosts.ssh import parse_host, require_asyncssh
 
-    from stepbench.execute.carry import carried
+    from stepbench.execute.bundle import carried
 
     specs = [parse_host(name) for name in settings.remote.hosts]
     require_asyncssh()
@@ -81,7 +81,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns
     or raises."""
     from stepbench.execute import bundle
-    from stepbench.execute.carry import carried
+    from stepbench.execute.bundle import carried
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, least_processes, new_run_id, stop_signals
     from stepbench.execute.hosts.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor

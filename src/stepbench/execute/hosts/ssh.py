@@ -165,7 +165,7 @@ class SSHExecutor(Executor):
     def prepare(self, wheel, models: list[dict], device: str,
                 compile_cache: Path | None = None, workload=None) -> dict:
         """Install stepbench there (once per version), copy the model configs and a user's
-        workload files (`workload`, execute/carry.py: its setups then run in that folder there),
+        workload files (`workload`, execute/bundle.py: its setups then run in that folder there),
         probe the device; `compile_cache`: a folder there shared by every compiled setup
         (--compile-cache)."""
         args = {"dir": self.options.dir, "version": __version__, "wheel_name": wheel.filename,

@@ -179,9 +179,9 @@ def open_cluster(settings, note) -> Cluster:
 
 def check_model_files(model, workload_dir=None) -> None:
     """A model given as a config file is on this machine only: refused up front. A factory
-    travels (a file as the jobs' working_dir, execute/carry.py; a package.module as installed
+    travels (a file as the jobs' working_dir, execute/bundle.py; a package.module as installed
     on the nodes); one given by an absolute path is refused by carry.gather."""
-    from stepbench.execute.carry import gather
+    from stepbench.execute.bundle import gather
     from stepbench.measure.models import PRESETS
     from stepbench.workload.loader import is_factory
 

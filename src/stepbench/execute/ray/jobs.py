@@ -6,7 +6,7 @@ One setup (one repeat) is one Ray job, through Ray's Jobs API (the `ray` extra):
     for one CPU), `--gpu-type` as Ray's `accelerator_type:NAME` resource, and a runtime_env whose
     py_modules carry this very stepbench package (the cluster's Python brings torch) and,
     for a user's factory file, whose working_dir holds that file or its --workload-dir folder
-    (execute/carry.py);
+    (execute/bundle.py);
   - the job's entrypoint is `python -m stepbench.execute.hosts.hostside run SPEC`, the command an SSH
     host runs: the setup's process (or a torchrun job) in its own process group, its protocol
     lines passed through whole, a first "placed" line (where Ray put it: the timeout's clock
@@ -75,7 +75,7 @@ class RayExecutor(ClusterExecutor):
         self.python = python or (cluster.local.python if cluster.local else "python")
         self.tag = f"stepbench-{run_id or os.getpid()}".replace(":", "-")   # names its jobs
         self.preload = preload or {"models": [], "compile": True}
-        # A user's factory file (or --workload-dir folder), execute/carry.py: every job's
+        # A user's factory file (or --workload-dir folder), execute/bundle.py: every job's
         # working_dir, written once into a folder of this run's own (removed by close()).
         self.workload = workload
         self._working_dir: str | None = None
@@ -435,7 +435,7 @@ class _Follow(Lines):
 
 def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_id: str,
                  note) -> RayExecutor:
-    from stepbench.execute.carry import carried
+    from stepbench.execute.bundle import carried
     from stepbench.execute.local.server import imports_for
 
     workload = carried(settings, "the Ray cluster")

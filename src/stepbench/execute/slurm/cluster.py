@@ -196,7 +196,7 @@ def check_shared(cluster: Cluster, out: Path, compile_cache: Path | None = None,
               "run stepbench from an environment on a filesystem they share (a venv or conda "
               "environment in your home, usually)"),
              (package, "stepbench", "install it on a filesystem they share")]
-    from stepbench.execute.carry import factory_files
+    from stepbench.execute.bundle import factory_files
     from stepbench.measure.models import PRESETS
     from stepbench.workload.loader import is_factory
 
