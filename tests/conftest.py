@@ -198,3 +198,15 @@ def sshd(tmp_path_factory):
     server = SSHServer(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def local_executor(monkeypatch):
+    """`use(cls)`: the local backend's sites make `cls` (a LocalProcess stand-in, tests/fakes.py)
+    instead of LocalProcess, for this test."""
+    from stepbench.execute import registry
+
+    def use(cls) -> None:
+        monkeypatch.setattr(registry.get("local"), "executor_class", cls)
+
+    return use

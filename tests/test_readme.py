@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from stepbench.cli import main
-from stepbench.execute.local import process as executor_module
 
 from fakes import InProcess
 
@@ -26,8 +25,8 @@ class Quick(InProcess):
 
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
-def test_run_ends_with_the_command_that_reports_its_results(monkeypatch, capsys, tmp_path, fmt):
-    monkeypatch.setattr(executor_module, "LocalProcess", Quick)
+def test_run_ends_with_the_command_that_reports_its_results(local_executor, monkeypatch, capsys, tmp_path, fmt):
+    local_executor(Quick)
     out = tmp_path / "my results.jsonl"
     assert main(["run", "--device", "cpu", "--modes", "eager", "--seq", "64", "--repeats", "1",
                  "--out", str(out), "--format", fmt]) == 0

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from stepbench.cli import main
-from stepbench.execute.local import process as executor_module
 from stepbench.execute.protocol import Outcome
 
 from fakes import InProcess
@@ -37,8 +36,8 @@ def stopping_at(ctrl_c_at: int, oom_above: int | None = None):
 
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
-def test_a_stopped_run_prints_the_setups_that_finished(monkeypatch, capsys, tmp_path, fmt):
-    monkeypatch.setattr(executor_module, "LocalProcess", stopping_at(3))
+def test_a_stopped_run_prints_the_setups_that_finished(local_executor, monkeypatch, capsys, tmp_path, fmt):
+    local_executor(stopping_at(3))
     out = tmp_path / "r.jsonl"
     code = main(["run", *CPU, "--modes", "eager", "--attn", "sdpa,eager", "--batch", "1,2",
                  "--out", str(out), "--format", fmt])
@@ -55,7 +54,7 @@ def test_a_stopped_run_prints_the_setups_that_finished(monkeypatch, capsys, tmp_
     assert rows == [["eager+sdpa", "1", "64"], ["eager+eager", "1", "64"]]
     assert "results:" not in said.err          # the stopped line says where they are
     # Resumed: the setups found in the results file are in the table of a stopped run too.
-    monkeypatch.setattr(executor_module, "LocalProcess", stopping_at(2))
+    local_executor(stopping_at(2))
     assert main(["run", *CPU, "--modes", "eager", "--attn", "sdpa,eager", "--batch", "1,2",
                  "--out", str(out)]) == 130
     rows = [line.split()[:2] for line in capsys.readouterr().out.splitlines()
@@ -63,19 +62,19 @@ def test_a_stopped_run_prints_the_setups_that_finished(monkeypatch, capsys, tmp_
     assert rows == [["eager+sdpa", "1"], ["eager+eager", "1"], ["eager+sdpa", "2"]]
 
 
-def test_a_run_stopped_before_any_setup_finished_prints_no_table(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(executor_module, "LocalProcess", stopping_at(1))
+def test_a_run_stopped_before_any_setup_finished_prints_no_table(local_executor, monkeypatch, capsys, tmp_path):
+    local_executor(stopping_at(1))
     assert main(["run", *CPU, "--modes", "eager", "--attn", "sdpa",
                  "--out", str(tmp_path / "r.jsonl")]) == 130
     said = capsys.readouterr()
     assert said.out == "" and "interrupted" in said.err
 
 
-def test_a_stopped_max_batch_run_prints_the_searches_that_finished(monkeypatch, capsys,
+def test_a_stopped_max_batch_run_prints_the_searches_that_finished(local_executor, monkeypatch, capsys,
                                                                    tmp_path):
     # The first search: batch 4 and 8 fit, 16, 12, 10 and 9 do not, measured at 8 (7
     # processes); Ctrl-C in the second search's second probe.
-    monkeypatch.setattr(executor_module, "LocalProcess", stopping_at(9, oom_above=8))
+    local_executor(stopping_at(9, oom_above=8))
     args = ["run", *CPU, "--modes", "eager", "--attn", "sdpa,eager", "--batch", "4",
             "--memory-limit-gb", "4", "--max-batch"]
     assert main([*args, "--out", str(tmp_path / "r.jsonl")]) == 130
@@ -95,7 +94,7 @@ def test_a_stopped_max_batch_run_prints_the_searches_that_finished(monkeypatch, 
 
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
-def test_a_stopped_tune_prints_what_it_measured_and_no_winner(monkeypatch, capsys, tmp_path, fmt):
+def test_a_stopped_tune_prints_what_it_measured_and_no_winner(local_executor, monkeypatch, capsys, tmp_path, fmt):
     base = stopping_at(4)
 
     class Measured(base):
@@ -107,7 +106,7 @@ def test_a_stopped_tune_prints_what_it_measured_and_no_winner(monkeypatch, capsy
                                               losses=[6.9] * (1 + s.warmup + s.steps))
             return outcome
 
-    monkeypatch.setattr(executor_module, "LocalProcess", Measured)
+    local_executor(Measured)
     out = tmp_path / "t.jsonl"
     code = main(["tune", "--device", "cpu", "--seq", "64", "--budget", "20m", "--out", str(out),
                  "--format", fmt])

@@ -8,18 +8,24 @@ from stepbench.execute.registry import Backend, Note, Site
 
 class LocalBackend(Backend):
     name = "local"
+    # The executor a site makes (None: local/process.py's LocalProcess); tests give their own
+    # through the `local_executor` fixture (tests/conftest.py).
+    executor_class: type | None = None
 
     def chosen(self, settings) -> bool:
         return True         # asked last: what no other backend takes runs here
 
     def open(self, settings, note: Note) -> "LocalSite":
-        return LocalSite(settings, note)
+        return LocalSite(settings, note, self.executor_class)
 
 
 class LocalSite(Site):
     """This machine: its device, its memory, its GPUs (`--gpus`: local/pool.py)."""
 
-    def __init__(self, settings, say: Note):
+    def __init__(self, settings, say: Note, executor_class: type | None = None):
+        if executor_class is None:
+            from stepbench.execute.local.process import LocalProcess as executor_class
+        self.executor_class = executor_class
         self.asked = settings           # as given: `auto` not yet resolved
         self.say = say                  # a line for the user before the progress starts
         self.cache = None
@@ -48,13 +54,11 @@ class LocalSite(Site):
         self.rendezvous = pool.rendezvous(settings, self.gpus, plan)
 
     def executor(self, settings, plan: list, note: Note):
-        from stepbench.execute.local import process
         from stepbench.execute.local.server import imports_for
 
-        # Through the module: a test puts its own LocalProcess there.
-        return process.LocalProcess(compile_cache=self.cache, gpus=self.gpus,
-                                    rendezvous=self.rendezvous, start=settings.start,
-                                    preload=imports_for(plan), note=note)
+        return self.executor_class(compile_cache=self.cache, gpus=self.gpus,
+                                   rendezvous=self.rendezvous, start=settings.start,
+                                   preload=imports_for(plan), note=note)
 
     def check_tune(self, settings, base) -> None:
         from stepbench.measure.cache import cache_dir
@@ -65,11 +69,10 @@ class LocalSite(Site):
                                      "--compile-cache", make=True)
 
     def tune_executor(self, settings, kinds: list, note: Note):
-        from stepbench.execute.local import process
         from stepbench.execute.local.server import imports_for
 
-        return process.LocalProcess(compile_cache=self.cache, start=settings.start, note=note,
-                                    preload=imports_for(kinds))
+        return self.executor_class(compile_cache=self.cache, start=settings.start, note=note,
+                                   preload=imports_for(kinds))
 
 
 def check_memory(plan) -> None:
