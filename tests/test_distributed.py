@@ -98,10 +98,10 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
     assert fsdp_events(ddp) == []
     for record, unit, gathers, prefetch in ((fsdp2, "model.layers.0", 2, False),
                                             (mixed, "model.layers.0, model.layers.1", 1, True)):
-        names = fsdp_events(record)
-        assert names.count(f"FSDP::all_gather ({unit})") == gathers, names
-        assert names.count("FSDP::all_gather (model.layers.1)") == (2 if record is fsdp2 else 0)
-        assert any(n.startswith("FSDP::forward_prefetch") for n in names) is prefetch
+        events = fsdp_events(record)
+        assert events.count(f"FSDP::all_gather ({unit})") == gathers, events
+        assert events.count("FSDP::all_gather (model.layers.1)") == (2 if record is fsdp2 else 0)
+        assert any(n.startswith("FSDP::forward_prefetch") for n in events) is prefetch
         assert fsdp_events({"profile": {"trace": record["profile"]["trace"].replace("_rank0", "_rank1")}}, 1)
         table = Path(record["profile"]["table"]).read_text()
         assert table.startswith("# one training step (") and "key_averages by cpu_time_total" in table
