@@ -210,3 +210,30 @@ def local_executor(monkeypatch):
         monkeypatch.setattr(registry.get("local"), "executor_class", cls)
 
     return use
+
+
+# A Ray or Slurm cluster for one test file (module scope: stopped when the file's last test
+# ends, not at the session's end, since its daemons take CPU time while they idle beside the
+# other files' tests); the test is skipped where one cannot be started here.
+@pytest.fixture(scope="module")
+def ray_cluster():
+    from raynet import RayCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    cluster = RayCluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    from slurmnet import SlurmCluster, unavailable
+
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    cluster = SlurmCluster()
+    yield cluster
+    cluster.stop()

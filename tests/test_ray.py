@@ -29,20 +29,6 @@ pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's job
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """One cluster for this file, stopped when its last test ends (its daemons take CPU time
-    while they idle, which the other files' tests run beside)."""
-    from raynet import RayCluster, unavailable
-
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    cluster = RayCluster()
-    yield cluster
-    cluster.stop()
-
-
 def ray_cli(cluster, *args, timeout=600) -> subprocess.CompletedProcess:
     """`stepbench ARGS` in the cluster's network namespace."""
     return finished(ray_start(cluster, *args), timeout)

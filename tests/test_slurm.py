@@ -26,20 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]   # every test here ru
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    """One cluster for this file, stopped when its last test ends (not at the session's end,
-    while the worker runs other files)."""
-    from slurmnet import SlurmCluster, unavailable
-
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    cluster = SlurmCluster()
-    yield cluster
-    cluster.stop()
-
-
 def client_env(cluster, hooks: bool = False) -> dict:
     env = dict(cluster.env, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]))
     return with_hooks(env) if hooks else env

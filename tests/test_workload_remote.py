@@ -249,18 +249,6 @@ def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path
         api.stop()
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    from raynet import RayCluster, unavailable
-
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    cluster = RayCluster()
-    yield cluster
-    cluster.stop()
-
-
 @pytest.mark.slow
 def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster, tmp_path):
     run = project(tmp_path)
@@ -273,18 +261,6 @@ def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster,
     record = _ok(json.loads(proc.stdout), "server")
     assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
     assert "each Ray job carries ../proj (2 files" in proc.stderr
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    from slurmnet import SlurmCluster, unavailable
-
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
-    cluster = SlurmCluster()
-    yield cluster
-    cluster.stop()
 
 
 @pytest.mark.slow
