@@ -1,9 +1,9 @@
 """`stepbench run --max-batch` for real: tiny models in real processes under a real memory cap.
 
-On the CPU --memory-limit-gb caps what each child's malloc heap may grow by after its imports
-(RLIMIT_DATA, every block from the heap: measure/worker.limit_memory). With llama-tiny at 128
-tokens a 0.35 GB cap lets about 20 sequences fit; the search starts at 16, so it doubles once,
-then bisects (about 5 probes and one full measurement). What it
+On the CPU --memory-limit-gb caps what each child may add to its address space after its imports
+(RLIMIT_AS). With llama-tiny at 128 tokens a 0.21 GB cap lets about 20 sequences fit (8 MB of
+address space each); the search starts at 16, so it doubles once, then bisects (about 5 probes and
+one full measurement). What it
 returns is then checked directly by plain runs into another results file: the batch it chose
 fits, and one half again as big does not.
 
@@ -26,7 +26,7 @@ from says import names
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
 SEARCH = ["--device", "cpu", "--modes", "eager", "--attn", "sdpa", "--seq", "128",
-          "--memory-limit-gb", "0.35", "--warmup", "2", "--steps", "2", "--repeats", "1"]
+          "--memory-limit-gb", "0.21", "--warmup", "2", "--steps", "2", "--repeats", "1"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -123,7 +123,7 @@ def test_a_probe_that_cannot_run_stops_its_search(tmp_path):
     # which no batch changes, so the search stops there, says so in one line, and measures
     # nothing. A plan file asks for the search.
     plan = tmp_path / "plan.toml"
-    plan.write_text('device = "cpu"\nmax_batch = true\nmemory_limit_gb = 0.35\nsteps = 2\n'
+    plan.write_text('device = "cpu"\nmax_batch = true\nmemory_limit_gb = 0.21\nsteps = 2\n'
                     '[axes]\nmodes = "eager"\nattn = "flash_attention_2"\nseq = 128\n')
     out = tmp_path / "r.jsonl"
     dry = run_cli("run", "--plan", plan, "--dry-run")
@@ -144,7 +144,7 @@ def test_a_search_where_no_batch_fits_exits_1(tmp_path):
     """--memory-limit-gb 0.001: not even the smallest batch fits, so nothing is measured and
     the run ends as a run without an ok setup does (exit 1, one line counting the probes)."""
     out = tmp_path / "r.jsonl"
-    proc = run_cli("run", *[a if a != "0.35" else "0.001" for a in SEARCH], "--batch", "1",
+    proc = run_cli("run", *[a if a != "0.21" else "0.001" for a in SEARCH], "--batch", "1",
                    "--max-batch", "--out", out, "--format", "json", check_json=True, code=1)
     assert proc.records == []
     assert {r["status"] for r in read_jsonl(out)} == {"oom"}

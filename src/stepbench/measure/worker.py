@@ -184,33 +184,12 @@ def limit_memory(setup, measured: dict | None = None) -> None:
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total))
         cap = {"mechanism": "cuda_memory_fraction", "limit_gb": setup.memory_limit_gb}
     else:
-        heap_only = _malloc_from_the_heap()
         baseline = data_memory_bytes()
         resource.setrlimit(resource.RLIMIT_DATA, (baseline + limit_bytes, baseline + limit_bytes))
         cap = {"mechanism": "rlimit_data", "limit_gb": setup.memory_limit_gb,
-               "baseline_gb": round(baseline / 1e9, 4), "heap_only": heap_only}
+               "baseline_gb": round(baseline / 1e9, 4)}
     if measured is not None:
         measured["memory_cap"] = cap
-
-
-def _malloc_from_the_heap() -> bool:
-    """Every block glibc's malloc hands out from here on taken from the main heap (brk), before
-    the cap's baseline: no block a mapping of its own (M_MMAP_MAX 0), one arena for every thread
-    (M_ARENA_MAX 1), the free top handed back. Whether a large block was its own mapping or heap
-    depended on what the process had freed before (glibc raises its mmap threshold each time a
-    mapped block is freed), and some kernels (gVisor-like sandboxes among them) do not hold
-    mappings to RLIMIT_DATA, only the heap: the same capped setup ended `oom` alone and `ok`
-    after other work in the same parent (issue 37). The heap always counts. False where the C
-    library is not glibc."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        ok = libc.mallopt(-4, 0) == 1 and libc.mallopt(-8, 1) == 1  # M_MMAP_MAX, M_ARENA_MAX
-        libc.malloc_trim(0)
-        return ok
-    except (OSError, AttributeError):
-        return False
 
 
 def data_memory_bytes() -> int:
