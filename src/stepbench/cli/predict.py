@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-FORMATS = ("table", "markdown", "csv", "json", "html")
+from stepbench.report.render import FORMATS  # the Document's formats, as report renders them
 
 
 def add(sub) -> None:
