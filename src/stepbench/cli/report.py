@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from stepbench.errors import UserError
+from stepbench.report.render import FORMATS as REPORT_FORMATS  # every format a Document renders
 
 
 # ---------------------------------------------------------------- report
 
-REPORT_FORMATS = ("table", "markdown", "csv", "json", "html")
 
 
 def add(sub) -> None:
