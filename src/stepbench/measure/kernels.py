@@ -29,6 +29,10 @@ where the profiler recorded them (`with_flops`, `record_shapes`; `profile_step` 
 FLOPs, M/N/K and time: the device time of the kernels it launched on a GPU, the op's own time
 on a CPU (where the trace has no kernels, these are the only fields). A GEMM's shape is what a
 prediction needs to tell a large product from one that leaves a bigger GPU's SMs idle.
+`memory_kernels`: the memory-bound kernels (elementwise, reduction) binned by duration (quarter
+octaves), each bin's kernels, ms and, where the launching op's shapes were recorded, the mean
+bytes its tensors hold (inputs, and an output as large as the largest): a kernel's working set
+against a target's L2 (predict/model.py).
 
 No torch import: this runs on stored traces anywhere (`python -m stepbench.measure.kernels
 TRACE.json.gz`).
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -64,6 +69,11 @@ TOP_MATMULS = 8
 # launched a matmul kernel counts whatever its name (inductor's extern mm is aten::mm as well).
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
             "aten::_addmm_activation", "aten::_scaled_mm", "aten::_int_mm")
+MEMORY_CLASSES = ("elementwise", "reduction")
+# Bytes per element of the profiler's "Input type" names.
+DTYPE_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8,
+               "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+               "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 # Distinct GEMMs kept, by time (a Llama step has a few dozen; `gemms_left_out` counts the rest).
 TOP_GEMMS = 64
 
@@ -120,6 +130,45 @@ def _flops(args: dict, entry: dict) -> float | None:
     if "m" in entry:
         return 2.0 * entry.get("batch", 1) * entry["m"] * entry["n"] * entry["k"]
     return None
+
+
+def tensor_bytes(args: dict) -> float | None:
+    """What an op's tensors hold: its inputs, and an output as large as the largest of them;
+    None without shapes."""
+    dims, types = args.get("Input Dims"), args.get("Input type") or []
+    if not dims:
+        return None
+    sizes = []
+    for d, t in zip(dims, types):
+        if d and t in DTYPE_BYTES:
+            n = 1
+            for x in d:
+                n *= x
+            sizes.append(n * DTYPE_BYTES[t])
+    return float(sum(sizes) + max(sizes)) if sizes else None
+
+
+def memory_bins(items: list[tuple[str, float, float | None]]) -> list[dict]:
+    """(class, us, bytes or None) of memory-bound kernels, binned by duration (module
+    docstring)."""
+    bins: dict[tuple, dict] = {}
+    for cls, us, size in items:
+        key = (cls, round(4 * math.log2(max(us, 0.25))))
+        b = bins.setdefault(key, {"class": cls, "us": round(2 ** (key[1] / 4), 3), "kernels": 0,
+                                  "ms": 0.0, "_bytes": 0.0, "_sized": 0})
+        b["kernels"] += 1
+        b["ms"] += us / 1000
+        if size is not None:
+            b["_bytes"] += size
+            b["_sized"] += 1
+    out = []
+    for b in sorted(bins.values(), key=lambda b: (b["class"], b["us"])):
+        sized, total = b.pop("_sized"), b.pop("_bytes")
+        b["ms"] = round(b["ms"], 4)
+        if sized:
+            b["bytes"] = round(total / sized)
+        out.append(b)
+    return out
 
 
 def _gemm_key(op: dict) -> tuple:
@@ -182,6 +231,7 @@ def split(trace: dict) -> dict:
     kernels: dict[str, dict] = defaultdict(lambda: {"ms": 0.0, "calls": 0, "flops": None,
                                                    "shapes": None})
     op_ms: dict = defaultdict(float)     # a GEMM op's External id -> its matmul kernels' ms
+    memory: list[tuple[str, float, float | None]] = []
     count = 0
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in DEVICE_CATEGORIES:
@@ -193,10 +243,12 @@ def split(trace: dict) -> dict:
         classes[cls] += dur_us / 1000
         counts[cls] += 1
         count += 1
-        if cls != "matmul":
-            continue
         op_id = e.get("args", {}).get("External id")
         op = ops.get(op_id)
+        if cls in MEMORY_CLASSES:
+            memory.append((cls, dur_us, tensor_bytes(op.get("args", {})) if op else None))
+        if cls != "matmul":
+            continue
         entry = kernels[e["name"]]
         entry["ms"] += dur_us / 1000
         entry["calls"] += 1
@@ -230,6 +282,7 @@ def split(trace: dict) -> dict:
                     for name, entry in top],
         **({"gemms": shapes["gemms"], "gemms_left_out": shapes["gemms_left_out"]}
            if shapes else {}),
+        "memory_kernels": memory_bins(memory),
     }
 
 

@@ -41,6 +41,8 @@ class Measured:
     kernel_floor_ms: float | None    # the shortest kernel of the profiled step
     class_kernels: dict | None       # kernel class -> how many kernels
     repeats: int
+    memory_kernels: list | None = None   # memory-bound kernels by duration (measure/kernels.py)
+    gemms: list | None = None            # the GEMMs by shape, where recorded
 
     @property
     def idle_ms(self) -> float | None:
@@ -107,6 +109,9 @@ def _combine(items) -> Measured:
     setup = first.setup
     splits = [s for _, s in ok if s and s.get("classes_ms")]
     classes = counts = busy = floor = None
+    # Bins and shapes: the first profiled process's (they describe the kernels, not their sum).
+    memory_bins = next((s["memory_kernels"] for s in splits if s.get("memory_kernels")), None)
+    gemms = next((s["gemms"] for s in splits if s.get("gemms")), None)
     if splits:
         classes = _median_of([s["classes_ms"] for s in splits])
         counts = _median_of([s.get("class_kernels") or {} for s in splits])
@@ -125,7 +130,7 @@ def _combine(items) -> Measured:
         peak_memory_gb=max(peaks) if peaks else None,
         peak_reserved_gb=max(reserved) if reserved else None,
         classes_ms=classes, busy_ms=busy, kernel_floor_ms=floor, class_kernels=counts,
-        repeats=len(records))
+        repeats=len(records), memory_kernels=memory_bins, gemms=gemms)
 
 
 def _median_of(dicts: list[dict]) -> dict:
