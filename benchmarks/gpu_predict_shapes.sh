@@ -9,6 +9,8 @@
 #    default matrix), one process each, with --profile: the records now carry the GEMMs' shapes
 #    and FLOPs (profile.gemms) -> OUT/h200-DATE-profile-shapes.jsonl and its -traces/ folder
 # 3. benchmarks/predict_post.py on that file -> OUT/h200-DATE-profile-shapes-predict-post.txt
+# 4. benchmarks/calibrate_predict.py on 1's JSON -> OUT/calibration-memory.toml, the [memory]
+#    table of src/stepbench/predict/calibration.toml measured (the file holds first estimates)
 # Logs: OUT/run.log, OUT/env.txt. Commit the files under benchmarks/results/ (the traces too);
 # copy the microbench JSON to src/stepbench/predict/h200_microbench.json (docs/predict.md).
 set -uo pipefail
@@ -43,3 +45,4 @@ PYTHONPATH=src python3 benchmarks/predict_post.py --results "$out/$stem.jsonl" \
   | tee "$out/$stem-predict-post.txt"
 PYTHONPATH=src python3 benchmarks/predict_post.py --results "$out/$stem.jsonl" --json \
   >"$out/$stem-predict-post.json"
+PYTHONPATH=src python3 benchmarks/calibrate_predict.py "$out/h200-$day-microbench.json" | tee "$out/calibration-memory.toml"
