@@ -78,13 +78,15 @@ def split_of(record: Record, results: Path, traces: list[Path]) -> dict | None:
     return kernels.split_trace(path) or None if path else None
 
 
-def measured(paths: list[str], traces: list[str] | None = None, warn=lambda text: None
-             ) -> list[Measured]:
-    """Every setup x GPU of the results files, combined over repeats, in file order."""
+def measured(paths: list[str], traces: list[str] | None = None, warn=lambda text: None,
+             keep=None) -> list[Measured]:
+    """Every setup x GPU of the results files, combined over repeats, in file order; `keep`:
+    a function of a file's records that returns those to use (the report's filters)."""
     trace_dirs = [Path(t) for t in traces or []]
     groups: dict[tuple, list[tuple[Record, dict | None]]] = {}
     for arg in paths:
-        for record in load([arg], warn):
+        records = load([arg], warn)
+        for record in keep(records) if keep else records:
             results = _results_of(record, arg)
             split = split_of(record, results, trace_dirs) if record.ok else None
             key = (record.setup.key(), record.machine.gpu or "cpu")
