@@ -31,6 +31,9 @@ def calibrate(result: dict, name: str) -> dict:
     sms = (gpu and gpu.get("sms")) or result["sms"]
     adds = [r for r in result["elementwise"] if r["op"] == "add"]
     large = [r["of_datasheet"] for r in adds if r["working_set_mb"] >= 8 * l2]
+    if not large:
+        raise SystemExit(f"no add with a working set of 8x the L2 ({8 * l2:g} MB) or more: "
+                         "run gpu_microbench.py to its largest size")
     eff = statistics.median(large)
     small = [r for r in adds if 1 <= r["working_set_mb"] <= l2 / 4]
     best = max(r["gbs"] for r in small)

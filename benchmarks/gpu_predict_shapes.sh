@@ -28,7 +28,8 @@ timeout 150 python3 benchmarks/gpu_microbench.py --out "$out/h200-$day-microbenc
 echo "microbench_wall_s $((SECONDS - t0))" | tee -a "$out/run.log"
 
 t0=$SECONDS
-PYTHONPATH=src timeout 300 python3 -m stepbench run --repeats 1 --timeout 240 \
+PYTHONPATH=src timeout 300 python3 -m stepbench run --model llama-468m --batch 4 --seq 2048 \
+  --modes eager,compile --attn sdpa,eager --repeats 1 --timeout 240 \
   --profile "$out/$stem-traces" --out "$out/$stem.jsonl" 2>&1 | quiet | tee -a "$out/run.log" | tail -12
 echo "run_wall_s $((SECONDS - t0))" | tee -a "$out/run.log"
 

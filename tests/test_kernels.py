@@ -162,3 +162,27 @@ def test_a_stored_cpu_step_of_llama_tiny_gives_its_gemms_and_the_conventional_fl
     assert shapes[(tokens, vocab, hidden)] == 1                  # the output layer, forward
     assert shapes[(tokens, hidden, hidden)] == 4 * layers * 2    # q, k, v, o: forward and dgrad
     assert all(g["dtype"] == "c10::BFloat16" for g in split["gemms"])
+
+
+def test_memory_bound_kernels_are_binned_by_duration_with_their_tensors_bytes(tmp_path):
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 5,
+         "args": {"External id": 1, "Input Dims": [[8192, 1024], [8192, 1024], []],
+                  "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"]}},
+        {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 10, "dur": 11,
+         "args": {"External id": 1}},
+        {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_mul_0", "ts": 30, "dur": 11.2,
+         "args": {}},
+        {"ph": "X", "cat": "kernel", "name": "triton_red_fused_sum_1", "ts": 50, "dur": 40,
+         "args": {}},
+    ]
+    bins = kernels.split_trace(write(tmp_path, events))["memory_kernels"]
+    elementwise = [b for b in bins if b["class"] == "elementwise"]
+    # 11 and 11.2 us share a quarter-octave bin; only the ATen op's shapes give bytes (two
+    # 16 MB inputs and a 16 MB output), averaged over the kernels that have them.
+    assert len(elementwise) == 1 and elementwise[0]["kernels"] == 2
+    assert elementwise[0]["ms"] == pytest.approx(0.0222)
+    assert elementwise[0]["bytes"] == 3 * 8192 * 1024 * 2
+    assert [(b["class"], b["kernels"]) for b in bins if b["class"] != "elementwise"] == [
+        ("reduction", 1)]
+    assert "bytes" not in bins[-1]
