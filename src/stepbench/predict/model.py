@@ -24,8 +24,9 @@ by `wave_factor` (each recorded GEMM's output tiles over each GPU's SMs in whole
 
 Uncertainty per class (UNCERTAINTY) is stated, not fitted: each class's interval is its time
 times 1 -/+ its share, summed (the classes' errors taken as moving together). Where the target
-has a larger L2 than the source, memory-bound kernels may read more from L2 than from DRAM;
-the low end allows up to L2_GAIN_MAX of their time to go. A class whose bounding figure the
+has a larger L2 than the source and the record has no kernel bins for the L2 model, memory-bound
+kernels may read more from L2 than from DRAM: the low end allows up to L2_GAIN_MAX of their time
+to go. A class whose bounding figure the
 target lacks (fp8 on a GPU without FP8 tensor cores) has no basis: no prediction, said so.
 """
 
@@ -202,7 +203,9 @@ def predict(source: Measured, src_gpu: Gpu, target: Gpu, price: float | None = N
         u = UNCERTAINTY.get(cls, 0.5)
         mid += scaled
         high += scaled * (1 + u)
-        low += scaled * (1 - u - (l2_gain if cls in MEMORY_CLASSES else 0.0))
+        # The low end's L2 allowance only where the L2 model did not already act on the class.
+        gain = l2_gain if cls in MEMORY_CLASSES and cls not in l2 else 0.0
+        low += scaled * (1 - u - gain)
     if p.no_basis:
         p.classes_ms = {}
         return p
