@@ -60,3 +60,15 @@ def test_a_gemm_filling_the_sources_sms_in_one_wave_leaves_a_bigger_gpus_idle():
 
 def with_gemms(gemms):
     return step({"matmul": 10.0}, 10.0, gemms=gemms)
+
+
+def test_the_l2_factor_scales_the_class_and_drops_the_intervals_own_allowance():
+    binned = step({"elementwise": 10.0}, 10.0, memory_kernels=bins(24 * MB))
+    plain = step({"elementwise": 10.0}, 10.0)
+    with_bins, without = model.predict(binned, H200, L40S), model.predict(plain, H200, L40S)
+    factor = memory.l2_factors(bins(24 * MB), H200, L40S)["elementwise"]
+    assert with_bins.classes_ms["elementwise"] == pytest.approx(
+        without.classes_ms["elementwise"] * factor)
+    u = model.UNCERTAINTY["elementwise"]
+    assert with_bins.step_ms_low == pytest.approx(with_bins.step_ms * (1 - u))
+    assert without.step_ms_low < without.step_ms * (1 - u)
