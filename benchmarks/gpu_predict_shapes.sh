@@ -9,7 +9,8 @@
 #    default matrix), one process each, with --profile: the records now carry the GEMMs' shapes
 #    and FLOPs (profile.gemms) -> OUT/h200-DATE-profile-shapes.jsonl and its -traces/ folder
 # 3. benchmarks/predict_post.py on that file -> OUT/h200-DATE-profile-shapes-predict-post.txt
-# 4. benchmarks/calibrate_predict.py on 1's JSON -> OUT/calibration-memory.toml, the [memory]
+# 4. `stepbench report --predict` on 2 (the report's predicted section) -> OUT/...-report.md
+# 5. benchmarks/calibrate_predict.py on 1's JSON -> OUT/calibration-memory.toml, the [memory]
 #    table of src/stepbench/predict/calibration.toml measured (the file holds first estimates)
 # Logs: OUT/run.log, OUT/env.txt. Commit the files under benchmarks/results/ (the traces too);
 # copy the microbench JSON to src/stepbench/predict/h200_microbench.json (docs/predict.md).
@@ -46,4 +47,6 @@ PYTHONPATH=src python3 benchmarks/predict_post.py --results "$out/$stem.jsonl" \
   | tee "$out/$stem-predict-post.txt"
 PYTHONPATH=src python3 benchmarks/predict_post.py --results "$out/$stem.jsonl" --json \
   >"$out/$stem-predict-post.json"
+PYTHONPATH=src python3 -m stepbench report "$out/$stem.jsonl" --prices benchmarks/prices.toml \
+  --predict "RTX 5090,L40S,RTX A6000,H100 PCIe" --format markdown --out "$out/$stem-report.md"
 PYTHONPATH=src python3 benchmarks/calibrate_predict.py "$out/h200-$day-microbench.json" | tee "$out/calibration-memory.toml"
