@@ -12,8 +12,8 @@
 # 4. `stepbench report --predict` on 2 (the report's predicted section) -> OUT/...-report.md
 # 5. benchmarks/calibrate_predict.py on 1's JSON -> OUT/calibration-memory.toml, the [memory]
 #    table of src/stepbench/predict/calibration.toml measured (the file holds first estimates)
-# Logs: OUT/run.log, OUT/env.txt. Commit the files under benchmarks/results/ (the traces too);
-# copy the microbench JSON to src/stepbench/predict/h200_microbench.json (docs/predict.md).
+# Logs: OUT/run.log, OUT/env.txt. Commit the files under benchmarks/results/ (the traces too),
+# and paste OUT/calibration-memory.toml over calibration.toml's [memory] table (docs/predict.md).
 set -uo pipefail
 out=${OUT:?set OUT to a folder}
 mkdir -p "$out"
