@@ -180,13 +180,15 @@ def profile_step(step, stem: str, cuda: bool) -> dict:
     trace as `stem`.json.gz (chrome://tracing, Perfetto) and its key_averages table, top 40 by
     device time (CPU time on a CPU), as `stem`.txt. The paths, the step's wall time (longer
     than a timed step: the profiler records every op) and, on a GPU, the sum of its kernels'
-    times (`device_s`; below the wall time where the GPU waited for the host)."""
+    times (`device_s`; below the wall time where the GPU waited for the host); the kernel
+    classes and the GEMMs by shape (measure/kernels.py)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     trace, table = f"{stem}.json.gz", f"{stem}.txt"
     Path(stem).parent.mkdir(parents=True, exist_ok=True)
-    with profile(activities=activities) as prof:
+    # Shapes and FLOPs of each op: the GEMMs' table (measure/kernels.py `gemms`).
+    with profile(activities=activities, record_shapes=True, with_flops=True) as prof:
         start = time.perf_counter()
         step()
         if cuda:
