@@ -91,6 +91,11 @@ class Record:
     step_ms_std: float | None = None
     step_times_ms: list[float] = field(default_factory=list)
     timed_wall_s: float | None = None
+    # On a GPU (stepbench.hostlead): how far behind the host's clock the GPU finished each timed
+    # step, its median, and the uncertainty of the two clocks' offset (null on a CPU).
+    host_lead_ms: float | None = None
+    host_lead_steps_ms: list[float] = field(default_factory=list)
+    host_lead_offset_ms: float | None = None
     tokens_per_s: float | None = None
     peak_memory_gb: float | None = None
     peak_reserved_gb: float | None = None

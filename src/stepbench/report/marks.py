@@ -23,6 +23,9 @@ NOISE_MARKS = {
     "busy_cpu": ("‡", "other processes took more than a tenth of the CPU time its threads "
                       "needed during the timed steps"),
     "recompiled": ("§", "torch.compile recompiled during the timed steps"),
+    "host_bound": ("^", "host-bound: the GPU finished each step right after the host launched "
+                        "its last kernel (the host's lead under 5% of a step), so the number is "
+                        "the host's CPU speed as much as the GPU's"),
 }
 # After a row's peak memory: its processes' peaks disagreed (noise.peaks_disagree).
 MEMORY_MARK = ("~", "after Peak memory: its processes' peaks differed by more than 20%; the "
