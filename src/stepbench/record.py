@@ -126,6 +126,8 @@ class Record:
     noise_flags: list[str] = field(default_factory=list)
     phases: dict | None = None   # wall seconds per phase of the process (measure/phases.py)
     threads: dict | None = None  # torch's intra-op and inter-op threads in the setup's process
+    # --pin-cpus auto (measure/pinning.py): the cores the process was bound to, or why not.
+    cpu_pinning: dict | None = None
     # How --memory-limit-gb was applied (measure/worker.limit_memory): mechanism, limit, baseline.
     memory_cap: dict | None = None
     # A distributed job (setup.parallel ddp or fsdp2): every rank's own numbers, and the job's
