@@ -34,14 +34,15 @@ MEMORY_FLAG = "memory_spread"
 
 
 # The flags that say something outside the step disturbed the timed steps (another process
-# took CPU or GPU time, the GPU slowed, torch.compile recompiled): a test on two rows' step times
-# measures their spread (high_cv, process_spread), not what disturbed both.
+# took CPU or GPU time, the GPU slowed, torch.compile recompiled): such a row's step time is the
+# disturbance's as much as the setup's, unlike spread (high_cv, process_spread), which a test
+# on the steps measures.
 DISTURBED = ("busy_cpu", "other_processes", "throttled", "clock_drop", "recompiled")
 
 
 def disturbed(flags: Iterable[str]) -> bool:
-    """Whether a row's step time carries a mark of DISTURBED (a comparison of two such rows
-    is not stated: the report lists it as untested)."""
+    """Whether a row's step time carries a mark of DISTURBED (no finding compares or ranks
+    such a row: the report lists it as untested)."""
     return any(f in DISTURBED for f in flags)
 
 
