@@ -3,6 +3,7 @@ GPU process records them, the CPU's timing loop leaving it out, and the report's
 records that carry `host_bound` (CPU records of stepbench 0.1, given the fields a GPU writes)."""
 
 import copy
+import statistics
 import json
 from pathlib import Path
 
@@ -110,3 +111,62 @@ def test_the_report_marks_a_host_bound_row_and_still_compares_it(capsys, tmp_pat
     table = report(capsys, tmp_path, records, "markdown")
     assert "| 90^ |" in table or "| 90.0^ |" in table
     assert any(line.startswith("^ ") and names(line, "host", "5%") for line in table.splitlines())
+
+
+class SimulatedGPU:
+    """A host clock and one CUDA stream, for the timing loop's GPU branch on a CPU: a kernel
+    starts when it is launched or when the one before it ends, an event completes when the
+    stream reaches it, and synchronize waits for the stream."""
+
+    def __init__(self, host_ms: float, gpu_ms: float, kernels: int = 100):
+        self.host = self.stream = 1000.0          # seconds
+        self.launch_s, self.kernel_s, self.kernels = host_ms / kernels / 1e3, gpu_ms / kernels / 1e3, kernels
+        sim = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = sim.stream = max(sim.stream, sim.host)
+
+            def synchronize(self):
+                sim.host = max(sim.host, self.at)
+
+            def elapsed_time(self, end):
+                return (end.at - self.at) * 1000
+
+        self.Event = Event
+
+    def perf_counter(self) -> float:
+        return self.host
+
+    def synchronize(self) -> None:
+        self.host = max(self.host, self.stream)
+
+    def step(self) -> float:
+        for _ in range(self.kernels):
+            self.host += self.launch_s
+            self.stream = max(self.stream, self.host) + self.kernel_s
+        return 1.0
+
+
+@pytest.mark.parametrize("host_ms, gpu_ms, bound", [(100.0, 86.0, True), (30.0, 90.0, False)])
+def test_the_gpu_loop_measures_the_lead_it_was_given(monkeypatch, host_ms, gpu_ms, bound):
+    from types import SimpleNamespace
+
+    from stepbench.measure import step as measure_step
+
+    sim = SimulatedGPU(host_ms, gpu_ms)
+    monkeypatch.setattr(measure_step.torch.cuda, "Event", sim.Event)
+    monkeypatch.setattr(measure_step.torch.cuda, "synchronize", sim.synchronize)
+    monkeypatch.setattr(measure_step, "time", SimpleNamespace(perf_counter=sim.perf_counter))
+    leads: dict = {}
+    times = timed_steps(sim.step, 10, True, [], leads)
+    # Each step takes the slower side's time; the lead is the last kernel's (0.86 ms) when the
+    # host bounds the step, and grows by the GPU's surplus (60 ms) a step when the GPU does.
+    assert times[1:] == pytest.approx([max(host_ms, gpu_ms)] * 9, rel=0.02)
+    expected = 0.86 if bound else 60.0 * 5.5
+    assert leads["host_lead_ms"] == pytest.approx(expected, rel=0.02)
+    assert leads["host_lead_offset_ms"] == 0.0 and len(leads["host_lead_steps_ms"]) == 10
+    assert host_bound(leads["host_lead_ms"], statistics.median(times)) is bound
