@@ -18,9 +18,10 @@ from typing import Sequence
 
 # host_bound when the median lead is below this share of the median step: the GPU never had
 # more than a twentieth of a step queued when the host finished launching one. A GPU-bound
-# step keeps the launch queue full (about a thousand kernels, torch.cuda's default), which is a
-# third of a step of 3,110 kernels (llama-468m eager+sdpa, the most launch-heavy step measured:
-# docs/architecture.md, "Measured reasons").
+# step keeps CUDA's launch queue full (on the order of a thousand pending launches), about a
+# third of a step of 3,110 kernels (llama-468m eager+sdpa on an H200, benchmarks/README.md
+# section l2); a host-bound one leaves its last kernels' time, well under a twentieth. Not yet
+# checked on a GPU against the profile's busy share: benchmarks/gpu_wander.py does that.
 HOST_BOUND_SHARE = 0.05
 
 
