@@ -30,7 +30,7 @@ def test_resume_runs_only_the_missing_setups_and_rerun_measures_again(tmp_path):
     records = read_jsonl(out)
     assert [r["setup"]["name"] for r in records] == ["eager+sdpa", "eager+eager"]
     # --pin-cpus auto on a CPU setup: recorded, not bound (no GPU to be near); off: nothing.
-    assert records[0]["cpu_pinning"] is None
+    assert records[0].get("cpu_pinning") is None
     pinning = records[1]["cpu_pinning"]
     assert pinning["mode"] == "auto" and pinning["pinned"] is False and "CPU" in pinning["why"]
     assert [r["setup"]["name"] for r in second.records] == ["eager+sdpa", "eager+eager"]
