@@ -88,6 +88,7 @@ class Tuner:
         self.said = Said(skipped=list(skipped or []))
         self.ladder_info: dict | None = None
         self.saturating = base.batch
+        self._known: tuple[int, dict] = (-1, {})     # _kept's
 
     # ------------------------------------------------------------ budget and prices
 
@@ -189,6 +190,19 @@ class Tuner:
         candidate must beat. By the mean of its steps, slow ones included, where a candidate's
         promise starts from its parent's median step (`rate`): one hiccup neither raises the bar
         nor lowers a promise."""
+        return self._kept("best", self._best)
+
+    def _kept(self, what, make):
+        """`make()` once per measurement (best and derive, asked for each candidate each round,
+        read nothing that changes between two)."""
+        if self._known[0] != len(self.seen.tried):
+            self._known = (len(self.seen.tried), {})
+        kept = self._known[1]
+        if what not in kept:
+            kept[what] = make()
+        return kept[what]
+
+    def _best(self) -> tuple[Setup | None, float]:
         found = [(self.seen.mean_tokens(s), s) for s in self.seen.measured()
                  if self.seen.explorable(s)]
         if self.objective == "fit":
@@ -449,6 +463,9 @@ class Tuner:
         """(the explorable setup measured that is fewest changes away from `setup`, the gain of
         those changes); of equally near ones, the one that promises most. (None, None) when
         nothing explorable ran."""
+        return self._kept(("derive", setup), lambda: self._derive(setup))
+
+    def _derive(self, setup: Setup):
         near = [(len(differences(s, setup)), s) for s in self.seen.measured()
                 if self.seen.explorable(s) and s != setup]
         if not near:
