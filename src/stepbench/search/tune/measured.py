@@ -35,6 +35,7 @@ class Measurements:
         self._explorable: dict[Setup, bool] = {}
         self._measured: list[Setup] | None = None
         self._peaks: dict[Setup, dict[int, float]] | None = None   # family -> {batch: peak}
+        self._kept: dict = {}
 
     def add(self, stage: str, record: Record) -> None:
         self.tried.append(Tried(stage, record))
@@ -49,6 +50,14 @@ class Measurements:
         self._explorable = {}
         self._measured = None
         self._peaks = None
+        self._kept = {}
+
+    def kept(self, what, make):
+        """`make()` once per measurement: for what the search reads from the measurements alone
+        (its best setup, a candidate's parent), asked for each candidate each round."""
+        if what not in self._kept:
+            self._kept[what] = make()
+        return self._kept[what]
 
     def records(self) -> list[Record]:
         return [t.record for t in self.tried]

@@ -88,7 +88,6 @@ class Tuner:
         self.said = Said(skipped=list(skipped or []))
         self.ladder_info: dict | None = None
         self.saturating = base.batch
-        self._known: tuple[int, dict] = (-1, {})     # _kept's
 
     # ------------------------------------------------------------ budget and prices
 
@@ -190,17 +189,7 @@ class Tuner:
         candidate must beat. By the mean of its steps, slow ones included, where a candidate's
         promise starts from its parent's median step (`rate`): one hiccup neither raises the bar
         nor lowers a promise."""
-        return self._kept("best", self._best)
-
-    def _kept(self, what, make):
-        """`make()` once per measurement (best and derive, asked for each candidate each round,
-        read nothing that changes between two)."""
-        if self._known[0] != len(self.seen.tried):
-            self._known = (len(self.seen.tried), {})
-        kept = self._known[1]
-        if what not in kept:
-            kept[what] = make()
-        return kept[what]
+        return self.seen.kept("best", self._best)
 
     def _best(self) -> tuple[Setup | None, float]:
         found = [(self.seen.mean_tokens(s), s) for s in self.seen.measured()
@@ -463,7 +452,7 @@ class Tuner:
         """(the explorable setup measured that is fewest changes away from `setup`, the gain of
         those changes); of equally near ones, the one that promises most. (None, None) when
         nothing explorable ran."""
-        return self._kept(("derive", setup), lambda: self._derive(setup))
+        return self.seen.kept(("derive", setup), lambda: self._derive(setup))
 
     def _derive(self, setup: Setup):
         near = [(len(differences(s, setup)), s) for s in self.seen.measured()
