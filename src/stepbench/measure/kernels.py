@@ -32,6 +32,7 @@ TRACE.json.gz`).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import sys
@@ -58,7 +59,10 @@ DEFAULT_CLASS = "elementwise"
 TOP_MATMULS = 8
 
 
+@functools.lru_cache(maxsize=4096)
 def classify(name: str) -> str:
+    """The class of a kernel by its name (PATTERNS); kept per name: a step launches the same
+    few hundred kernels thousands of times."""
     low = name.lower()
     for cls, fragments in PATTERNS:
         if any(f in low for f in fragments):
