@@ -50,11 +50,14 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # a file left last that takes minutes would keep one worker busy while the other idles. A new
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
-    "test_ray.py": 125, "test_run_outcomes.py": 93, "test_distributed.py": 91, "test_run.py": 82,
-    "test_server.py": 63, "test_remote.py": 43, "test_slurm.py": 33, "test_rent.py": 33,
-    "test_remote_stops.py": 31, "test_max_batch.py": 31, "test_tune.py": 30, "test_axes.py": 26,
-    "test_runner.py": 19, "test_plan.py": 9, "test_gpu_pool.py": 7, "test_hooks.py": 6,
-    "test_oom_kill.py": 6,
+    "test_ray.py": 150, "test_workloads.py": 110, "test_run_outcomes.py": 93,
+    "test_distributed.py": 91, "test_run.py": 82, "test_server.py": 63,
+    "test_workload_remote.py": 59, "test_memory_cap.py": 48, "test_remote.py": 43,
+    "test_backend_registry.py": 37, "test_slurm.py": 33, "test_rent.py": 33,
+    "test_remote_stops.py": 31, "test_max_batch.py": 31, "test_tune.py": 30,
+    "test_cli_errors.py": 30, "test_peak.py": 29, "test_axes.py": 26, "test_runner.py": 19,
+    "test_caches.py": 19, "test_hooks.py": 17, "test_gpu_pool.py": 15, "test_oom_kill.py": 12,
+    "test_plan.py": 12, "test_compare.py": 11,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps, one
 # process per setup (run's default of 2, and a third where they disagree, would double the
@@ -83,6 +86,17 @@ class _NoChildren:
     def refuse(self, *args, **kwargs):
         raise AssertionError(f"{self.item.nodeid} starts a child process: mark it "
                              "@pytest.mark.slow (the fast loop runs none)")
+
+
+def pytest_configure(config):
+    # matplotlib lists the system's fonts (running fc-list) the first time a user without its
+    # font cache imports it (a fresh machine, CI): done here, in the controller before any test
+    # runs, or the first fast test that draws a plot would start that process and fail.
+    if not hasattr(config, "workerinput"):
+        import matplotlib
+
+        if not list(Path(matplotlib.get_cachedir()).glob("fontlist-*.json")):
+            import matplotlib.font_manager  # noqa: F401
 
 
 def _guard(item):

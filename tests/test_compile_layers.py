@@ -8,15 +8,11 @@ what is checked is dynamo's choice to compile or to give up, which the backend d
 import io
 
 import pytest
-import torch
-import torch._dynamo
 from fakes import InProcess
-from torch._dynamo.utils import counters
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from stepbench.execute.progress import Display
 from stepbench.execute.runner import Runner
-from stepbench.measure import compile_info, options
+from stepbench.measure import compile_info
 from stepbench.record import Machine, Record, ResultsFile
 from stepbench.report.details import BEFORE_LAYER_GRAPHS
 from stepbench.report.rows import build_rows
@@ -28,6 +24,11 @@ LAYERS = 10
 @pytest.fixture
 def eager_backend(monkeypatch):
     """nn.Module.compile through dynamo's eager backend; dynamo's state fresh before and after."""
+    # torch and dynamo imported by the compiling tests only: the fast loop collects this file.
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
     original = torch.nn.Module.compile
     monkeypatch.setattr(torch.nn.Module, "compile",
                         lambda self, *args, **kwargs: original(self, backend="eager"))
@@ -39,7 +40,10 @@ def eager_backend(monkeypatch):
     counters.clear()
 
 
-def deep_model() -> LlamaForCausalLM:
+def deep_model():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
     return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
                                         num_hidden_layers=LAYERS, num_attention_heads=2,
@@ -47,6 +51,8 @@ def deep_model() -> LlamaForCausalLM:
 
 
 def one_step(model) -> dict:
+    import torch
+
     tokens = torch.randint(0, 64, (2, 8))
     model(input_ids=tokens, labels=tokens).loss.backward()
     return compile_info.diagnostics(None, None, None, None)
@@ -54,6 +60,8 @@ def one_step(model) -> dict:
 
 @pytest.mark.slow     # compiles a 10-layer model with dynamo (~10-30 s)
 def test_every_layer_past_dynamos_recompile_limit_is_compiled(eager_backend):
+    from stepbench.measure import options      # imports torch
+
     compile_info.watch_recompile_limit()
     hits_before = compile_info.diagnostics(None, None, None, None)["recompile_limit_hits"]
     model = deep_model()

@@ -2,6 +2,7 @@
 functions): no module is part of a cycle, and no layer imports one above it."""
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -15,13 +16,24 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def tree(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once per test process (several tests read them all)."""
+    return ast.parse(path.read_text())
+
+
 def graph() -> dict[str, set[str]]:
     """module -> the stepbench modules it imports (a name imported from a package is the
     submodule where one of that name exists)."""
+    return {name: set(targets) for name, targets in _graph().items()}
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
     known = modules()
     edges: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree(path)):
             if isinstance(node, ast.Import):
                 edges[name] |= {a.name for a in node.names if a.name in known}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -95,7 +107,7 @@ def test_no_layer_imports_one_above_it():
 
 def test_the_report_never_imports_torch():
     for path in (SRC / "stepbench" / "report").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n == "torch" or n.startswith("torch.") for n in names), path

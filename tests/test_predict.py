@@ -136,7 +136,9 @@ def test_records_without_classes_are_split_from_their_stored_traces(tmp_path):
 
 
 def imports_torch(path: Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text())):
+    from test_imports import tree
+
+    for node in ast.walk(tree(path)):
         names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                  [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         if any(n == "torch" or n.startswith("torch.") for n in names):

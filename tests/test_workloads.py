@@ -133,7 +133,7 @@ def test_a_python_file_without_a_function_says_how_to_name_it(tmp_path):
 @pytest.mark.slow
 def test_the_gpt_example_runs_eager_and_compiled_and_the_loss_guard_compares_them(tmp_path):
     out = tmp_path / "gpt.jsonl"
-    tiny = ["--param", "n_layer=2", "--param", "n_embd=32", "--param", "n_head=2",
+    tiny = ["--param", "n_layer=1", "--param", "n_embd=32", "--param", "n_head=2",
             "--param", "vocab_size=128"]
     proc = run_cli("run", "--model", f"{EXAMPLES}/gpt.py:make", "--device", "cpu", "--seq", "16",
                    "--batch", "2", "--warmup", "1", "--steps", "3", "--repeats", "1", *tiny,
@@ -141,7 +141,7 @@ def test_the_gpt_example_runs_eager_and_compiled_and_the_loss_guard_compares_the
                    check_json=True)
     eager, compiled = proc.records
     assert [r["status"] for r in proc.records] == ["ok", "ok"], proc.stderr
-    assert eager["setup"]["params"] == "n_embd=32;n_head=2;n_layer=2;vocab_size=128"
+    assert eager["setup"]["params"] == "n_embd=32;n_head=2;n_layer=1;vocab_size=128"
     assert eager["units"] == "tokens" and eager["units_per_step"] == 2 * 16
     assert eager["tokens_per_s"] == pytest.approx(32 / (eager["step_ms"] / 1000))
     assert eager["flops_source"] == "flop_counter" and eager["flops_per_step"] > 0

@@ -97,7 +97,22 @@ class SetupMethods:
         return kept
 
     def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
+        """A Setup with `changes` (dataclasses.replace), made once per Setup and changes: the
+        tune asks for the same one (a setup at batch 1, its family) hundreds of thousands of
+        times, and each new Setup runs every axis's normalization."""
+        memo = self.__dict__.get("_replaced")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_replaced", memo)
+        # The value's type too: True == 1 and 3 == 3.0 as dict keys, not as fields.
+        key = tuple((name, type(value), value) for name, value in sorted(changes.items()))
+        try:
+            found = memo.get(key)
+        except TypeError:       # an unhashable value: made each time
+            return dataclasses.replace(self, **changes)
+        if found is None:
+            found = memo[key] = dataclasses.replace(self, **changes)
+        return found
 
     @property
     def compute_dtype(self) -> str:

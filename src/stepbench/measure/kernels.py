@@ -40,6 +40,7 @@ TRACE.json.gz`).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -78,7 +79,10 @@ DTYPE_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "lon
 TOP_GEMMS = 64
 
 
+@functools.lru_cache(maxsize=4096)
 def classify(name: str) -> str:
+    """The class of a kernel by its name (PATTERNS); kept per name: a step launches the same
+    few hundred kernels thousands of times."""
     low = name.lower()
     for cls, fragments in PATTERNS:
         if any(f in low for f in fragments):

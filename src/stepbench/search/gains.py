@@ -206,15 +206,22 @@ class GainTable:
         self.committed = list(committed)
         self.machine = list(machine)
         self.gpu = gpu
+        self._ours = [o for o in self.committed if gpu is not None and o.gpu == gpu]
+        self._others = [o for o in self.committed if not (gpu is not None and o.gpu == gpu)]
+        self._found: dict[tuple, Gain] = {}     # key -> its gain: a tune asks thousands of times
 
     def with_machine(self, machine: list[Observation], gpu: str | None = None) -> "GainTable":
         return GainTable(self.committed, machine, gpu)
 
     def lookup(self, key: tuple) -> Gain:
+        found = self._found.get(key)
+        if found is None:
+            found = self._found[key] = self._lookup(key)
+        return found
+
+    def _lookup(self, key: tuple) -> Gain:
         kind = describe_key(key)
-        ours = [o for o in self.committed if self.gpu is not None and o.gpu == self.gpu]
-        others = [o for o in self.committed if not (self.gpu is not None and o.gpu == self.gpu)]
-        for pool, decides in ((self.machine, True), (ours, True), (others, False)):
+        for pool, decides in ((self.machine, True), (self._ours, True), (self._others, False)):
             for level in _levels(key):
                 found = level(pool)
                 if found:

@@ -29,27 +29,47 @@ class Measurements:
         self._verdicts: dict | None = None
         self._table: GainTable | None = None
         self._compared: dict = {}
-        # setup -> its records: the search asks for a setup's processes thousands of times.
+        # setup -> its records, by repeat: the search asks for a setup's processes, and whether
+        # it is explorable, hundreds of thousands of times between two measurements.
         self._processes: dict[Setup, list[Record]] = {}
+        self._explorable: dict[Setup, bool] = {}
+        self._measured: list[Setup] | None = None
+        self._peaks: dict[Setup, dict[int, float]] | None = None   # family -> {batch: peak}
+        self._kept: dict = {}
 
     def add(self, stage: str, record: Record) -> None:
         self.tried.append(Tried(stage, record))
-        self._processes.setdefault(record.setup, []).append(record)
+        runs = self._processes.setdefault(record.setup, [])
+        runs.append(record)
+        runs.sort(key=lambda r: r.repeat)
         if record.status == "oom":
             family = record.setup.replace(batch=1).key()
             self.oom[family] = min(self.oom.get(family, BATCH_LIMIT + 1), record.setup.batch)
         self._verdicts = None
         self._table = None
+        self._explorable = {}
+        self._measured = None
+        self._peaks = None
+        self._kept = {}
+
+    def kept(self, what, make):
+        """`make()` once per measurement: for what the search reads from the measurements alone
+        (its best setup, a candidate's parent), asked for each candidate each round."""
+        if what not in self._kept:
+            self._kept[what] = make()
+        return self._kept[what]
 
     def records(self) -> list[Record]:
         return [t.record for t in self.tried]
 
     def processes(self, setup: Setup) -> list[Record]:
-        return sorted(self._processes.get(setup, ()), key=lambda r: r.repeat)
+        return list(self._processes.get(setup, ()))
 
     def measured(self) -> list[Setup]:
         """Every setup measured, in the order first measured."""
-        return list(dict.fromkeys(t.record.setup for t in self.tried))
+        if self._measured is None:
+            self._measured = list(dict.fromkeys(t.record.setup for t in self.tried))
+        return list(self._measured)
 
     def rate_of(self, setup: Setup) -> float:
         """The mean of `rate` over the setup's processes that ran; 0 where none did."""
@@ -76,9 +96,13 @@ class Measurements:
 
     def explorable(self, setup: Setup) -> bool:
         """Ran, and its losses do not depart: a setup to build on and to measure against."""
-        runs = self.processes(setup)
-        verdict = self.verdict(setup)
-        return bool(runs) and all(r.ok for r in runs) and not (verdict and verdict.departs)
+        found = self._explorable.get(setup)
+        if found is None:
+            runs = self.processes(setup)
+            verdict = self.verdict(setup)
+            found = self._explorable[setup] = bool(runs) and all(r.ok for r in runs) and \
+                not (verdict and verdict.departs)
+        return found
 
     def acceptable(self, setup: Setup) -> bool:
         """Ran in every process, and the loss guard found its losses in agreement with its
@@ -130,11 +154,13 @@ class Measurements:
         """The peak memory `setup` is expected to need: a line through its own batches' peaks,
         or one batch's peak scaled by the batch above `fixed_gb` (the ladder's fixed part:
         weights, gradients, optimizer state); None where no batch of it ran."""
-        family = setup.replace(batch=1)
-        points = {}
-        for r in self.records():
-            if r.ok and r.setup.replace(batch=1) == family and r.peak_memory_gb is not None:
-                points[r.setup.batch] = max(r.peak_memory_gb, r.peak_reserved_gb or 0.0)
+        if self._peaks is None:
+            self._peaks = {}
+            for r in self.records():
+                if r.ok and r.peak_memory_gb is not None:
+                    self._peaks.setdefault(r.setup.replace(batch=1), {})[r.setup.batch] = \
+                        max(r.peak_memory_gb, r.peak_reserved_gb or 0.0)
+        points = self._peaks.get(setup.replace(batch=1))
         if not points:
             return None
         if len(points) >= 2:

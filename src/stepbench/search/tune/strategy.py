@@ -189,6 +189,9 @@ class Tuner:
         candidate must beat. By the mean of its steps, slow ones included, where a candidate's
         promise starts from its parent's median step (`rate`): one hiccup neither raises the bar
         nor lowers a promise."""
+        return self.seen.kept("best", self._best)
+
+    def _best(self) -> tuple[Setup | None, float]:
         found = [(self.seen.mean_tokens(s), s) for s in self.seen.measured()
                  if self.seen.explorable(s)]
         if self.objective == "fit":
@@ -449,6 +452,9 @@ class Tuner:
         """(the explorable setup measured that is fewest changes away from `setup`, the gain of
         those changes); of equally near ones, the one that promises most. (None, None) when
         nothing explorable ran."""
+        return self.seen.kept(("derive", setup), lambda: self._derive(setup))
+
+    def _derive(self, setup: Setup):
         near = [(len(differences(s, setup)), s) for s in self.seen.measured()
                 if self.seen.explorable(s) and s != setup]
         if not near:
