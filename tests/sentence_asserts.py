@@ -5,7 +5,7 @@ lines included), or the argument of .startswith/.endswith (kind "ends"). Each as
 once, under the first kind found. Goldens, rendered tables and README quotes count too: the
 number is an upper bound on the sentence checks left to convert (issue 34).
 
-    python3 tests/sentence_asserts.py [tests] [FILE.py ...]     # per file, then the total
+    python3 tests/sentence_asserts.py [--lower] [tests] [FILE.py ...]   # per file, the total
 """
 import ast
 import re
@@ -13,7 +13,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-WORD = re.compile(r"[A-Za-z]{2}")    # a word: a space-separated token with two letters together
+# A word: a space-separated token with two letters together; --lower: a lowercase word only
+# (a sentence's, not a GPU's name such as "NVIDIA GeForce RTX 5090").
+WORD = re.compile(r"^[a-z][a-z'-]+[,.;:)]?$" if "--lower" in sys.argv else r"[A-Za-z]{2}")
 
 
 def literal_text(node):
@@ -62,8 +64,9 @@ def count(root):
 
 
 if __name__ == "__main__":
-    per, kinds = count(sys.argv[1] if len(sys.argv) > 1 else "tests")
-    only = sys.argv[2:]
+    args = [a for a in sys.argv[1:] if a != "--lower"]
+    per, kinds = count(args[0] if args else "tests")
+    only = args[1:]
     for name, n in per.most_common():
         if not only or name in only:
             print(f"{n:4d} {name}")
