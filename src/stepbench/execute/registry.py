@@ -63,7 +63,7 @@ class Site:
         executor = self.executor(settings, plan, display.note)
         self.runner = Runner(executor, store, rerun=settings.rerun,
                              measure_peak=settings.measure_peak, run_id=executor.run_id,
-                             profile=settings.profile)
+                             profile=settings.profile, pin_cpus=settings.pin_cpus)
         try:
             records, searched = measure(self.runner, settings, plan, display)
         finally:
