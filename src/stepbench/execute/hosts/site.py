@@ -15,7 +15,10 @@ def say(text: str) -> None:
 
 
 class HostsSite(Site):
-    def __init__(self, specs: list, rentals=None, loop=None):
+    def __init__(self, settings, specs: list, rentals=None, loop=None):
+        # As given: each host resolves --device auto to its own device, and its model defaults
+        # with it (the settings `run` gets are resolved for this machine's check only).
+        self.asked = settings
         self.specs = specs
         self.rentals, self.loop = rentals, loop
         self.runs: list = []            # fleet.HostRun per machine, as each starts
@@ -27,13 +30,13 @@ class HostsSite(Site):
 
         specs = [parse_host(name) for name in settings.remote.hosts]    # checked by precheck
         if not settings.rent.specs:
-            return cls(specs)
+            return cls(settings, specs)
         from stepbench.execute.hosts.ssh import EventLoop
         from stepbench.execute.rent.rentals import prepare_rentals
 
         loop = EventLoop()
         try:
-            return cls(specs, prepare_rentals(settings.rent, loop, note), loop)
+            return cls(settings, specs, prepare_rentals(settings.rent, loop, note), loop)
         except BaseException:
             loop.close()
             raise
@@ -46,7 +49,8 @@ class HostsSite(Site):
         from stepbench.execute.hosts.fleet import run_on_hosts
 
         loop, self.loop = self.loop, None      # run_on_hosts closes it
-        run_on_hosts(settings, self.specs, display, store, measure, self.rentals, loop, self.runs)
+        run_on_hosts(self.asked, self.specs, display, store, measure, self.rentals, loop,
+                     self.runs)
         display.close()
         self._say_cost()
         records = [record for run in self.runs for record in run.records]
