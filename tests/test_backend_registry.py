@@ -14,8 +14,11 @@ from stepbench import protocol as messages
 from stepbench.cli import main
 from stepbench.execute import registry
 from stepbench.execute.protocol import Executor, Job, Outcome, now_iso, take, worker_command
-from stepbench.execute.registry import Backend, Site
+from stepbench.execute.registry import Backend, Ran, Site
 from stepbench.record import ResultsFile
+
+from fakes import InProcess
+from says import names
 
 
 class ToyExecutor(Executor):
@@ -131,3 +134,59 @@ def test_a_toy_backend_runs_a_cpu_matrix_through_stepbench_run(toy, tmp_path, ca
     assert main(["run", *CPU, "--out", str(out), "--format", "json"]) == 0
     assert toy.made[1].ran == []
     assert len(ResultsFile(out).latest()) == 2
+
+
+class Machine(InProcess):
+    """One machine of a backend that runs a runner per machine (as SSH hosts do)."""
+
+    def __init__(self, host: str):
+        super().__init__(lambda job: [10.0, 11.0])
+        self.host = host
+
+
+class TwoMachines(Site):
+    """A site that overrides `run`: its plan on two machines, one runner each; the second
+    machine cannot be reached and says so in one line."""
+
+    def __init__(self):
+        self.machines = [Machine("alpha")]
+
+    def device(self, settings) -> str:
+        return "cpu"
+
+    def run(self, settings, plan, store, display, measure) -> Ran:
+        from stepbench.execute.runner import Runner
+
+        runners = [Runner(machine, store) for machine in self.machines]
+        records = [r for runner in runners for r in measure(runner, settings, plan, display)[0]]
+        return Ran(records, [], runners[0].run_id, ["host beta: cannot be reached"])
+
+
+class FleetBackend(Backend):
+    name = "fleet-toy"
+    remote = True
+
+    def chosen(self, settings) -> bool:
+        return settings.values["model"] == "llama-tiny" and settings.device == "cpu"
+
+    def open(self, settings, note) -> TwoMachines:
+        self.site = TwoMachines()
+        return self.site
+
+
+def test_a_backend_with_a_runner_per_machine_plugs_in_at_the_site(tmp_path, capsys):
+    # `run` drives it as any other (no branch for it in cli/): the records of the machine that
+    # ran, the line of the one that did not, exit 1.
+    backend = FleetBackend()
+    registry.register(backend)
+    try:
+        out = tmp_path / "fleet.jsonl"
+        assert main(["run", *CPU, "--out", str(out), "--format", "json"]) == 1
+    finally:
+        registry.unregister(backend.name)
+    records = ResultsFile(out).latest()
+    assert sorted(r.setup.name for r in records) == ["eager+eager", "eager+sdpa"]
+    assert {(r.host, r.status) for r in records} == {("alpha", "ok")}
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)) == 2
+    assert names(captured.err, "host beta", "cannot be reached")

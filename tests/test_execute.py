@@ -7,7 +7,6 @@ are exercised for real without paying for a model.
 
 import pytest
 import dataclasses
-import sys
 from pathlib import Path
 
 
@@ -77,12 +76,10 @@ def test_the_protocol_survives_stray_lines_and_unknown_fields():
     assert protocol.decode(protocol.encode("result", measured={"loss_last": float("nan")}))
 
 
-def test_a_gpu_is_named_by_the_same_route_in_the_parent_and_in_the_child(monkeypatch):
-    # Without NVML, the parent (no CUDA context) asks torch in a short-lived process; the child
-    # (which holds a context) asks torch directly: both get torch's name, so resume keys match.
-    from stepbench.measure import telemetry
-
-    monkeypatch.setattr(telemetry, "gpu_name", lambda index: None)
+@pytest.fixture
+def fake_cuda():
+    """A torch whose CUDA names its GPU, and the calls made to name it: in this process or by
+    a probe process (a stand-in for subprocess.run)."""
     calls = []
 
     class FakeCuda:
@@ -95,16 +92,26 @@ def test_a_gpu_is_named_by_the_same_route_in_the_parent_and_in_the_child(monkeyp
             calls.append("in process")
             return "NVIDIA H200"
 
-    fake_torch = type("torch", (), {"cuda": FakeCuda()})()
-    monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    probe = type("Done", (), {"returncode": 0, "stdout": "NVIDIA H200"})
-    monkeypatch.setattr(machine.subprocess, "run", lambda *a, **k: calls.append("probe") or probe)
-    monkeypatch.setattr(machine, "_NAMES", {})
-    parent = machine.gpu_name("cuda")
-    monkeypatch.setattr(machine, "_NAMES", {})
-    fake_torch.cuda.initialized = True
-    child = machine.gpu_name("cuda")
+    def probe(*args, **kwargs):
+        calls.append("probe")
+        return type("Done", (), {"returncode": 0, "stdout": "NVIDIA H200"})
+
+    return type("torch", (), {"cuda": FakeCuda()})(), probe, calls
+
+
+def test_a_gpu_is_named_by_the_same_route_in_the_parent_and_in_the_child(fake_cuda):
+    # Without NVML, the parent (no CUDA context) asks torch in a short-lived process; the child
+    # (which holds a context) asks torch directly: both get torch's name, so resume keys match.
+    torch, probe, calls = fake_cuda
+    no_nvml = lambda index: None        # noqa: E731
+    parent = machine.name_gpu(0, no_nvml, torch, run=probe)
+    torch.cuda.initialized = True
+    child = machine.name_gpu(0, no_nvml, torch, run=probe)
     assert parent == child == "NVIDIA H200" and calls == ["probe", "in process"]
+    # NVML's name comes first wherever it answers; a process without torch probes.
+    assert machine.name_gpu(0, lambda index: "NVIDIA H100", torch, run=probe) == "NVIDIA H100"
+    assert machine.name_gpu(0, no_nvml, None, run=probe) == "NVIDIA H200"
+    assert calls == ["probe", "in process", "probe"]
     assert machine.gpu_name("cpu") == "cpu"
 
 

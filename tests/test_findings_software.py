@@ -24,6 +24,7 @@ def software_findings(recs):
 
 def test_mixed_stacks_are_named():
     texts = software_findings(records("h200-matrix.jsonl", "post/4-h100.jsonl"))
+    # The software finding's golden, word for word.
     assert texts == ["The results come from different software: NVIDIA H200 on torch 2.11.0, "
                      "transformers 5.17.0; NVIDIA H100 PCIe on torch 2.8.0, transformers "
                      "4.57.1. Differences between these GPUs mix hardware and software versions."]

@@ -393,7 +393,7 @@ def test_mfu_fields_warn_and_leave_null_above_100_percent(caplog):
                               params_non_embedding=435_471_360, warn=messages.append)
     assert fields["mfu_datasheet"] is None
     assert fields["achieved_tflops"] > fields["peak_tflops_datasheet"]
-    assert len(messages) == 1 and "mfu_datasheet left null" in messages[0]
+    assert len(messages) == 1 and names(messages[0], "mfu_datasheet", "null")
     # Default: a logging warning.
     with caplog.at_level(logging.WARNING, logger="stepbench.measure.flops"):
         flops.mfu_fields(config=post_config(), seq=2048, tokens_per_s=1e6,

@@ -127,8 +127,9 @@ def test_a_probe_that_cannot_run_stops_its_search(tmp_path):
                     '[axes]\nmodes = "eager"\nattn = "flash_attention_2"\nseq = 128\n')
     out = tmp_path / "r.jsonl"
     dry = run_cli("run", "--plan", plan, "--dry-run")
-    assert dry.stdout.startswith("max-batch eager+flash_attention_2 at seq 128 (llama-tiny, bf16, "
-                                 "cpu): batch 4 doubled up to 4096")
+    first = dry.stdout.splitlines()[0]
+    assert first.startswith("max-batch eager+flash_attention_2 at seq 128")
+    assert names(first, "llama-tiny", "bf16", "cpu", "batch 4", "4096")
     # No setup ran ok: exit 1, as for any run (docs/cli.md, "Exit codes").
     proc = run_cli("run", "--plan", plan, "--out", out, "--format", "json", check_json=True,
                    code=1)
@@ -136,8 +137,8 @@ def test_a_probe_that_cannot_run_stops_its_search(tmp_path):
     [probe] = read_jsonl(out)
     assert probe["status"] == "unsupported" and probe["search"]["role"] == "probe"
     [line] = [ln for ln in proc.stderr.splitlines() if "stopped:" in ln]
-    assert "max-batch eager+flash_attention_2 at seq 128: stopped: the probe at " \
-           "batch 4 ended unsupported:" in line
+    assert line.startswith("stepbench") and names(
+        line, "max-batch eager+flash_attention_2 at seq 128", "batch 4", "unsupported")
 
 
 def test_a_search_where_no_batch_fits_exits_1(tmp_path):
@@ -148,4 +149,5 @@ def test_a_search_where_no_batch_fits_exits_1(tmp_path):
                    "--max-batch", "--out", out, "--format", "json", check_json=True, code=1)
     assert proc.records == []
     assert {r["status"] for r in read_jsonl(out)} == {"oom"}
+    # The golden of a run's "no setup ran ok" line, word for word.
     assert f"stepbench run: no setup ran ok (1 oom); their errors are in {out}" in proc.stderr

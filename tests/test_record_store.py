@@ -21,6 +21,8 @@ from stepbench.setup import Setup
 
 from conftest import SRC
 
+from says import names
+
 ENV = dict(os.environ,
            PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
            PYTHONDONTWRITEBYTECODE="1")   # no .pyc writes under a file size limit
@@ -56,7 +58,7 @@ def test_an_append_after_a_cut_off_last_line_starts_a_line_of_its_own(tmp_path):
     warnings = []
     assert [r.setup.batch for r in store.read(warnings.append)] == [1, 3, 4]
     assert len(warnings) == 1
-    assert warnings[0].startswith(f"{out}:2: skipped a line that is not valid JSON (")
+    assert warnings[0].startswith(f"{out}:2: ") and names(warnings[0], "skipped", "JSON")
 
 
 # ---------------------------------------------------------------- a record missing a field
@@ -76,6 +78,7 @@ def test_a_record_without_a_required_field_names_the_field(tmp_path):
                     + (json.dumps(no_repeat) + "\n").encode())
     warnings = []
     assert [r.setup.batch for r in ResultsFile(out).read(warnings.append)] == [1, 2]
+    # The golden of a skipped line's warning, word for word.
     assert warnings == [f"{out}:3: skipped a record (missing field 'repeat')"]
 
 
@@ -465,8 +468,9 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
     found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)")
     later.join()
     assert found is not None and found.resume_key() == key
-    assert said == [f"another stepbench run (pid {os.getppid()}) is measuring eager+sdpa batch 1 "
-                    f"seq 64 (repeat 0) into {store.path}; waiting for its record"]
+    # the other run's pid, the measurement it holds, the file
+    assert len(said) == 1 and names(said[0], f"(pid {os.getppid()})",
+                                    "eager+sdpa batch 1 seq 64 (repeat 0)", str(store.path))
 
 
 def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
@@ -492,6 +496,7 @@ def test_a_duplicate_measured_at_the_same_time_is_a_warning_not_a_silent_drop(tm
     warned = []
     [kept] = ResultsFile(path).latest(warned.append)
     assert kept.run_id == "c"
-    assert warned == [f"{path}:2: a second record of eager+sdpa (batch 1 x 64, repeat 0) on cpu, "
-                      "measured while line 1's was (two runs at once on one file); the later "
-                      "one counts"]
+    # the later line, its setup and machine, the line it overlapped
+    [warning] = warned
+    assert warning.startswith(f"{path}:2: ")
+    assert names(warning, "eager+sdpa (batch 1 x 64, repeat 0)", "on cpu", "line 1")

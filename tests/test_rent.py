@@ -18,6 +18,7 @@ import pytest
 
 from conftest import SRC, read_jsonl, wait_for
 from runcrate_standin import StandIn
+from says import names
 from stepbench.cli import main
 from stepbench.report.prices import load_price_file
 
@@ -88,10 +89,12 @@ def test_a_rented_study_records_prices_and_deletes_every_machine(sshd, api, remo
         assert instance["max_runtime_minutes"] == 120 and instance["ssh_key_id"] == "key_1"
         assert instance["status"] == "terminated"
     err = proc.stderr
-    assert err.count("on first contact (a new machine's key cannot be known before); pinned for "
-                     "the rest of this study") == 2
-    assert "stepbench: runcrate:L40S: accepted host key SHA256:" in err
-    assert f"stepbench: runcrate:L40S: deleted instance {l40s['id']} (rented " in err
+    # each machine's key accepted on first contact and pinned, named by its fingerprint
+    accepted = [line for line in err.splitlines() if "accepted host key SHA256:" in line]
+    assert len(accepted) == 2 and all(names(line, "first contact", "pinned") for line in accepted)
+    assert any(line.startswith("stepbench: runcrate:L40S: ") for line in accepted)
+    assert any(line.startswith("stepbench: runcrate:L40S: ") and
+               names(line, f"deleted instance {l40s['id']}") for line in err.splitlines())
     [cost] = [line for line in err.splitlines() if "rented 2 machines" in line]
     assert cost.startswith("stepbench run: rented 2 machines: runcrate:L40S ")
     assert "at $0.86/h" in cost and "at $4.6/h" in cost and "about $" in cost
@@ -112,18 +115,19 @@ def test_a_rented_study_records_prices_and_deletes_every_machine(sshd, api, remo
         (0.86, "runcrate")
     assert rows["runcrate:H100 PCIe:2"]["price_per_hour"] == pytest.approx(2.3)
     assert rows["runcrate:L40S"]["m_tokens_per_dollar"] is not None
-    assert "the provider's hourly price of the rented machine, per GPU" in \
-        report(out, "--format", "markdown")[0]
+    # the price's source is explained in the report's notes
+    assert names(report(out, "--format", "markdown")[0].lower(), "provider", "rented machine",
+                 "per gpu")
     given, err = report(out, "--format", "json", "--price", "cpu=1.5", "--price", "L40S=9")
     assert {(r["price_per_hour"], r["price_source"]) for r in given["rows"]} == {(1.5, "given")}
-    assert "price for 'L40S' matches no GPU in the results" in err
+    assert names(err, "'L40S'", "matches no GPU")
 
     # Today's prices as a price file, which the report reads for the post's four GPUs.
     monkeypatch.setenv("RUNCRATE_API_KEY", KEY)
     monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
     prices = tmp_path / "prices.toml"
     assert main(["prices", "--from", "runcrate", "--out", str(prices)]) == 0
-    assert capsys.readouterr().err.startswith(f"wrote {prices}: 8 GPU types from runcrate")
+    assert names(capsys.readouterr().err, f"wrote {prices}", "8 GPU types", "runcrate")
     table = load_price_file(prices)
     assert table["NVIDIA GeForce RTX 5090"] == 0.89 and table["L40S"] == 0.86
     assert table["H100 PCIe"] == 2.3          # the 2-GPU offer is cheaper per GPU
@@ -145,20 +149,22 @@ def test_failed_rentals_are_deleted_each_in_one_line(sshd, api, remote_dir, tmp_
     lines = {line.split()[3].rstrip(":"): line for line in proc.stderr.splitlines()
              if line.startswith("stepbench run: host ")}
     [never], [broken] = created(api, "NEVER"), created(api, "BROKEN")
+    # The golden of a rented machine's failure line, word for word.
     assert lines["runcrate:NEVER"] == (
         f"stepbench run: host runcrate:NEVER: instance {never['id']} was not ready after 2 s "
         "(last status: provisioning); raise --rent-timeout, or try another GPU type")
-    assert lines["runcrate:POOR"] == (
-        "stepbench run: host runcrate:POOR: Runcrate create POOR instance: Not enough credits "
-        f"for API key {KEY[:8]}… (HTTP 402); add credits or raise the environment's budget")
-    assert "Runcrate instance status: key rc_live_… may not read it (HTTP 403)" in \
-        lines["runcrate:BROKEN"]
+    # the provider's own words, the key cut to its first 8 characters, the HTTP status
+    assert names(lines["runcrate:POOR"], "Not enough credits", f"{KEY[:8]}…", "(HTTP 402)")
+    assert KEY not in lines["runcrate:POOR"]
+    assert names(lines["runcrate:BROKEN"], "rc_live_…", "(HTTP 403)")
     [sticky] = created(api, "STICKY")
+    # The golden of a machine that could not be deleted, word for word.
     assert lines["runcrate:STICKY"].endswith(
         f"; COULD NOT DELETE instance {sticky['id']} (Runcrate delete instance: instance is "
         "locked (HTTP 400)); delete it in the runcrate console now: it bills until its maximum "
         "runtime (120 min) ends")
-    assert "runcrate:STICKY 0.1 min at $0.1/h (NOT DELETED: still billing)" in proc.stderr
+    [cost] = [line for line in proc.stderr.splitlines() if "runcrate:STICKY 0.1 min" in line]
+    assert names(cost, "$0.1/h", "NOT DELETED")
     assert len(lines) == 4
     assert never["status"] == broken["status"] == "terminated" and created(api, "POOR") == []
     assert api.live() == [sticky]
@@ -196,7 +202,9 @@ def test_a_dry_run_contacts_nothing_unless_asked_for_prices(sshd, api, monkeypat
     assert main(args) == 0
     out = capsys.readouterr()
     assert api.requests[before:] == []
-    assert "contacted nothing; not checked: runcrate's GPU types, counts and prices now" in out.err
+    [said] = [line for line in out.err.splitlines() if line.startswith("stepbench run: dry run")]
+    contacted, unchecked = said.split("; not checked: ")
+    assert contacted.endswith("contacted nothing") and names(unchecked, "runcrate", "prices")
     # --rent-prices asks the provider (one list of its machines) and creates nothing. The plan
     # of a GPU machine (rented machines have GPUs): the post's model at 2048 tokens.
     assert main([*args, "--rent-prices"]) == 0
@@ -207,14 +215,15 @@ def test_a_dry_run_contacts_nothing_unless_asked_for_prices(sshd, api, monkeypat
         "rented runcrate:L40S (1 x L40S from runcrate at $0.86/h (us-east)): 2 setups", *gpu,
         "rented runcrate:H100 PCIe:2 (2 x H100 PCIe from runcrate at $4.6/h (us-east)): 2 setups",
         *gpu]
-    assert "checked the rentals and their providers, the SSH key" in out.err
-    assert "the providers' GPU types and prices now; contacted only the providers" in out.err
+    [said] = [line for line in out.err.splitlines() if line.startswith("stepbench run: dry run")]
+    checked, contacted = said.split("; contacted ")
+    assert names(checked, "rentals", "SSH key", "prices") and contacted.startswith("only")
     assert [r["path"] for r in api.requests[before:]] == ["/api/v1/instances/types"]
     assert len(api.instances) == instances
     assert main([*args, "--rent-prices", "--rent", "runcrate:NOPE"]) == 2
-    assert "runcrate has no GPU type 'NOPE'" in capsys.readouterr().err
+    assert names(capsys.readouterr().err, "runcrate", "'NOPE'")
     assert main(["prices", "--from", "aws"]) == 2
-    assert "unknown provider; choose one of: runcrate" in capsys.readouterr().err
+    assert names(capsys.readouterr().err, "--from 'aws'", "runcrate")
 
 
 def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatch):
@@ -269,6 +278,7 @@ def test_ctrl_c_and_sigterm_delete_the_machine(sshd, api, remote_dir, tmp_path):
     proc.send_signal(signal.SIGINT)
     rest = proc.stderr.read()
     assert proc.wait(30) == 130, rest
+    # The golden of a stopped run on rented machines, word for word.
     assert "interrupted; the running setups were stopped on every host; every rented machine " \
            "was deleted" in rest
     assert "Traceback" not in rest
@@ -282,6 +292,8 @@ def test_ctrl_c_and_sigterm_delete_the_machine(sshd, api, remote_dir, tmp_path):
     assert proc.wait(60) == 143, rest
     [instance] = created(api, "RTX 5090")
     assert f"runcrate:RTX 5090: deleted instance {instance['id']}" in rest
-    assert "stopped by SIGTERM" in rest and "rented 1 machine: runcrate:RTX 5090" in rest
+    assert "stopped by SIGTERM" in rest
+    assert any(line.startswith("stepbench run: rented 1 machine") and "runcrate:RTX 5090" in line
+               for line in rest.splitlines())
     assert api.live() == [] and out.read_text() == ""
     assert len(api.keys) == 1           # the key registered once, then found again

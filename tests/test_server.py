@@ -17,6 +17,7 @@ from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
 from conftest import SETUP_FAULT_ENV, SERVER_THREAD_ENV, run_cli, with_hooks
+from says import names
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -75,15 +76,13 @@ def test_a_hang_a_crash_and_the_servers_death_are_reported_as_before(tmp_path, m
         executor.close()
     assert ready["imports_s"]["inductor"] > 0 and len(ready["threads"]) == 1, ready
     assert (hung.status, hung.phase) == ("timeout", "warmup")
-    assert "no result after 10 s (last phase: warmup)" in hung.error
-    assert crashed.status == "crashed"
-    assert crashed.error.startswith("killed by signal SIGSEGV (last phase: first_step)")
+    assert names(hung.error, "10 s", "warmup")
+    assert crashed.status == "crashed" and names(crashed.error, "SIGSEGV", "first_step")
     # Its parent, the server, was killed mid-step: the setup finished and said so itself.
     assert orphan.status == "ok" and orphan.placement["start"] == "server"
     # The next setup went through a new server, and that was said.
     assert after.status == "ok" and after.placement["start"] == "server"
-    assert any(n.startswith("the process server died") and "starting a new one" in n
-               for n in notes), notes
+    assert any(names(n, "process server", "died", "new one") for n in notes), notes
 
 
 def test_a_server_with_two_threads_never_forks(tmp_path, monkeypatch):
@@ -100,4 +99,4 @@ def test_a_server_with_two_threads_never_forks(tmp_path, monkeypatch):
     assert [r.status for r in (first, second)] == ["ok", "ok"]
     assert [r.placement["start"] for r in (first, second)] == ["fresh", "fresh"]
     [refused] = [n for n in notes if "threads" in n]
-    assert "the process server holds 2 threads" in refused and "not safe" in refused
+    assert names(refused, "process server", "2 threads", "fork")

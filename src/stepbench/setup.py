@@ -305,3 +305,9 @@ def planned(setup):
     if setup.parallel == "fsdp2" and setup.mode == "compile" and setup.compile_scope == "model":
         return setup.replace(compile_scope="layer")
     return setup
+
+
+def setup_line(setup) -> str:
+    """A setup on one line, as --dry-run lists it."""
+    return (f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  "
+            f"{setup.model_label}  {setup.device}")

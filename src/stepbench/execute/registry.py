@@ -3,8 +3,9 @@
 A backend is where a command's setups run: this machine (local/), SSH hosts and rented machines
 (hosts/, rent/), a Ray cluster (ray/), a Slurm partition (slurm/). Each is a `Backend` that says
 whether the settings ask for it (`chosen`) and opens a `Site` for one command: the device
-there, the checks that need it, and the `Executor` (protocol.py) the runner drives. The CLI
-(cli/run.py, cli/tune.py) talks to these two classes only.
+there, the checks that need it, and `run`: by default one Runner over the site's `Executor`
+(protocol.py); SSH hosts and rentals run one per machine (hosts/site.py). The CLI (cli/run.py,
+cli/tune.py) talks to these two classes only, the same way for every backend.
 
 Adding a backend is one module (or sub-package) with a `Backend` subclass, and one `register`
 call: the entries below, or a caller's (tests/test_backend_registry.py registers one from
@@ -15,11 +16,26 @@ chosen by any settings, is asked last.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from typing import Callable
 
 from stepbench.execute.protocol import Executor
 
 Note = Callable[[str], None]
+# What the command measures with a runner: (runner, settings, plan, display) -> (records,
+# searched). `run`'s is the plan, or its batch searches (search/ sits above execute/).
+Measure = Callable[..., tuple[list, list]]
+
+
+@dataclass
+class Ran:
+    """What a site's `run` did."""
+
+    records: list = field(default_factory=list)     # the measurements to show
+    searched: list = field(default_factory=list)    # every record of --max-batch's searches
+    run_id: str | None = None
+    failures: list[str] = field(default_factory=list)   # one line each: a host that did not finish
+    lost: str | None = None     # why the executor lost its machines mid-run
 
 
 class Site:
@@ -37,6 +53,32 @@ class Site:
         """The executor that runs `run`'s plan there."""
         raise NotImplementedError
 
+    runner = None       # the Runner of `run`, once it runs
+
+    def run(self, settings, plan: list, store, display, measure: Measure) -> Ran:
+        """`run`'s plan there, into `store`: one Runner over `executor`. Raises KeyboardInterrupt
+        (or runner.Stopped) when a signal stops it; `kept` then has what finished."""
+        from stepbench.execute.runner import Runner
+
+        executor = self.executor(settings, plan, display.note)
+        self.runner = Runner(executor, store, rerun=settings.rerun,
+                             measure_peak=settings.measure_peak, run_id=executor.run_id,
+                             profile=settings.profile, pin_cpus=settings.pin_cpus)
+        try:
+            records, searched = measure(self.runner, settings, plan, display)
+        finally:
+            display.close()
+            executor.close()
+        return Ran(records, searched, self.runner.run_id, lost=executor.lost)
+
+    def kept(self) -> list:
+        """What a stopped `run` finished (and found in the results file)."""
+        return self.runner.kept() if self.runner is not None else []
+
+    def stopped(self) -> str:
+        """How a stopped `run` is told: what was stopped (the line then says what is kept)."""
+        return "the running setup was stopped"
+
     def check_tune(self, settings, base) -> None:
         """`tune`'s checks of its first setup `base` that need the place."""
 
@@ -53,12 +95,9 @@ class Backend:
     """One way to run setups, registered by `name`."""
 
     name = ""
-    # Opening it contacts something (a cluster): the results file is checked and the progress
-    # shown before `open`, and --dry-run shows the plan without opening it (`dry_run_device`).
+    # Opening it contacts something (a cluster, SSH hosts): the results file is checked and the
+    # progress shown before `open`, and --dry-run shows the plan without opening it (`dry_run`).
     remote = False
-    # One runner per machine, all at once (SSH hosts, rentals): `run` takes its own path
-    # (hosts/fleet.py) instead of a Site's one executor.
-    fleet = False
 
     def chosen(self, settings) -> bool:
         """Whether these settings (RunSettings or TuneSettings) ask for this backend."""
@@ -71,6 +110,11 @@ class Backend:
         """For a remote backend's --dry-run: the device whose defaults are shown, and a line
         that says why (or None)."""
         return settings.device, None
+
+    def dry_run(self, settings) -> int | None:
+        """A remote backend's --dry-run, shown by the backend itself (every SSH host's setups):
+        its exit code; None: the CLI shows the plan for `dry_run_device`."""
+        return None
 
     def precheck(self, settings) -> None:
         """The checks that need nothing opened (a model file the nodes cannot read)."""

@@ -29,19 +29,24 @@ def gpu_name(device: str, index: int = 0) -> str | None:
     if device == "cpu":
         return "cpu"
     if index not in _NAMES:
-        from stepbench.measure import telemetry
+        from stepbench.measure.telemetry import gpu_name as nvml_name
 
-        _NAMES[index] = telemetry.gpu_name(index) or _torch_gpu_name(index)
+        _NAMES[index] = name_gpu(index, nvml_name, sys.modules.get("torch"))
     return _NAMES[index]
 
 
-def _torch_gpu_name(index: int) -> str | None:
-    torch = sys.modules.get("torch")
+def name_gpu(index: int, nvml_name, torch, run=subprocess.run) -> str | None:
+    """CUDA device `index`'s name by the one route: NVML (`nvml_name(index)`), else torch: in
+    this process where `torch` (the module, None when not imported) holds a CUDA context, else
+    in a short-lived process (`run`, subprocess.run's signature)."""
+    name = nvml_name(index)
+    if name:
+        return name
     if torch is not None and torch.cuda.is_initialized():
         return torch.cuda.get_device_name(index)
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, str(index)], capture_output=True,
-                              text=True, timeout=120)
+        proc = run([sys.executable, "-c", _PROBE, str(index)], capture_output=True, text=True,
+                   timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (proc.stdout.strip() or None) if proc.returncode == 0 else None

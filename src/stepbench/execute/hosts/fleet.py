@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -23,9 +22,6 @@ from pathlib import Path
 from stepbench.errors import UserError
 from stepbench.record import Record, ResultsFile
 from stepbench.settings import RunSettings
-
-EXIT_HOST_FAILED = 1
-
 
 @dataclass
 class HostRun:
@@ -72,12 +68,13 @@ def _where(settings: RunSettings) -> str:
         else "SSH hosts"
 
 
-def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile,
+def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile, measure,
                  rentals=None, loop=None, runs: list[HostRun] | None = None) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
     (`rentals`, execute/rent/rentals.py: each is created, run and deleted in its host's thread); returns
     what each host did, in the order named (appended to `runs` as they start, so that a caller
-    stopped by Ctrl-C sees what each host finished: HostRun.kept). Raises KeyboardInterrupt (or
+    stopped by Ctrl-C sees what each host finished: HostRun.kept); `measure` (registry.Measure)
+    runs each host's plan with its runner. Raises KeyboardInterrupt (or
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns
     or raises."""
     from stepbench.execute import bundle
@@ -130,8 +127,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
                             run_id=run_id, pin_cpus=there.pin_cpus)
             result.runner = runner
-            result.records = runner.run(plan, repeats=there.repeats, timeout_s=there.timeout_s,
-                                        display=view)
+            result.records, _ = measure(runner, there, plan, view)
             if host.lost:
                 missing = len(plan) * least_processes(there.repeats) - len(result.records)
                 result.failure = (f"{host.lost}; {missing} setup{'s' if missing != 1 else ''} "
@@ -200,9 +196,3 @@ def _holding(leases):
     return hold_signals("deleting the rented machines first; this takes a few seconds")
 
 
-def report_failures(runs: list[HostRun]) -> int:
-    """One line per host that could not finish; the exit code."""
-    failed = [run for run in runs if run.failure]
-    for run in failed:
-        print(f"stepbench run: host {run.name}: {run.failure}", file=sys.stderr)
-    return EXIT_HOST_FAILED if failed else 0
