@@ -90,7 +90,6 @@ def test_a_factory_sweeps_its_own_parameters_and_holds_the_rest(mlp):
     ("{mlp}:make", {"param": ["width=a"]}, "--param value 'a' is not an integer"),
     ("{mlp}:make", {"attn": "eager"}, "--attn does not apply to"),
     ("{mlp}:make", {"seq": "128"}, "--seq does not apply to"),
-    ("{mlp}:make", {"parallel": "ddp", "nproc": 2}, "--parallel runs transformers models only"),
     ("no_such_pkg_xyz.mod:make", {}, "no module 'no_such_pkg_xyz.mod' importable here"),
     ("llama-tiny", {"param": ["width=2"]}, "--param sets a parameter of your own model's"),
 ])
