@@ -241,15 +241,28 @@ def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
 
 
 def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies(mlp):
+    from stepbench.cli import build_parser
+    from stepbench.cli.base import given
     from stepbench.search import tune
     from stepbench.settings import TuneSettings
 
-    settings = TuneSettings.build({"model": f"{mlp}:make", "param": "width=8", "budget": "1m",
-                                   "device": "cpu"}).resolved("cpu")
-    space, _ = tune.space_for(settings)
+    def tuned(*flags):
+        args = build_parser().parse_args(["tune", "--model", f"{mlp}:make", "--budget", "1m",
+                                          "--device", "cpu", *flags])
+        settings = TuneSettings.build(given(args)).resolved("cpu")
+        space, _ = tune.space_for(settings)
+        return space, tune.start(settings, space)
+
+    # Every --param is passed, as run passes them (not the last one alone).
+    space, base = tuned("--param", "width=8", "--param", "fail=no")
     assert space["attn"] == ["sdpa"] and space["kernels"] == ["none"]
-    base = tune.start(settings, space)
-    assert (base.params, base.seq, base.mode, base.name) == ("width=8", 1, "eager", "eager")
+    assert (base.params, base.seq, base.mode, base.name) == ("fail=no;width=8", 1, "eager", "eager")
+    # Several values: each combination a candidate, the first where the search starts.
+    space, base = tuned("--param", "width=8,16", "--param", "fail=no")
+    assert space["params"] == ["fail=no;width=8", "fail=no;width=16"]
+    assert base.params == "fail=no;width=8"
+    with pytest.raises(UserError, match="takes no parameter 'depth'"):
+        tuned("--param", "width=8", "--param", "depth=2")
 
 
 @pytest.mark.slow

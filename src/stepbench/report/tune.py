@@ -45,7 +45,8 @@ def tried_table(entries: list[Entry], title: str | None = None) -> Table:
     cells = []
     for stage, r in entries:
         verdict = verdicts.get((r.setup.key(), r.machine.gpu))
-        cells.append([stage_text(stage, r), r.setup.name, str(r.setup.batch), r.setup.dtype,
+        name = r.setup.name + (f" ({r.setup.params})" if r.setup.params else "")
+        cells.append([stage_text(stage, r), name, str(r.setup.batch), r.setup.dtype,
                       r.status, f"{r.tokens_per_s:,.0f}" if r.ok else "-",
                       table.sig(r.step_ms) + "".join(noise_marks(r.noise_flags)) if r.ok else "-",
                       f"{r.peak_memory_gb:.1f} GB" if r.peak_memory_gb is not None else "-",
@@ -66,6 +67,7 @@ def tried_dicts(entries: list[Entry]) -> list[dict]:
                     "search": f"{searches.TUNE} {stage_text(stage, r)}", "stage": stage,
                     "repeat": r.repeat, "mode": r.setup.mode, "attn": r.setup.attn,
                     "compile_mode": r.setup.compile_mode, "model": r.setup.model,
+                    "params": r.setup.params,
                     "batch": r.setup.batch, "seq": r.setup.seq, "dtype": r.setup.dtype,
                     "warmup": r.setup.warmup, "steps": r.setup.steps, "status": r.status,
                     "step_ms": r.step_ms, "tokens_per_s": r.tokens_per_s,

@@ -64,13 +64,24 @@ def _tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def one_setup_values(fields: Mapping[str, object]) -> dict:
-    """`fields` (one value per axis: a tune's start) for a factory's setup, checked as a
-    run's matrix is (factory_values); one combination of `--param` only."""
+def tune_params(fields: Mapping[str, object]) -> tuple:
+    """Every combination of a tune's `--param` values (each `NAME=V1,V2`), checked as a run's
+    matrix is (factory_values): the candidates the tune searches, canonical, the first its
+    start. `fields`: one value per axis, the flags' `--param` values as given."""
+    return factory_values(_as_matrix(fields))["params"]
+
+
+def _as_matrix(fields: Mapping[str, object]) -> dict:
     values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in fields.items()}
     params = values.get("params")
     values["params"] = (params,) if isinstance(params, str) else params
-    settled = factory_values(values)
+    return values
+
+
+def one_setup_values(fields: Mapping[str, object]) -> dict:
+    """`fields` (one value per axis: a tune's start) for a factory's setup, checked as a
+    run's matrix is (factory_values); one combination of `--param` only."""
+    settled = factory_values(_as_matrix(fields))
     if len(settled["params"]) > 1:
         raise UserError("tune searches one model: give each --param one value")
     return {k: (v[0] if isinstance(v, tuple) and k in fields and not isinstance(fields[k], tuple)

@@ -26,8 +26,8 @@ def final(tuner) -> TuneResult:
     for _ in range(4 * (tuner.repeats + 2)):
         before = len(tuner.seen.tried)
         for s in tuner.leaders():
-            if tuner.reference_at(s.batch) is None:
-                tuner.reference(s.batch, "reference")
+            if tuner.reference_at(s.batch, s) is None:
+                tuner.reference(s.batch, "reference", s)
         for s in wanted(tuner, finalists(tuner)):
             tuner.measure(s, "final")
         if len(tuner.seen.tried) == before:
@@ -119,7 +119,7 @@ def result(tuner, order: list[Setup]) -> TuneResult:
     if not seen.tried:
         tuner.skip("nothing was measured")
     say_unmeasured(tuner, order[:2])
-    reference = tuner.reference_at(winner.setup.batch) if winner else None
+    reference = tuner.reference_at(winner.setup.batch, winner.setup) if winner else None
     said = tuner.said
     return TuneResult(
         tuner.objective, tuner.budget.total_s, tuner.spent_s(), winner, runner_up, seen.tried,
