@@ -274,3 +274,29 @@ def test_max_batch_grows_the_factorys_batch_size(mlp, tmp_path):
     final = [r for r in proc.records if r["search"]["role"] == "final"]
     assert [(r["status"], r["setup"]["batch"], r["units_per_step"]) for r in final] == [
         ("ok", 8, 8)]
+
+
+def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention(mlp):
+    # with_attn declares `attn`: its values are passed to it, and they choose how the step runs,
+    # not which model it trains. Each compiled setup is checked against the eager setup of its
+    # own attn; the other eager setup against the plainest (sdpa); a broken kernel departs.
+    from stepbench.guard import DEPARTS, OK, REFERENCE, loss_verdicts
+    from stepbench.record import Machine, Record
+    from stepbench.setup import Setup
+
+    def record(mode, attn, drift=0.0):
+        setup = Setup(model=f"{mlp}:with_attn", mode=mode, attn="sdpa", batch=2, seq=1,
+                      device="cpu", params=f"attn={attn}")
+        losses = [2.0 * (1 + drift * i) for i in range(4)]
+        return Record(run_id="r", repeat=0, setup=setup, status="ok", losses=losses,
+                      loss_first=losses[0], machine=Machine(gpu="cpu"))
+
+    records = [record("eager", "plain"), record("eager", "sdpa"), record("compile", "sdpa"),
+               record("compile", "plain", drift=0.1)]
+    judged = loss_verdicts(records)
+    verdicts = {(r.setup.mode, r.setup.params): judged[(r.setup.key(), "cpu")] for r in records}
+    said = {key: (v.status, v.reference) for key, v in verdicts.items()}
+    assert said == {("eager", "attn=sdpa"): (REFERENCE, None),
+                    ("eager", "attn=plain"): (OK, "eager attn=sdpa"),
+                    ("compile", "attn=sdpa"): (OK, "eager attn=sdpa"),
+                    ("compile", "attn=plain"): (DEPARTS, "eager attn=plain")}
