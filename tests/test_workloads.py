@@ -300,3 +300,33 @@ def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention
                     ("eager", "attn=plain"): (OK, "eager attn=sdpa"),
                     ("compile", "attn=sdpa"): (OK, "eager attn=sdpa"),
                     ("compile", "attn=plain"): (DEPARTS, "eager attn=plain")}
+
+
+MLP_RECORDS = Path(__file__).parent / "data" / "cpu-factory-mlp.jsonl"
+
+
+def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp, capsys):
+    from stepbench.cli import main
+    from stepbench.execute.progress import job_name
+    from stepbench.execute.protocol import Job
+
+    # Two parameter values: two lines that say which (no "x 1", no "seq 1").
+    assert main(["run", "--model", f"{mlp}:make", "--device", "cpu", "--modes", "eager",
+                 "--param", "width=16,32", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()[:2]
+    assert len(set(lines)) == 2 and all("batch 4  bf16" in line for line in lines)
+    assert [("width=16" in line, "width=32" in line) for line in lines] == [(True, False),
+                                                                           (False, True)]
+    (setup,) = plan(model=f"{mlp}:make", param=["width=16"], modes="eager")
+    assert job_name(Job(setup)) == "eager batch 4 width=16"
+    assert job_name(Job(plan(model="llama-tiny", modes="eager")[0])).endswith("seq 256")
+    # The records of such a run (two widths, real CPU records): units in every JSON row.
+    assert main(["report", str(MLP_RECORDS), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["setup"], r["units"]) for r in rows] == [("eager", "samples")] * 2
+    assert main(["report", str(MLP_RECORDS)]) == 0
+    text = capsys.readouterr().out
+    assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
+    # A transformers model's rows count tokens.
+    assert main(["report", str(MLP_RECORDS.parent / "h200-matrix.jsonl"), "--format", "json"]) == 0
+    assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}

@@ -282,8 +282,9 @@ def _workload(setup) -> tuple:
 
 
 def _setup_line(setup) -> str:
-    return (f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  "
-            f"{setup.model_label}  {setup.device}")
+    return (f"{setup.name}  batch {setup.shape}  {setup.dtype}  {setup.model_label}  "
+            + (f"{setup.params}  " if setup.params else "")
+            + (f"{setup.parallel_label}  " if setup.distributed else "") + setup.device)
 
 
 def print_records(settings: RunSettings, records, searched=(), hints: bool = True) -> None:

@@ -290,4 +290,4 @@ def tune_dict(head: Record, entries: list[Entry]) -> dict:
 def _where(record: Record) -> str:
     where = record.machine.gpu if record.machine.gpu != "cpu" else "the CPU"
     host = f" at {record.host}" if record.host else ""
-    return f"{record.setup.model_label} at seq {record.setup.seq} on {where}{host}"
+    return f"{record.setup.model_label}{record.setup.at_seq} on {where}{host}"
