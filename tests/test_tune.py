@@ -875,3 +875,12 @@ def test_a_factorys_param_values_are_candidates_each_guarded_against_its_own_eag
     assert result.winner.setup.params == "width=64"
     assert result.reference.setup.params == "width=64" and result.reference.setup.mode == "eager"
     assert "--param width=64" in result.command
+
+
+def test_a_reference_that_fails_with_an_error_ends_the_search_in_one_line(tmp_path):
+    # float8 fails on the fake GPU: as a factory that raises, every setup would fail alike.
+    space = dict(SPACE, dtype=["float8"])
+    result, runner = tune_with(tmp_path, 3600, space=space)
+    assert [(t.stage, t.record.status) for t in result.tried] == [("ladder", "error")]
+    assert result.winner is None
+    assert any("nothing else was measured" in text for text in result.skipped)

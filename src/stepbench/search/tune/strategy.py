@@ -21,7 +21,7 @@ from stepbench.record import Record
 from stepbench.search.gains import GainTable, committed, differences, rate, source_kind
 from stepbench.search.prices import Price, Prices
 from stepbench.search.tune.budget import BEAT, LADDER_SHARE, Budget, Candidate, expected_gain
-from stepbench.search.tune.finals import FINAL_PROCESSES, final
+from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final
 from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line
 from stepbench.search.tune.results import TuneResult, is_earlier, label
 from stepbench.search.tune.space import Space
@@ -263,8 +263,9 @@ class Tuner:
                 "the same setup with the same steps")
             self.skip(self.said.earlier)
         self.ladder()
-        self.compiled()
-        self.explore()
+        if not failed_reference(self):      # a model that cannot train: nothing more to try
+            self.compiled()
+            self.explore()
         return final(self)
 
     def ladder(self) -> None:
