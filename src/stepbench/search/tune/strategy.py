@@ -484,7 +484,7 @@ def prior(gain) -> str:
 
 def outcome(record: Record) -> str:
     if record.ok:
-        text = f"{record.tokens_per_s:,.0f} tokens/s, {record.step_ms:.1f} ms"
+        text = f"{record.tokens_per_s:,.0f} {record.units or 'tokens'}/s, {record.step_ms:.1f} ms"
         if abs(rate(record) / record.tokens_per_s - 1) > 0.05:
             text += (f" (a mean over an uneven run: {rate(record):,.0f} tokens/s by its median "
                      "step, which the search goes by)")
