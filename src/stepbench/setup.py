@@ -178,9 +178,15 @@ class SetupMethods:
         return not (self.seq == 1 and is_factory(self.model))
 
     @property
+    def seq_words(self) -> str:
+        """" seq 2048" for labels ("batch 4 seq 2048"); "" where the setup has no sequence
+        length."""
+        return f" seq {self.seq}" if self.has_seq else ""
+
+    @property
     def at_seq(self) -> str:
         """" at seq 2048" for labels; "" where the setup has no sequence length."""
-        return f" at seq {self.seq}" if self.has_seq else ""
+        return f" at{self.seq_words}" if self.has_seq else ""
 
     @property
     def shape(self) -> str:
