@@ -15,9 +15,10 @@
 #   server and one shared inductor cache. benchmarks/factory_overhead_table.py prints each
 #   process's wall minus its time in steps, and per setup the two paths' means and difference.
 #   Writes OUT/overhead-{hf,factory}-r{1,2}.jsonl, OUT/overhead.md.
-# gpt: examples/gpt.py:make (GPT-2 124M) at --batch 8, eager and compiled, one process without a
-#   wrapper beside `--nproc 1 --parallel ddp,fsdp2` (torchrun jobs of one rank: the wrappers'
-#   own cost without communication), ending by GPT_S (235 s). Writes OUT/gpt-nproc1.jsonl, OUT/gpt.md.
+# gpt: examples/gpt.py:make (GPT-2 124M) at --batch 8 --seq 1024 (as section m), eager and
+#   compiled, one process without a wrapper beside `--nproc 1 --parallel ddp,fsdp2` (torchrun
+#   jobs of one rank: the wrappers' own cost without communication), ending by GPT_S (235 s).
+#   Writes OUT/gpt-nproc1.jsonl, OUT/gpt.md.
 # Logs: OUT/run.log; the machine: OUT/env.txt.
 set -uo pipefail
 out=${OUT:?set OUT to a folder}
@@ -45,7 +46,7 @@ if [ "$device" = cpu ]; then
        --param n_embd=32 --param n_head=2 --param vocab_size=128)
 else
   hf=llama-468m; fac=(); modes=eager,compile; common=(--timeout 240)
-  gpt=(--batch 8 --timeout 150)
+  gpt=(--batch 8 --seq 1024 --timeout 150)
 fi
 
 if [[ " $parts " == *" overhead "* ]]; then
