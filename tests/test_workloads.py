@@ -330,3 +330,19 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     # A transformers model's rows count tokens.
     assert main(["report", str(MLP_RECORDS.parent / "h200-matrix.jsonl"), "--format", "json"]) == 0
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
+
+
+def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
+    from stepbench.record import Machine, Record
+    from stepbench.report.document import run_document
+    from stepbench.report.render import render
+    from stepbench.setup import Setup
+
+    setup = Setup(model=f"{mlp}:make", mode="eager", attn="sdpa", batch=2, seq=1, device="cpu",
+                  params="fail=raise")
+    failed = Record(run_id="r", repeat=0, setup=setup, status="error", phase="building",
+                    error="ValueError: the factory says no\n(stderr tail)",
+                    machine=Machine(gpu="cpu"))
+    text = render(run_document([failed]), "table")
+    assert "eager error: ValueError: the factory says no" in text
+    assert "stderr tail" not in text

@@ -145,16 +145,17 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     notes += _combined_notes(rows, names)
     notes += mark_notes((r.noise_flags for r in rows),
                         compiled=any(r.compile_marked for r in rows))
+    # Each failure's one line: `run`'s table too, where a user's factory that raised says why.
+    for row in rows:
+        if not row.ok and row.status != "oom" and row.error:
+            notes.append(f"{names[id(row)]} {status_text(row.status)}: "
+                         f"{_error_line(row)}")
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags
                       if f not in NOISE_MARKS and f != MEMORY_FLAG})
     if unknown:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
-    for row in rows:
-        if not row.ok and row.status != "oom" and row.error:
-            notes.append(f"{names[id(row)]} {status_text(row.status)}: "
-                         f"{_error_line(row)}")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
