@@ -346,3 +346,13 @@ def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
     text = render(run_document([failed]), "table")
     assert "eager error: ValueError: the factory says no" in text
     assert "stderr tail" not in text
+
+
+def test_tunes_table_counts_a_factorys_own_unit():
+    from stepbench.record import ResultsFile
+    from stepbench.report.tune import tried_table
+
+    records = ResultsFile(MLP_RECORDS).read()
+    table = tried_table([("ladder", r) for r in records])
+    assert "Samples/s" in table.columns and "Tokens/s" not in table.columns
+    assert [row[1] for row in table.cells] == ["eager (width=16)", "eager (width=32)"]

@@ -53,7 +53,11 @@ def tried_table(entries: list[Entry], title: str | None = None) -> Table:
                       f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",
                       verdict.status if verdict else "-"])
     notes = mark_notes(r.noise_flags for _, r in entries if r.ok)
-    return Table(COLUMNS, cells, ALIGN, title, notes)
+    units = {r.units or "tokens" for _, r in entries if r.ok}
+    # A user's workload's own unit where every measurement counts the same one.
+    columns = ([f"{units.pop().capitalize()}/s" if c == "Tokens/s" else c for c in COLUMNS]
+               if len(units) == 1 else COLUMNS)
+    return Table(columns, cells, ALIGN, title, notes)
 
 
 def tried_dicts(entries: list[Entry]) -> list[dict]:
@@ -109,7 +113,8 @@ def verdict(result: TuneResult) -> list[str]:
     else:
         out += _winner(result)
         if second is not None:
-            out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} tokens/s"
+            out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "
+                       f"{second.units or 'tokens'}/s"
                        f"{versus(result.comparison)}.")
         out += _ratios(result)
         out.append(f"Reproduce: {result.command}")
@@ -159,7 +164,8 @@ def _winner(result: TuneResult) -> list[str]:
     winner = result.winner
     how = ("measured in full" if result.measured_in_full
            else "from a short probe only: the budget left no time to measure it in full")
-    out = [f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} tokens/s, "
+    out = [f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} "
+           f"{winner.units or 'tokens'}/s, "
            f"{winner.step_ms:.1f} ms/step, peak {peak(winner)} ({how})."]
     if winner.setup.dtype == "float8":
         out.append("The winner trains its linear layers in float8: compare its tokens/s with "
