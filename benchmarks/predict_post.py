@@ -6,7 +6,10 @@ The prediction reads only the H200 records, their traces, the GPU table and the 
 (benchmarks/prices.toml); the published rows are read afterwards, for the comparison alone
 (tests/test_predict_post.py checks that predicting opens nothing under tests/data/post/).
 
-    PYTHONPATH=src python benchmarks/predict_post.py [--json]
+    PYTHONPATH=src python benchmarks/predict_post.py [--json] [--results H200.jsonl]
+
+--results predicts from another H200 results file of the four setups (its traces in the folder
+beside it, STEM-traces), e.g. one just measured by benchmarks/gpu_predict_shapes.sh.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ MEDIAN_GOAL, WORST_GOAL = 0.15, 0.35
 RANKED = ("eager+sdpa", "compile+sdpa")
 
 
-def predict() -> list:
+def predict(results: Path = H200) -> list:
     """The 16 predictions, from the H200 run only."""
-    steps = [m for m in require_profiles(measured([str(H200)]), [str(H200)])
+    steps = [m for m in require_profiles(measured([str(results)]), [str(results)])
              if m.setup in SETUPS]
     targets = [gpus.lookup(name) for name in TARGETS]
     return predictions(steps, targets, load_price_file(PRICES))
@@ -118,8 +121,10 @@ def text(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    parser.add_argument("--results", type=Path, default=H200,
+                        help="the H200 results file to predict from (default: %(default)s)")
     args = parser.parse_args(argv)
-    result = compare(predict(), published())
+    result = compare(predict(args.results), published())
     sys.stdout.write(json.dumps(result, indent=1) + "\n" if args.json else text(result))
     return 0
 

@@ -60,10 +60,20 @@ def test_two_setups_measured_on_a_busy_cpu_are_not_compared(capsys, tmp_path):
     assert any(names(line, "CPU", "Peak memory", "tensors") for line in lines)
 
 
-def test_a_busy_cpu_on_one_side_only_is_still_compared(capsys, tmp_path):
+def test_a_busy_cpu_on_one_side_is_not_compared_either(capsys, tmp_path):
+    # The eager row's 50.3 ms is the busy CPU's as much as the setup's: no claim rests on it,
+    # not even against a quiet row; the fastest setup is named among the quiet rows only.
     records = [rec("eager", i, s, busy=True) for i, s in enumerate(EAGER)] + \
               [rec("compile", i, s) for i, s in enumerate(COMPILED)]
     doc = report(capsys, tmp_path, records)
+    assert texts(doc, "compile_speed") == "" and texts(doc, "compile_payback") == ""
+    assert names(texts(doc, "untested"), "‡", "eager+sdpa against compile+sdpa", "50.3 vs 30.2",
+                 "eager+sdpa on cpu (50.3 ms)")
+    assert "eager+sdpa" not in texts(doc, "fastest_setup") + texts(doc, "compile_cost")
+    # Quiet on both sides: compared as before.
+    quiet = [rec("eager", i, s) for i, s in enumerate(EAGER)] + \
+            [rec("compile", i, s) for i, s in enumerate(COMPILED)]
+    doc = report(capsys, tmp_path, quiet)
     assert names(texts(doc, "compile_speed"), "cpu 30.2 vs 50.3 ms")
     assert texts(doc, "untested") == ""
 

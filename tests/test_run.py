@@ -47,6 +47,9 @@ def test_records_are_consistent(matrix_run):
         assert ("busy_cpu" in r["noise_flags"]) == (r["telemetry"]["contention"] > 0.1)
         assert r["telemetry"]["threads"] == 1      # OMP_NUM_THREADS=1 (conftest)
         assert r["timed_wall_s"] == pytest.approx(sum(r["step_times_ms"]) / 1000, rel=0.2)
+        # A CPU step is synchronous: no host lead is recorded, and no row is host-bound.
+        assert r.get("host_lead_ms") is None and not r.get("host_lead_steps_ms")
+        assert "host_bound" not in r["noise_flags"]
         assert len(r["losses"]) == 1 + 2 + 5
         assert all(math.isfinite(v) for v in r["losses"])
         assert r["loss_first"] == r["losses"][0] and r["loss_last"] == r["losses"][-1]

@@ -24,11 +24,15 @@ def test_resume_runs_only_the_missing_setups_and_rerun_measures_again(tmp_path):
     first = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--out", out)
     assert first.returncode == 0, first.stderr
     second = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa,eager", "--out", out,
-                     "--format", "json", check_json=True)
+                     "--format", "json", "--pin-cpus", "auto", check_json=True)
     assert "eager+sdpa batch 4 seq 64: already in the results file (ok), skipped" in second.stderr
     assert "[2/2] eager+eager batch 4 seq 64: ok" in second.stderr
     records = read_jsonl(out)
     assert [r["setup"]["name"] for r in records] == ["eager+sdpa", "eager+eager"]
+    # --pin-cpus auto on a CPU setup: recorded, not bound (no GPU to be near); off: nothing.
+    assert records[0].get("cpu_pinning") is None
+    pinning = records[1]["cpu_pinning"]
+    assert pinning["mode"] == "auto" and pinning["pinned"] is False and "CPU" in pinning["why"]
     assert [r["setup"]["name"] for r in second.records] == ["eager+sdpa", "eager+eager"]
     # --rerun measures again; the new record is appended and is the one that counts.
     third = run_cli("run", *SMALL, "--modes", "eager", "--attn", "sdpa", "--out", out, "--rerun",

@@ -52,7 +52,7 @@ def test_run_and_tune_share_the_common_settings_with_their_own_defaults():
     run = RunSettings.build({})
     tune = TuneSettings.build({"budget": "10m"})
     common = [s.dest for s in declared(TuneSettings)][:-2]
-    assert common == ["device", "start", "repeats", "timeout", "compile_cache", "out", "format",
+    assert common == ["device", "start", "pin_cpus", "repeats", "timeout", "compile_cache", "out", "format",
                       "ray", "slurm", "gpu_type"]
     assert (run.repeats, tune.repeats) == (None, 3)
     assert (str(run.out), str(tune.out)) == ("stepbench-results.jsonl", "stepbench-tune.jsonl")

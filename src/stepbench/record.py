@@ -91,6 +91,11 @@ class Record:
     step_ms_std: float | None = None
     step_times_ms: list[float] = field(default_factory=list)
     timed_wall_s: float | None = None
+    # On a GPU (stepbench.hostlead): how far behind the host's clock the GPU finished each timed
+    # step, its median, and the uncertainty of the two clocks' offset (null on a CPU).
+    host_lead_ms: float | None = None
+    host_lead_steps_ms: list[float] = field(default_factory=list)
+    host_lead_offset_ms: float | None = None
     tokens_per_s: float | None = None
     peak_memory_gb: float | None = None
     peak_reserved_gb: float | None = None
@@ -121,6 +126,8 @@ class Record:
     noise_flags: list[str] = field(default_factory=list)
     phases: dict | None = None   # wall seconds per phase of the process (measure/phases.py)
     threads: dict | None = None  # torch's intra-op and inter-op threads in the setup's process
+    # --pin-cpus auto (measure/pinning.py): the cores the process was bound to, or why not.
+    cpu_pinning: dict | None = None
     # How --memory-limit-gb was applied (measure/worker.limit_memory): mechanism, limit, baseline.
     memory_cap: dict | None = None
     # A distributed job (setup.parallel ddp or fsdp2): every rank's own numbers, and the job's

@@ -38,4 +38,5 @@ FORMATS = (FORMAT_V1, LAYER_GRAPHS)
 LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "peak_measured_at",
                 "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads",
                 "profile", "units", "units_per_step", "flops_per_step", "flops_source", "notes",
-                "traceback", "memory_cap")
+                "traceback", "memory_cap", "host_lead_ms", "host_lead_steps_ms",
+                "host_lead_offset_ms", "cpu_pinning")

@@ -9,8 +9,10 @@ import json
 import sys
 from pathlib import Path
 
+from stepbench.cli.flags import add_settings
 from stepbench.errors import UserError
 from stepbench.report.render import FORMATS as REPORT_FORMATS  # every format a Document renders
+from stepbench.settings.report import ReportSettings
 
 
 # ---------------------------------------------------------------- report
@@ -42,6 +44,7 @@ def add(sub) -> None:
                         "their own, named with it (\"NVIDIA H200 (main)\"), instead of being "
                         "combined with the others' as repeats")
     add_filters(p)
+    add_settings(p, ReportSettings)
     p.set_defaults(handler=cmd_report)
 
 
@@ -65,14 +68,60 @@ def filters_of(args: argparse.Namespace):
     return Filters.parse(args.model, args.setup, args.gpu)
 
 
+def report_settings(args: argparse.Namespace) -> ReportSettings:
+    """The declared settings of `report` (settings/report.py), checked; the GPUs of --predict
+    looked up before any file is read (an unknown one: the closest names, exit 2)."""
+    from stepbench.settings.declare import read
+    from stepbench.settings.origin import Origin
+
+    given = vars(args)
+    settings = ReportSettings(**read(ReportSettings, given, Origin(
+        flagged=frozenset(k for k, v in given.items() if v is not None))))
+    if settings.predict:
+        from stepbench.predict import gpus
+
+        for name in settings.predict:
+            gpus.lookup(name)
+    return settings
+
+
+def predicted_section(args: argparse.Namespace, names: tuple[str, ...]):
+    """`report --predict`'s Document, from the records the report reads (its filters applied),
+    at the report's prices; made before the report, so that records without a profile stop it
+    before anything else is said."""
+    from stepbench.predict.document import build
+    from stepbench.report.prices import load_price_file, parse_price_flags
+
+    prices = load_price_file(args.prices) if args.prices else {}
+    prices.update(parse_price_flags(list(args.price)))
+    filters = filters_of(args)
+    # The report has read these files once and said what it skipped; predict reads them again.
+    return build(args.files, list(names), prices=prices, keep=filters.apply,
+                 price_flag="--prices FILE or --price GPU=DOLLARS")
+
+
+def add_predictions(doc, predicted) -> None:
+    """The predicted section in the report `doc`: its table (notes under it), its rows as
+    JSON's `predictions` and as CSV rows with columns of their own."""
+    from stepbench.predict.document import report_csv
+
+    doc.tables.extend(predicted.tables)
+    doc.extra["predictions"] = [p.as_dict() for p in predicted.rows]
+    doc.csv_more.append(report_csv(predicted.rows))
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from stepbench.report.document import report_document, warn
     from stepbench.report.render import render, write_output
 
+    settings = report_settings(args)
+    predicted = predicted_section(args, settings.predict) if settings.predict else None
     doc = report_document(args.files, price_file=args.prices, price_flags=args.price,
                           energy_price=args.energy_price,
                           plots=bool(args.plots) or args.format == "html",
                           filters=filters_of(args), labels=args.label)
+    if predicted is not None:
+        add_predictions(doc, predicted)
     text = render(doc, args.format)
     if args.plots:
         for path in doc.write_plots(Path(args.plots)):

@@ -106,7 +106,7 @@ def run_plan(local: RunSettings, plan, executor, store, display) -> int:
     from stepbench.search.max_batch import MaxBatch
 
     runner = Runner(executor, store, rerun=local.rerun, measure_peak=local.measure_peak,
-                    run_id=executor.run_id, profile=local.profile)
+                    run_id=executor.run_id, profile=local.profile, pin_cpus=local.pin_cpus)
     searched = []
     try:
         if local.max_batch is None:

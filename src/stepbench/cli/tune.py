@@ -57,7 +57,7 @@ def _tune(settings: TuneSettings, site) -> int:
     site.check_tune(settings, base)
     display = Display()
     executor = site.tune_executor(settings, kinds, display.note)
-    runner = Runner(executor, store, run_id=executor.run_id)
+    runner = Runner(executor, store, run_id=executor.run_id, pin_cpus=settings.pin_cpus)
     try:
         tuner = tune.Tuner(runner, base, space, budget_s=settings.budget_s,
                            objective=settings.objective, timeout_s=settings.timeout_s,

@@ -47,9 +47,12 @@ class Job:
     # A search's measurement before its finals (runner.before_finals): the GPU's matmul rate
     # and the FLOP counter's cross-check come from their caches only, never measured in it.
     probe: bool = False
+    pin_cpus: str = "off"           # --pin-cpus: "auto" binds the process to its GPU's cores
 
     def payload(self) -> str:
         job = {"setup": self.setup.to_dict(), "measure_peak": self.measure_peak}
+        if self.pin_cpus != "off":
+            job["pin_cpus"] = str(self.pin_cpus)
         if self.profile:
             job["profile"] = self.profile
         if self.probe:

@@ -72,12 +72,13 @@ class Runner:
 
     def __init__(self, executor: Executor, store: ResultsFile, *, rerun: bool = False,
                  measure_peak: bool = True, run_id: str | None = None,
-                 profile: Path | None = None):
+                 profile: Path | None = None, pin_cpus: str = "off"):
         self.executor = executor
         self.store = store
         self.rerun = rerun              # measure again what the file already has; the new wins
         self.measure_peak = measure_peak
         self.profile = profile          # --profile: the folder each process writes a profile to
+        self.pin_cpus = pin_cpus        # --pin-cpus: auto binds each process to its GPU's cores
         self.run_id = run_id or new_run_id()
         # The SSH host an executor runs on (hosts/ssh.py): part of the resume key and the record.
         self.host = executor.host
@@ -159,7 +160,7 @@ class Runner:
         with stop_signals():
             probe = before_finals(call.tag)
             self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j),
-                                   probe)) for i, j in todo], records, call)
+                                   probe, self.pin_cpus)) for i, j in todo], records, call)
         return [records[i] for i in sorted(records)]
 
     def profile_stem(self, job: Job) -> str | None:

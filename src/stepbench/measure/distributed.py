@@ -41,7 +41,7 @@ def rank_summary(measured: dict, *, rank_: int, local_rank: int, node: int) -> d
         "gpu": physical_gpu(local_rank),
         "step_ms": measured.get("step_ms"), "step_ms_median": measured.get("step_ms_median"),
         "step_times_ms": measured.get("step_times_ms", []),
-        "timed_wall_s": measured.get("timed_wall_s"),
+        "timed_wall_s": measured.get("timed_wall_s"), "host_lead_ms": measured.get("host_lead_ms"),
         "peak_memory_gb": measured.get("peak_memory_gb"),
         "peak_reserved_gb": measured.get("peak_reserved_gb"),
         "first_step_s": measured.get("first_step_s"),

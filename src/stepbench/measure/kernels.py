@@ -24,7 +24,15 @@ the first kernel's start to the last one's end, and
 `idle_s` = span - busy: how long the GPU waited inside the profiled step. The profiler slows the
 host, so this step's idle time is larger than a timed step's (docs/predict.md takes a timed
 step's idle time as step_ms minus busy). GEMMs' FLOPs and shapes come from the launching op
-where the profiler recorded them (`with_flops`, `record_shapes`); absent otherwise.
+where the profiler recorded them (`with_flops`, `record_shapes`; `profile_step` turns both on):
+`matmul_flops`, and `gemms`, one entry per distinct GEMM (op, input shapes, dtype) with its calls,
+FLOPs, M/N/K and time: the device time of the kernels it launched on a GPU, the op's own time
+on a CPU (where the trace has no kernels, these are the only fields). A GEMM's shape is what a
+prediction needs to tell a large product from one that leaves a bigger GPU's SMs idle.
+`memory_kernels`: the memory-bound kernels (elementwise, reduction) binned by duration (quarter
+octaves), each bin's kernels, ms and, where the launching op's shapes were recorded, the mean
+bytes its tensors hold (inputs, and an output as large as the largest): a kernel's working set
+against a target's L2 (predict/model.py).
 
 No torch import: this runs on stored traces anywhere (`python -m stepbench.measure.kernels
 TRACE.json.gz`).
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -56,6 +65,17 @@ PATTERNS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 DEFAULT_CLASS = "elementwise"
 TOP_MATMULS = 8
+# The ATen ops that are one GEMM each (the profiler counts FLOPs for these); on a GPU the op that
+# launched a matmul kernel counts whatever its name (inductor's extern mm is aten::mm as well).
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm",
+            "aten::_addmm_activation", "aten::_scaled_mm", "aten::_int_mm")
+MEMORY_CLASSES = ("elementwise", "reduction")
+# Bytes per element of the profiler's "Input type" names.
+DTYPE_BYTES = {"c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8,
+               "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+               "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
+# Distinct GEMMs kept, by time (a Llama step has a few dozen; `gemms_left_out` counts the rest).
+TOP_GEMMS = 64
 
 
 def classify(name: str) -> str:
@@ -86,18 +106,132 @@ def _union_s(intervals: list[tuple[float, float]]) -> float:
     return busy
 
 
+def mnk(op: str | None, dims) -> dict:
+    """M, N, K of a GEMM op's input dims (and `batch` of a batched product); {} where they do
+    not read as one (addmm and baddbmm take the added tensor first)."""
+    try:
+        a, b = dims[1:3] if op in ("aten::addmm", "aten::_addmm_activation", "aten::baddbmm",
+                                   "aten::addbmm") else dims[:2]
+        if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+            return {"m": a[0], "n": b[1], "k": a[1]}
+        if len(a) == 3 and len(b) == 3 and a[2] == b[1] and a[0] == b[0]:
+            return {"batch": a[0], "m": a[1], "n": b[2], "k": a[2]}
+    except (TypeError, ValueError, IndexError):
+        pass
+    return {}
+
+
+def _flops(args: dict, entry: dict) -> float | None:
+    """One GEMM call's FLOPs: the profiler's where its trace holds them, else 2 x M x N x K
+    (x batch) from the shapes, what torch.profiler's with_flops counts for these ops (the
+    Chrome trace of torch 2.13 leaves its count out)."""
+    if "flops" in args:
+        return float(args["flops"])
+    if "m" in entry:
+        return 2.0 * entry.get("batch", 1) * entry["m"] * entry["n"] * entry["k"]
+    return None
+
+
+def tensor_bytes(args: dict) -> float | None:
+    """What an op's tensors hold: its inputs, and an output as large as the largest of them;
+    None without shapes."""
+    dims, types = args.get("Input Dims"), args.get("Input type") or []
+    if not dims:
+        return None
+    sizes = []
+    for d, t in zip(dims, types):
+        if d and t in DTYPE_BYTES:
+            n = 1
+            for x in d:
+                n *= x
+            sizes.append(n * DTYPE_BYTES[t])
+    return float(sum(sizes) + max(sizes)) if sizes else None
+
+
+def memory_bins(items: list[tuple[str, float, float | None]]) -> list[dict]:
+    """(class, us, bytes or None) of memory-bound kernels, binned by duration (module
+    docstring)."""
+    bins: dict[tuple, dict] = {}
+    for cls, us, size in items:
+        key = (cls, round(4 * math.log2(max(us, 0.25))))
+        b = bins.setdefault(key, {"class": cls, "us": round(2 ** (key[1] / 4), 3), "kernels": 0,
+                                  "ms": 0.0, "_bytes": 0.0, "_sized": 0})
+        b["kernels"] += 1
+        b["ms"] += us / 1000
+        if size is not None:
+            b["_bytes"] += size
+            b["_sized"] += 1
+    out = []
+    for b in sorted(bins.values(), key=lambda b: (b["class"], b["us"])):
+        sized, total = b.pop("_sized"), b.pop("_bytes")
+        b["ms"] = round(b["ms"], 4)
+        if sized:
+            b["bytes"] = round(total / sized)
+        out.append(b)
+    return out
+
+
+def _gemm_key(op: dict) -> tuple:
+    args = op.get("args", {})
+    types = args.get("Input type") or []
+    return (op.get("name"), json.dumps(args.get("Input Dims")),
+            next((t for t in types if t), None))
+
+
+def gemms(ops: list[tuple[dict, float]]) -> dict:
+    """`matmul_flops`, `gemms` (module docstring) and `gemms_left_out` of (op, its ms) pairs,
+    each op once; {} where no op carries shapes or FLOPs."""
+    table: dict[tuple, dict] = {}
+    flops = 0.0
+    for op, ms in ops:
+        args = op.get("args", {})
+        if "Input Dims" not in args and "flops" not in args:
+            continue
+        key = _gemm_key(op)
+        entry = table.get(key)
+        if entry is None:
+            dims = args.get("Input Dims")
+            entry = table[key] = {"op": key[0], "dtype": key[2],
+                                  # the tensors' dims (a scalar argument's [] left out)
+                                  "shapes": [d for d in dims if d] if dims else None,
+                                  **mnk(key[0], args.get("Input Dims")), "calls": 0,
+                                  "flops": None, "ms": 0.0}
+        entry["calls"] += 1
+        entry["ms"] += ms
+        op_flops = _flops(args, entry)
+        if op_flops is not None:
+            entry["flops"] = (entry["flops"] or 0.0) + op_flops
+            flops += op_flops
+    if not table:
+        return {}
+    ranked = sorted(table.values(), key=lambda e: -e["ms"])
+    for entry in ranked:
+        entry["ms"] = round(entry["ms"], 4)
+    return {"matmul_flops": flops or None,
+            "gemms": [{k: v for k, v in e.items() if v is not None} for e in ranked[:TOP_GEMMS]],
+            "gemms_left_out": max(len(ranked) - TOP_GEMMS, 0)}
+
+
+def cpu_gemms(events: list[dict]) -> dict:
+    """`gemms` of a trace without kernels (a CPU step): the GEMM ops and their own time."""
+    ops = [(e, float(e.get("dur", 0.0)) / 1000) for e in events
+           if e.get("cat") == "cpu_op" and e.get("ph") == "X" and e.get("name") in GEMM_OPS]
+    return gemms(ops)
+
+
 def split(trace: dict) -> dict:
-    """The profile fields of one traced step (module docstring); {} where the trace holds no
-    device events (a CPU step)."""
+    """The profile fields of one traced step (module docstring); on a trace without device
+    events (a CPU step) only its GEMMs', {} without those."""
     events = trace.get("traceEvents", [])
     ops = {e["args"]["External id"]: e for e in events
            if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
     classes = dict.fromkeys(CLASSES, 0.0)
     counts = dict.fromkeys(CLASSES, 0)
     intervals = []
-    gemms: dict[str, dict] = defaultdict(lambda: {"ms": 0.0, "calls": 0, "flops": None,
-                                                 "shapes": None})
-    flops = 0.0
+    kernels: dict[str, dict] = defaultdict(lambda: {"ms": 0.0, "calls": 0, "flops": None,
+                                                   "shapes": None})
+    op_ms: dict = defaultdict(float)     # a GEMM op's External id -> its matmul kernels' ms
+    memory: list[tuple[str, float, float | None]] = []
     count = 0
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in DEVICE_CATEGORIES:
@@ -109,25 +243,32 @@ def split(trace: dict) -> dict:
         classes[cls] += dur_us / 1000
         counts[cls] += 1
         count += 1
+        op_id = e.get("args", {}).get("External id")
+        op = ops.get(op_id)
+        if cls in MEMORY_CLASSES:
+            memory.append((cls, dur_us, tensor_bytes(op.get("args", {})) if op else None))
         if cls != "matmul":
             continue
-        op = ops.get(e.get("args", {}).get("External id"))
-        entry = gemms[e["name"]]
+        entry = kernels[e["name"]]
         entry["ms"] += dur_us / 1000
         entry["calls"] += 1
         if op is not None:
             args = op.get("args", {})
-            if "flops" in args:
-                entry["flops"] = (entry["flops"] or 0.0) + float(args["flops"])
-                flops += float(args["flops"])
+            # An op's FLOPs count once, on its first matmul kernel (split-K launches two).
+            op_flops = (_flops(args, mnk(op.get("name"), args.get("Input Dims")))
+                        if op_id not in op_ms else None)
+            if op_flops is not None:
+                entry["flops"] = (entry["flops"] or 0.0) + op_flops
             if "Input Dims" in args and entry["shapes"] is None:
                 entry["shapes"] = args["Input Dims"]
             entry["op"] = op.get("name")
+            op_ms[op_id] += dur_us / 1000
     if not count:
-        return {}
+        return cpu_gemms(events)
     busy_s = _union_s(intervals) / 1e6
     span_s = (max(b for _, b in intervals) - min(a for a, _ in intervals)) / 1e6
-    top = sorted(gemms.items(), key=lambda kv: -kv[1]["ms"])[:TOP_MATMULS]
+    top = sorted(kernels.items(), key=lambda kv: -kv[1]["ms"])[:TOP_MATMULS]
+    shapes = gemms([(ops[i], ms) for i, ms in op_ms.items()])
     return {
         "classes_ms": {k: round(v, 4) for k, v in classes.items()},
         "kernels": count,
@@ -136,9 +277,12 @@ def split(trace: dict) -> dict:
         "busy_s": busy_s,
         "span_s": span_s,
         "idle_s": max(span_s - busy_s, 0.0),
-        "matmul_flops": flops or None,
+        "matmul_flops": shapes.get("matmul_flops"),
         "matmuls": [{"kernel": name[:120], **{k: v for k, v in entry.items() if v is not None}}
                     for name, entry in top],
+        **({"gemms": shapes["gemms"], "gemms_left_out": shapes["gemms_left_out"]}
+           if shapes else {}),
+        "memory_kernels": memory_bins(memory),
     }
 
 

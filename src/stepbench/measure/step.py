@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from stepbench import workload
+from stepbench import hostlead, workload
 from stepbench.measure import compile_info, kernels, machine, options, parallel, telemetry  # noqa: F401
 from stepbench.measure.phases import Phases
 from stepbench.noise import noise_flags_for
@@ -90,7 +90,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     gpu_start = telemetry.gpu_snapshot(gpu_index) if cuda else None
     cpu_start = telemetry.cpu_snapshot() if cpu_watched else None
     window_start = time.perf_counter()
-    step_times_ms = timed_steps(step, setup.steps, cuda, losses)
+    leads: dict = {}
+    step_times_ms = timed_steps(step, setup.steps, cuda, losses, leads)
     result["timed_wall_s"] = time.perf_counter() - window_start
     cpu_end = telemetry.cpu_snapshot() if cpu_watched else None
     gpu_end = telemetry.gpu_snapshot(gpu_index) if cuda else None
@@ -105,6 +106,10 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
 
     # Everything below reads what the window left behind; nothing here is timed.
     flags = noise_flags_for(step_times_ms)
+    if leads:
+        result.update(leads)
+        if hostlead.host_bound(leads["host_lead_ms"], result["step_ms_median"]):
+            flags.append("host_bound")
     if cuda:
         result["telemetry"] = telemetry.telemetry_record(gpu_start, gpu_end, other_procs)
         result["energy"] = telemetry.energy_over_window(gpu_start, gpu_end, setup.steps,
@@ -182,13 +187,15 @@ def profile_step(step, stem: str, cuda: bool) -> dict:
     trace as `stem`.json.gz (chrome://tracing, Perfetto) and its key_averages table, top 40 by
     device time (CPU time on a CPU), as `stem`.txt. The paths, the step's wall time (longer
     than a timed step: the profiler records every op) and, on a GPU, the sum of its kernels'
-    times (`device_s`; below the wall time where the GPU waited for the host)."""
+    times (`device_s`; below the wall time where the GPU waited for the host); the kernel
+    classes and the GEMMs by shape (measure/kernels.py)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     trace, table = f"{stem}.json.gz", f"{stem}.txt"
     Path(stem).parent.mkdir(parents=True, exist_ok=True)
-    with profile(activities=activities) as prof:
+    # Shapes and FLOPs of each op: the GEMMs' table (measure/kernels.py `gemms`).
+    with profile(activities=activities, record_shapes=True, with_flops=True) as prof:
         start = time.perf_counter()
         step()
         if cuda:
@@ -216,20 +223,37 @@ def held_tensors(model, optimizer, inputs) -> list[torch.Tensor]:
     return [*model.parameters(), *model.buffers(), *state, *inputs]
 
 
-def timed_steps(step, steps: int, cuda: bool, losses: list) -> list[float]:
+def timed_steps(step, steps: int, cuda: bool, losses: list,
+                leads: dict | None = None) -> list[float]:
     """Run `steps` steps and return each one's time in ms; losses stay on the device.
 
     GPU: a CUDA event pair around each step and one synchronize after the last, so the host never
-    waits inside the window. CPU: a step is synchronous, so perf_counter around it is exact.
+    waits inside the window; inside it only a host clock reading per step, for the host's lead
+    (hostlead.py), written into `leads`. CPU: a step is synchronous, so perf_counter around it is
+    exact, and the device never trails the host: `leads` stays empty.
     """
     if cuda:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(steps)]
+        # The anchor puts the GPU's events on the host's clock (hostlead.py): recorded on an
+        # idle GPU, seen complete, the host clock read on both sides; all before the window.
+        anchor = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        before = time.perf_counter()
+        anchor.record()
+        anchor.synchronize()
+        after = time.perf_counter()
+        enqueued = []
         for begin, end in events:
             begin.record()
             losses.append(step())
             end.record()
+            enqueued.append(time.perf_counter())   # the step's work enqueued; nothing waits
         torch.cuda.synchronize()
+        if leads is not None:
+            leads.update(hostlead.host_leads((before, after),
+                                             [anchor.elapsed_time(end) for _, end in events],
+                                             enqueued))
         return [begin.elapsed_time(end) for begin, end in events]
     step_times_ms = []
     for _ in range(steps):

@@ -77,6 +77,11 @@ def main(argv: list[str]) -> int:
         # As a fresh process decides them (a forked one decides them again: execute/server.py).
         channel.measured["threads"] = {"intra_op": step.torch.get_num_threads(),
                                        "inter_op": step.torch.get_num_interop_threads()}
+        if job.get("pin_cpus"):
+            from stepbench.measure import pinning
+
+            index = step.torch.cuda.current_device() if setup.device == "cuda" else 0
+            channel.measured["cpu_pinning"] = pinning.pin(job["pin_cpus"], setup.device, index)
         phases.lap("device_init")
         probe = bool(job.get("probe"))
         peak = matmul_peak(setup, channel, cached_only=probe) if job.get("measure_peak") else None

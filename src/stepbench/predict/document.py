@@ -27,17 +27,25 @@ def predictions(steps: list[Measured], targets: list[gpus.Gpu], prices: dict[str
 
 
 def build(paths: list[str], gpu_names: list[str], price_list: str | None = None,
-          traces: list[str] | None = None, warn=lambda text: None) -> Document:
+          traces: list[str] | None = None, warn=lambda text: None, *,
+          prices: dict[str, float] | None = None, keep=None,
+          price_flag: str = "--price-list FILE (TOML [prices] or CSV gpu,price_per_hour)"
+          ) -> Document:
+    """The predictions' Document. `prices` (a report's, already read) instead of `price_list`;
+    `keep` filters each file's records (source.measured); `price_flag`: how the note about a
+    missing price names the flag to add."""
     targets = [gpus.lookup(name) for name in gpu_names]
-    prices = load_price_file(price_list) if price_list else {}
-    found = measured(paths, traces, warn)
+    if prices is None:
+        prices = load_price_file(price_list) if price_list else {}
+    found = measured(paths, traces, warn, keep)
     steps = require_profiles(found, paths)
     unknown = sorted({s.gpu for s in steps if gpus.find(s.gpu) is None})
     if unknown:
         raise UserError(f"the source GPU {', '.join(unknown)} is not in the GPU table "
                         "(stepbench/predict/gpus.toml); add it with its vendor figures")
     rows = predictions(steps, targets, prices)
-    return document(rows, steps, [m for m in found if not m.classes_ms], bool(price_list))
+    return document(rows, steps, [m for m in found if not m.classes_ms], bool(prices),
+                    price_flag)
 
 
 def _ms(v: float | None) -> str:
@@ -67,7 +75,7 @@ def _price(p: model.Prediction) -> str:
 
 
 def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Measured],
-          priced: bool) -> list[str]:
+          priced: bool, price_flag: str = "--price-list FILE") -> list[str]:
     sources = sorted({(s.gpu, s.torch or "unknown") for s in steps})
     out = ["Predicted, not measured: each kernel class of the source's profiled step scaled "
            "by the figure that bounds it on the target (tensor peak, memory bandwidth, "
@@ -86,7 +94,7 @@ def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Meas
         out.append(f"Not predicted: {reason}.")
     unpriced = sorted({p.gpu for p in rows if p.price_per_hour is None})
     if unpriced:
-        how = "" if priced else "; pass --price-list FILE (TOML [prices] or CSV gpu,price_per_hour)"
+        how = "" if priced else f"; pass {price_flag}"
         out.append(f"No price for {', '.join(unpriced)}: tokens per dollar left out{how}.")
     for m in failed:
         out.append(f"{m.setup} on {m.gpu}: {m.status}, nothing to scale"
@@ -95,11 +103,11 @@ def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Meas
 
 
 def document(rows: list[model.Prediction], steps: list[Measured], failed: list[Measured],
-             priced: bool) -> Document:
+             priced: bool, price_flag: str = "--price-list FILE") -> Document:
     models = sorted({f"{s.model}, batch {s.batch} x {s.seq}, {s.dtype}" for s in steps})
     table = Table(columns=COLUMNS, cells=[cells(p) for p in rows], align="llrrrlrr",
                   title="Predicted (not measured) step time, fit and tokens per dollar",
-                  notes=notes(rows, steps, failed, priced))
+                  notes=notes(rows, steps, failed, priced, price_flag))
     header = [("Predicted from", "; ".join(models) + f" ({len(steps)} setups measured with "
                "their kernels profiled)")]
     return Document(title=table.title, tables=[table], rows=rows, header=header,
@@ -108,3 +116,21 @@ def document(rows: list[model.Prediction], steps: list[Measured], failed: list[M
                         {"gpu": s.gpu, "torch": s.torch, "setup": s.setup,
                          "step_ms": s.step_ms, "classes_ms": s.classes_ms,
                          "idle_ms": s.idle_ms} for s in steps]})
+
+
+# The CSV columns of `report --predict`'s rows, after the report's: the report's own columns
+# (step_ms, tokens_per_s, ...) are measurements, so a prediction has columns of its own.
+REPORT_CSV = {"gpu": "gpu", "setup": "setup", "predicted": "predicted",
+              "step_ms": "predicted_step_ms", "step_ms_low": "predicted_step_ms_low",
+              "step_ms_high": "predicted_step_ms_high", "fits": "predicted_fits",
+              "tokens_per_s": "predicted_tokens_per_s",
+              "tokens_per_dollar": "predicted_tokens_per_dollar",
+              "memory_needed_gb": "predicted_memory_needed_gb", "no_basis": "no_basis",
+              "source_gpu": "source_gpu", "source_step_ms": "source_step_ms"}
+
+
+def report_csv(rows: list[model.Prediction]) -> tuple[list[str], list[dict]]:
+    """The predictions as the report's CSV adds them (Document.csv_more)."""
+    dicts = [{REPORT_CSV[k]: v for k, v in p.csv_dict().items() if k in REPORT_CSV}
+             for p in rows]
+    return list(REPORT_CSV.values()), dicts

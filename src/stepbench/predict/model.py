@@ -17,17 +17,25 @@ host, whose time per step is then the source's step time; otherwise the host kep
 time is unknown below that (taken as none). The interval's high end adds the source's idle
 time on top, as if the waiting did not overlap the target's longer kernels.
 
+Two corrections use what a record made by this stepbench holds: memory-bound classes
+(elementwise, reduction) are multiplied by predict/memory.py's L2 factor (their kernels' working
+sets against each GPU's L2 and L2 bandwidth, constants in calibration.toml), and the matmul class
+by `wave_factor` (each recorded GEMM's output tiles over each GPU's SMs in whole waves).
+
 Uncertainty per class (UNCERTAINTY) is stated, not fitted: each class's interval is its time
 times 1 -/+ its share, summed (the classes' errors taken as moving together). Where the target
-has a larger L2 than the source, memory-bound kernels may read more from L2 than from DRAM;
-the low end allows up to L2_GAIN_MAX of their time to go. A class whose bounding figure the
+has a larger L2 than the source and the record has no kernel bins for the L2 model, memory-bound
+kernels may read more from L2 than from DRAM: the low end allows up to L2_GAIN_MAX of their time
+to go. A class whose bounding figure the
 target lacks (fp8 on a GPU without FP8 tensor cores) has no basis: no prediction, said so.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from stepbench.predict import memory
 from stepbench.predict.gpus import Gpu
 from stepbench.predict.source import Measured
 
@@ -40,6 +48,9 @@ MEMORY_CLASSES = ("elementwise", "reduction", "optimizer")
 TENSOR_CLASSES = ("matmul", "attention")
 # The low end's allowance for a target L2 larger than the source's (prior, not fitted).
 L2_GAIN_MAX = 0.3
+# The output tile of a GEMM kernel for wave quantization (a prior: cuBLAS picks 128 to 256 per
+# side on these shapes; not fitted).
+GEMM_TILE = 128
 # A source step whose GPU was idle for more than this share of it was waiting on the host.
 HOST_BOUND_SHARE = 0.05
 # Memory the CUDA context and the allocator's slack take beyond the step's peak reserved
@@ -125,6 +136,29 @@ def bound_ratio(cls: str, source: Gpu, target: Gpu, dtype: str) -> tuple[float |
     return (a / b if a and b else None), figure
 
 
+def wave_share(tiles: int, sms: float) -> float:
+    """The share of the SMs' slots a GEMM of `tiles` output tiles fills over its waves."""
+    waves = math.ceil(tiles / sms)
+    return tiles / (waves * sms)
+
+
+def wave_factor(gemms: list | None, source: Gpu, target: Gpu) -> float:
+    """The factor the matmul class's peak-scaled time is multiplied by for wave quantization:
+    each recorded GEMM's output tiles (GEMM_TILE square) fill the source's and the target's SMs
+    in whole waves, weighted by the GEMMs' time; 1 without shapes or SM counts."""
+    s_sms, t_sms = source.get("sms"), target.get("sms")
+    shaped = [g for g in gemms or [] if "m" in g and g.get("ms")]
+    if not (s_sms and t_sms and shaped):
+        return 1.0
+    total = weighted = 0.0
+    for g in shaped:
+        per_call = (math.ceil(g["m"] / GEMM_TILE) * math.ceil(g["n"] / GEMM_TILE)
+                    * g.get("batch", 1))
+        weighted += g["ms"] * wave_share(per_call, s_sms) / wave_share(per_call, t_sms)
+        total += g["ms"]
+    return weighted / total
+
+
 def _lacking(figure: str, source: Gpu, target: Gpu) -> str:
     names = dict.fromkeys(g.name for g in (source, target) if not g.get(figure))
     return " and ".join(names)
@@ -152,6 +186,8 @@ def predict(source: Measured, src_gpu: Gpu, target: Gpu, price: float | None = N
     l2_src, l2_tgt = src_gpu.get("l2_mb"), target.get("l2_mb")
     l2_gain = (L2_GAIN_MAX * (1 - l2_src / l2_tgt) if l2_src and l2_tgt and l2_tgt > l2_src
                else 0.0)
+    l2 = memory.l2_factors(source.memory_kernels, src_gpu, target)
+    waves = wave_factor(source.gemms, src_gpu, target)
     low = high = mid = 0.0
     for cls, ms in classes.items():
         ratio, figure = bound_ratio(cls, src_gpu, target, source.dtype)
@@ -159,6 +195,7 @@ def predict(source: Measured, src_gpu: Gpu, target: Gpu, price: float | None = N
             p.no_basis = (f"{cls} on {target.name} has no basis: the GPU table has no "
                           f"{figure} for {_lacking(figure, src_gpu, target)}")
             continue
+        ratio *= l2.get(cls, 1.0) * (waves if cls == "matmul" else 1.0)
         # Each kernel's latency floor is kept unscaled.
         fixed = min(floor * counts.get(cls, 0), ms)
         scaled = fixed + (ms - fixed) * ratio
@@ -166,7 +203,9 @@ def predict(source: Measured, src_gpu: Gpu, target: Gpu, price: float | None = N
         u = UNCERTAINTY.get(cls, 0.5)
         mid += scaled
         high += scaled * (1 + u)
-        low += scaled * (1 - u - (l2_gain if cls in MEMORY_CLASSES else 0.0))
+        # The low end's L2 allowance only where the L2 model did not already act on the class.
+        gain = l2_gain if cls in MEMORY_CLASSES and cls not in l2 else 0.0
+        low += scaled * (1 - u - gain)
     if p.no_basis:
         p.classes_ms = {}
         return p

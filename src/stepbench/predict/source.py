@@ -41,6 +41,8 @@ class Measured:
     kernel_floor_ms: float | None    # the shortest kernel of the profiled step
     class_kernels: dict | None       # kernel class -> how many kernels
     repeats: int
+    memory_kernels: list | None = None   # memory-bound kernels by duration (measure/kernels.py)
+    gemms: list | None = None            # the GEMMs by shape, where recorded
 
     @property
     def idle_ms(self) -> float | None:
@@ -76,13 +78,15 @@ def split_of(record: Record, results: Path, traces: list[Path]) -> dict | None:
     return kernels.split_trace(path) or None if path else None
 
 
-def measured(paths: list[str], traces: list[str] | None = None, warn=lambda text: None
-             ) -> list[Measured]:
-    """Every setup x GPU of the results files, combined over repeats, in file order."""
+def measured(paths: list[str], traces: list[str] | None = None, warn=lambda text: None,
+             keep=None) -> list[Measured]:
+    """Every setup x GPU of the results files, combined over repeats, in file order; `keep`:
+    a function of a file's records that returns those to use (the report's filters)."""
     trace_dirs = [Path(t) for t in traces or []]
     groups: dict[tuple, list[tuple[Record, dict | None]]] = {}
     for arg in paths:
-        for record in load([arg], warn):
+        records = load([arg], warn)
+        for record in keep(records) if keep else records:
             results = _results_of(record, arg)
             split = split_of(record, results, trace_dirs) if record.ok else None
             key = (record.setup.key(), record.machine.gpu or "cpu")
@@ -107,6 +111,9 @@ def _combine(items) -> Measured:
     setup = first.setup
     splits = [s for _, s in ok if s and s.get("classes_ms")]
     classes = counts = busy = floor = None
+    # Bins and shapes: the first profiled process's (they describe the kernels, not their sum).
+    memory_bins = next((s["memory_kernels"] for s in splits if s.get("memory_kernels")), None)
+    gemms = next((s["gemms"] for s in splits if s.get("gemms")), None)
     if splits:
         classes = _median_of([s["classes_ms"] for s in splits])
         counts = _median_of([s.get("class_kernels") or {} for s in splits])
@@ -125,7 +132,7 @@ def _combine(items) -> Measured:
         peak_memory_gb=max(peaks) if peaks else None,
         peak_reserved_gb=max(reserved) if reserved else None,
         classes_ms=classes, busy_ms=busy, kernel_floor_ms=floor, class_kernels=counts,
-        repeats=len(records))
+        repeats=len(records), memory_kernels=memory_bins, gemms=gemms)
 
 
 def _median_of(dicts: list[dict]) -> dict:

@@ -55,6 +55,9 @@ class Document:
     # beside rows, findings, notes and meta.
     csv_keys: list[str] | None = None
     extra: dict = field(default_factory=dict)
+    # Rows of another kind after the report's in CSV, in columns of their own (keys, dicts):
+    # the predicted section (`report --predict`), whose measured columns stay empty.
+    csv_more: list[tuple[list[str], list[dict]]] = field(default_factory=list)
 
     @property
     def notes(self) -> list[str]:

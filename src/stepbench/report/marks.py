@@ -23,6 +23,9 @@ NOISE_MARKS = {
     "busy_cpu": ("‡", "other processes took more than a tenth of the CPU time its threads "
                       "needed during the timed steps"),
     "recompiled": ("§", "torch.compile recompiled during the timed steps"),
+    "host_bound": ("^", "host-bound: the GPU finished each step right after the host launched "
+                        "its last kernel (the host's lead under 5% of a step), so the number is "
+                        "the host's CPU speed as much as the GPU's"),
 }
 # After a row's peak memory: its processes' peaks disagreed (noise.peaks_disagree).
 MEMORY_MARK = ("~", "after Peak memory: its processes' peaks differed by more than 20%; the "
@@ -31,14 +34,15 @@ MEMORY_FLAG = "memory_spread"
 
 
 # The flags that say something outside the step disturbed the timed steps (another process
-# took CPU or GPU time, the GPU slowed, torch.compile recompiled): a test on two rows' step times
-# measures their spread (high_cv, process_spread), not what disturbed both.
+# took CPU or GPU time, the GPU slowed, torch.compile recompiled): such a row's step time is the
+# disturbance's as much as the setup's, unlike spread (high_cv, process_spread), which a test
+# on the steps measures.
 DISTURBED = ("busy_cpu", "other_processes", "throttled", "clock_drop", "recompiled")
 
 
 def disturbed(flags: Iterable[str]) -> bool:
-    """Whether a row's step time carries a mark of DISTURBED (a comparison of two such rows
-    is not stated: the report lists it as untested)."""
+    """Whether a row's step time carries a mark of DISTURBED (no finding compares or ranks
+    such a row: the report lists it as untested)."""
     return any(f in DISTURBED for f in flags)
 
 

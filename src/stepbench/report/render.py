@@ -127,24 +127,37 @@ CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s
 
 def render_csv(doc: Document) -> str:
     """The rows with unformatted numbers (for a spreadsheet); empty cell = not measured. A
-    Document of other rows (compare's) names its own columns (`csv_keys`)."""
+    Document of other rows (compare's) names its own columns (`csv_keys`); `csv_more` adds rows
+    of another kind after them in columns of their own (`gpu` and `setup` shared)."""
+    keys, cells = _rows_csv(doc)
+    for more_keys, dicts in doc.csv_more:
+        own = [k for k in more_keys if k not in keys]
+        cells = [row + [""] * len(own) for row in cells]
+        keys = keys + own
+        for d in dicts:
+            cells.append(["" if d.get(k) is None or (k not in more_keys) else _csv_value(d[k])
+                          for k in keys])
+    return table.render(keys, cells, "csv")
+
+
+def _rows_csv(doc: Document) -> tuple[list[str], list[list[str]]]:
     keys = doc.csv_keys or CSV_KEYS
     cells = []
     for row in doc.rows:
         d = row.csv_dict()
         cells.append(["" if d.get(k) is None else _csv_value(d[k]) for k in keys])
     if doc.csv_keys:
-        return table.render(keys, cells, "csv")
+        return keys, cells
     listed = doc.searches + [d for tune in doc.tunes for d in tune["tried"]]
     if not listed:
-        return table.render(CSV_KEYS, cells, "csv")
+        return CSV_KEYS, cells
     # A search's records (probes, max-batch full measurements, a tune's table) after the rows,
     # told apart by the last column ("tune final #2"); the rows leave it empty.
     keys = CSV_KEYS + ["peak_reserved_gb", "search"]
     cells = [row + ["", ""] for row in cells]
     for d in listed:
         cells.append(["" if d.get(k) is None else _csv_value(d[k]) for k in keys])
-    return table.render(keys, cells, "csv")
+    return keys, cells
 
 
 def _csv_value(value) -> str:

@@ -22,6 +22,14 @@ class Start(StrEnum):
     FRESH = "fresh"         # a new Python that imports everything itself
 
 
+class PinCpus(StrEnum):
+    """`--pin-cpus`: whether a setup's process is bound to its GPU's local cores
+    (measure/pinning.py)."""
+
+    OFF = "off"             # the cores the run was given, as the operating system schedules
+    AUTO = "auto"           # its GPU's NUMA-local cores (sysfs, else NVML)
+
+
 class Objective(StrEnum):
     """`tune --objective`: what the search maximises."""
 
@@ -29,4 +37,4 @@ class Objective(StrEnum):
     FIT = "fit"             # the fastest setup whose step at --batch fits --memory-limit-gb
 
 
-__all__ = ["Device", "Start", "Objective"]
+__all__ = ["Device", "Start", "PinCpus", "Objective"]

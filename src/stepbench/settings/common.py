@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import ClassVar, Mapping
 
 from stepbench.errors import UserError
-from stepbench.settings.choices import Device, Start
+from stepbench.settings.choices import Device, PinCpus, Start
 from stepbench.settings.declare import (RUN, TUNE, Backend, Group, chosen_backends, setting)
 
 DEFAULT_OUT = "stepbench-results.jsonl"
@@ -86,6 +86,19 @@ class Common:
             "Python that imports them itself, as stepbench did before); torchrun jobs "
             "(`--parallel`) always start fresh. Recorded as `placement.start`, not part of a "
             "setup's identity")
+    # Off by default: no measurement has shown it helps (benchmarks/README.md, section l).
+    pin_cpus: PinCpus = setting(
+        PinCpus.OFF, "bind each setup's process to its GPU's NUMA-local cores (auto), as "
+        "torchrun's --numa-binding does, or leave it to the scheduler (off, the default)",
+        plan=True,
+        doc="`auto` binds each setup's process (every thread) to the cores local to its GPU "
+            "(`/sys/bus/pci/devices/<bus id>/local_cpulist`, else NVML's CPU affinity), as "
+            "torchrun's `--numa-binding` does; `off` leaves it to the scheduler. Recorded as "
+            "`cpu_pinning` (which cores, or why not). On a host of one NUMA node (the H200 "
+            "machine measured: 16 vCPUs, GPU0's affinity 0-15) `auto` changes nothing. The "
+            "default is `off` because no measurement has shown pinning steadies or speeds a "
+            "step (benchmarks/README.md, section l); a GPU setup on a host of several NUMA "
+            "nodes is where `auto` may matter. Torchrun jobs (`--parallel`) are not pinned")
     # None: 2 processes per setup, and a third where they disagree (execute/runner.py).
     repeats: int | None = setting(
         None, "processes per setup, interleaved across setups (default: 2, and a third where "

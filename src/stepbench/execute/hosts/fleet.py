@@ -128,7 +128,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             if uses_server(there.start):
                 view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
-                            run_id=run_id)
+                            run_id=run_id, pin_cpus=there.pin_cpus)
             result.runner = runner
             result.records = runner.run(plan, repeats=there.repeats, timeout_s=there.timeout_s,
                                         display=view)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from stepbench.guard import OK
 from stepbench.report.findings.words import (WRONG_LOSS, Finding, best_per_gpu, attention_pairs,
-                                             every, join, memory_told, told, variants)
+                                             every, join, memory_told, steady, told,
+                                             variants)
 from stepbench.report.marks import DISTURBED, NOISE_MARKS
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
@@ -105,10 +106,11 @@ TESTS = {
 
 
 def untested(rows: list[Row]) -> list[Finding]:
-    """The comparisons the rules above leave out because both setups' steps were disturbed: their
-    step times (compiled against eager, attention kernels, eager against compiled, the fastest
-    setup of a GPU and the fastest GPUs), and peak memory where both sides' processes disagreed
-    on it (compiled against eager)."""
+    """The comparisons the rules above leave out because a setup's steps were disturbed: their
+    step times (compiled against eager, attention kernels, eager against compiled); the rows
+    left out of the rankings (fastest setup and GPU, per dollar, MFU, energy, compile time, the
+    host); and peak memory where both sides' processes disagreed on it (compiled against
+    eager)."""
     pairs: dict[frozenset, tuple[Row, Row]] = {}
     for group in variants(rows).values():
         pairs.update({frozenset((id(c), id(e))): (c, e) for e, c in group if not told(c, e)})
@@ -118,22 +120,21 @@ def untested(rows: list[Row]) -> list[Finding]:
         for comp in (r for r in rows if r.mode == "compile" and r.ok and r.gpu == eager.gpu):
             if not told(eager, comp):
                 pairs[frozenset((id(eager), id(comp)))] = (eager, comp)
-    ranked = [sorted((r for r in rows if r.gpu == gpu and r.ok and not r.departs),
-                     key=lambda r: r.step_ms) for gpu in dict.fromkeys(r.gpu for r in rows)]
-    ranked.append(best_per_gpu(rows, lambda r: r.tokens_per_s))
-    for group in ranked:
-        if len(group) >= 2 and not told(*group[:2]):
-            pairs[frozenset(map(id, group[:2]))] = tuple(group[:2])
     out = []
     if pairs:
-        flags = [f for a, b in pairs.values() for f in (*a.noise_flags, *b.noise_flags)]
-        marks = "".join(dict.fromkeys(NOISE_MARKS[f][0] for f in flags if f in DISTURBED))
         items = [f"{a.name} against {b.name}" + (f" on {a.gpu}" if a.gpu == b.gpu else
                                                    f" ({a.gpu} against {b.gpu})")
                  + f" ({sig(a.step_ms)} vs {sig(b.step_ms)} ms)" for a, b in pairs.values()]
         out.append(Finding("untested", "Not compared, because something outside the step "
-                           f"disturbed both setups' timed steps ({marks}, see the notes): "
-                           + join(items) + "."))
+                           f"disturbed a setup's timed steps ({_marks(pairs.values())}, see the "
+                           "notes): " + join(items) + "."))
+    left = [r for r in rows if r.ok and not r.departs and not steady(r)]
+    if left:
+        out.append(Finding("untested", "Left out of the fastest setup and GPU, tokens per "
+                           "dollar, MFU, energy, compile time and where the host set the pace, "
+                           f"because their timed steps were disturbed ({_marks([left])}): "
+                           + join([f"{r.name} on {r.gpu} ({sig(r.step_ms)} ms)" for r in left])
+                           + "; measure them again on a quiet machine."))
     memory = [(c, e) for group in variants(rows).values() for e, c in group
               if c.peak_memory_gb and e.peak_memory_gb and not memory_told(c, e)]
     if memory:
@@ -142,3 +143,9 @@ def untested(rows: list[Row]) -> list[Finding]:
                                [f"{c.name} against {e.name} on {c.gpu}" for c, e in memory])
                            + "."))
     return out
+
+
+def _marks(groups) -> str:
+    """The marks of the disturbing flags the rows of `groups` (iterables of rows) carry."""
+    flags = [f for group in groups for r in group for f in r.noise_flags if f in DISTURBED]
+    return "".join(dict.fromkeys(NOISE_MARKS[f][0] for f in flags))

@@ -7,7 +7,7 @@ import math
 
 from stepbench.report.findings.words import (FITS_ONLY_COMPILED, NOISE, Finding, change,
                                              compiler, every, join, memory_told, on_gpus, one,
-                                             secs, span, told, variants, verdict)
+                                             secs, span, steady, told, variants, verdict)
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
 from stepbench.units import duration
@@ -109,7 +109,9 @@ def gbs(x: float) -> str:
 
 def compile_cost(rows: list[Row]) -> list[Finding]:
     """Range of compile time: first step minus a warm step, per attention; warm cache apart."""
-    compiled = [r for r in rows if r.mode == "compile" and r.ok and r.first_step_s is not None]
+    # A row whose timed steps were disturbed likely compiled under the same disturbance.
+    compiled = [r for r in rows if r.mode == "compile" and r.ok and r.first_step_s is not None
+                and steady(r)]
     # A row's first step is its coldest processes' (rows.compile_start): a shared cache's
     # process counts as cold only where inductor's counters say no graph came from the cache.
     cold = [(r.first_step_s - r.step_ms / 1000, r) for r in compiled

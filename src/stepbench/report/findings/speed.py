@@ -8,7 +8,7 @@ from itertools import permutations
 
 from stepbench.report.findings.words import (ACROSS_GPUS, NOISE, Finding, best_per_gpu, alike,
                                              attention_pairs, change, compare_rows, compiler,
-                                             every, join, span, told, verdict)
+                                             every, join, span, steady, told, verdict)
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
 from stepbench.units import percent
@@ -75,8 +75,9 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
     items, tags, untested = [], set(), []
     for gpu in dict.fromkeys(r.gpu for r in rows):
         # A setup whose losses depart from its peers' trains another model: never the answer.
-        ranked = sorted((r for r in rows if r.gpu == gpu and r.ok and not r.departs),
-                        key=lambda r: r.step_ms)
+        # A disturbed row is left out (`untested` names it): its step time is not its own.
+        ranked = sorted((r for r in rows if r.gpu == gpu and r.ok and not r.departs
+                         and steady(r)), key=lambda r: r.step_ms)
         if len(ranked) < 2:
             continue
         top, second = ranked[:2]
@@ -164,9 +165,13 @@ HOST_BOUND = 0.85
 def host_bound(rows: list[Row]) -> list[Finding]:
     """The setups whose GPU waited for the host (`run --profile`'s kernel time against the
     median step), in some process or in all, per GPU."""
-    waited = [r for r in rows if r.gpu_busy_low is not None and r.gpu_busy_low < HOST_BOUND]
+    waited = [r for r in rows if r.gpu_busy_low is not None and r.gpu_busy_low < HOST_BOUND
+              and steady(r)]
+    marked = [r for r in rows if r.ok and "host_bound" in r.noise_flags and steady(r)
+              and r.gpu_busy_low is None]
+    out = [_host_lead(marked)] if marked else []
     if not waited:
-        return []
+        return out
     per_gpu: dict[str, list[str]] = {}
     for r in sorted(waited, key=lambda r: r.gpu_busy_low):
         name = r.name + (f" ({r.setup.parallel_label})" if r.setup.distributed else "")
@@ -178,7 +183,20 @@ def host_bound(rows: list[Row]) -> list[Finding]:
     return [Finding("host_bound", "The GPU waited for the host (the share of the median step "
                     f"its kernels took, profiled): {where}. There the host's Python, dispatch, "
                     "kernel launches and hooks set the pace; fewer, larger kernels and launches "
-                    "(torch.compile, CUDA graphs, fewer FSDP2 units) shorten it.")]
+                    "(torch.compile, CUDA graphs, fewer FSDP2 units) shorten it.")] + out
+
+
+def _host_lead(rows: list[Row]) -> Finding:
+    """The rows the cheap mark (the record's host lead, stepbench.hostlead) calls host-bound,
+    where no profile says more."""
+    per_gpu: dict[str, list[str]] = {}
+    for r in rows:
+        per_gpu.setdefault(r.gpu, []).append(f"{r.name} ({sig(r.step_ms)} ms)")
+    where = "; ".join(f"on {gpu}, {join(items)}" for gpu, items in per_gpu.items())
+    return Finding("host_bound", "The GPU finished each step right after the host launched its "
+                   f"last kernel (^, the host's lead under 5% of the step): {where}. Their step "
+                   "time is the host's CPU speed as much as the GPU's: a faster or quieter host "
+                   "may measure them faster; `run --profile` shows where the GPU waited.")
 
 
 def energy(rows: list[Row]) -> list[Finding]:
@@ -194,7 +212,7 @@ def scaling(rows: list[Row]) -> list[Finding]:
     """A distributed job against one GPU without a wrapper: tokens/s, efficiency, memory per GPU."""
     items = []
     for row in rows:
-        if row.scaling_efficiency is None:
+        if row.scaling_efficiency is None or not steady(row):
             continue
         speedup = row.scaling_efficiency * row.setup.world_size
         items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "

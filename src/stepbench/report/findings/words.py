@@ -45,9 +45,17 @@ def compare_rows(a: Row, b: Row) -> stats.Comparison | None:
 
 
 def told(a: Row, b: Row) -> bool:
-    """Whether a comparison of a's and b's step times is stated: not when both rows' steps
-    were disturbed (`untested` lists those)."""
-    return not (disturbed(a.noise_flags) and disturbed(b.noise_flags))
+    """Whether a comparison of a's and b's step times is stated: not when either row's steps
+    were disturbed (`untested` lists those): a disturbed row's step time is the disturbance's
+    as much as the setup's, so no claim rests on it."""
+    return steady(a) and steady(b)
+
+
+def steady(row: Row) -> bool:
+    """Whether nothing outside the step disturbed the row's timed steps (marks.DISTURBED): the
+    rows that rankings (fastest setup and GPU, per dollar, MFU, energy, compile time, the host)
+    may use; `untested` names the others."""
+    return not disturbed(row.noise_flags)
 
 
 def memory_told(a: Row, b: Row) -> bool:
@@ -155,9 +163,11 @@ def attention_pairs(rows: list[Row]) -> dict[tuple, list[tuple[Row, Row]]]:
 
 
 def best_per_gpu(rows: list[Row], value) -> list[Row]:
+    """Per GPU, the row with the largest `value` among those that ran, whose losses agree and
+    whose steps were not disturbed; best first."""
     best: dict[str, Row] = {}
     for row in rows:
-        if row.ok and not row.departs and value(row) is not None and (
+        if row.ok and not row.departs and steady(row) and value(row) is not None and (
                 row.gpu not in best or value(row) > value(best[row.gpu])):
             best[row.gpu] = row
     return sorted(best.values(), key=value, reverse=True)

@@ -1,0 +1,123 @@
+"""What the predictor needs to know about the source GPU that no datasheet says (issue 36): how
+fast a memory-bound kernel runs against its working set's size relative to the L2 cache, and
+what fraction of the tensor peak a bf16 GEMM reaches against its shape.
+
+One GPU, about 1-2 minutes, torch only:
+
+    python3 benchmarks/gpu_microbench.py --out OUT/h200-DATE-microbench.json
+
+1. elementwise: `torch.add(x, y, out=z)` and `torch.mul(x, 2.0, out=z)` on bf16 tensors of
+   0.25 MB to 1 GB each, the same tensors again and again (as a step's chain of pointwise
+   kernels reads what the one before it wrote): bytes moved (2 or 3 tensors) over the kernel's
+   time, against the datasheet bandwidth given with --bandwidth-gbs.
+2. gemm: bf16 `torch.mm` (random inputs: zeros run faster) at the shapes a Llama step of the
+   post's model launches (8192 tokens, hidden 1024, MLP 4096, vocabulary 32000, forward and both
+   backward products) and square and tall sweeps: achieved TFLOP/s.
+
+Each time is the median over the repetitions of one CUDA event pair around `reps` launches.
+The JSON holds the device's SM count and L2 size as torch reports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from datetime import datetime, timezone
+
+import torch
+
+MB = 1024 * 1024
+
+
+def timed_us(fn, reps: int, rounds: int = 5) -> float:
+    """Median over `rounds` of the mean time of one of `reps` back-to-back launches (us)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(begin.elapsed_time(end) * 1000 / reps)
+    return statistics.median(times)
+
+
+def elementwise(bandwidth_gbs: float | None) -> list[dict]:
+    rows = []
+    size_mb = 0.25
+    while size_mb <= 1024:
+        n = int(size_mb * MB) // 2
+        x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        y = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        z = torch.empty_like(x)
+        reps = max(10, min(200, int(2000 / size_mb)))
+        for op, fn, tensors in (("add", lambda: torch.add(x, y, out=z), 3),
+                                ("mul", lambda: torch.mul(x, 2.0, out=z), 2)):
+            us = timed_us(fn, reps)
+            moved = tensors * n * 2
+            gbs = moved / (us * 1e-6) / 1e9
+            rows.append({"op": op, "tensor_mb": size_mb, "working_set_mb": tensors * size_mb,
+                         "bytes": moved, "us": round(us, 3), "gbs": round(gbs, 1),
+                         "of_datasheet": round(gbs / bandwidth_gbs, 4) if bandwidth_gbs else None})
+        size_mb *= 2
+    return rows
+
+
+def gemm_shapes() -> list[tuple[int, int, int]]:
+    tokens, hidden, mlp, vocab = 8192, 1024, 4096, 32000
+    model = set()
+    for n, k in ((hidden, hidden), (mlp, hidden), (hidden, mlp), (vocab, hidden)):
+        model |= {(tokens, n, k), (tokens, k, n), (k, n, tokens)}   # forward, dgrad, wgrad
+    square = {(s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192)}
+    tall = {(m, 1024, 1024) for m in (512, 1024, 2048, 4096, 16384, 32768)}
+    return sorted(model | square | tall)
+
+
+def gemms() -> list[dict]:
+    rows = []
+    for m, n, k in gemm_shapes():
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        flops = 2 * m * n * k
+        reps = max(5, min(200, int(2e12 / flops)))
+        us = timed_us(lambda: torch.mm(a, b), reps)
+        rows.append({"m": m, "n": n, "k": k, "flops": flops, "us": round(us, 3),
+                     "tflops": round(flops / (us * 1e-6) / 1e12, 1)})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the JSON file to write")
+    parser.add_argument("--bandwidth-gbs", type=float, default=4800.0,
+                        help="the GPU's datasheet DRAM bandwidth (default: the H200's 4800)")
+    args = parser.parse_args()
+    props = torch.cuda.get_device_properties(0)
+    t0 = time.perf_counter()
+    result = {"gpu": torch.cuda.get_device_name(0), "sms": props.multi_processor_count,
+              "l2_mb": getattr(props, "L2_cache_size", 0) / MB or None,
+              "torch": torch.__version__,
+              "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "datasheet_bandwidth_gbs": args.bandwidth_gbs,
+              "method": "median of 5 rounds of one CUDA event pair around back-to-back launches",
+              "elementwise": elementwise(args.bandwidth_gbs), "gemm": gemms()}
+    result["wall_s"] = round(time.perf_counter() - t0, 1)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"{result['gpu']}: {result['sms']} SMs, L2 {result['l2_mb']} MB, {result['wall_s']} s")
+    for row in result["elementwise"]:
+        if row["op"] == "add":
+            print(f"  add {row['tensor_mb']:>8} MB x3: {row['gbs']:>8.0f} GB/s "
+                  f"({row['of_datasheet']:.2f} of datasheet)")
+    for row in result["gemm"]:
+        print(f"  mm {row['m']:>6} x {row['n']:>6} x {row['k']:>6}: {row['tflops']:>6.0f} TFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

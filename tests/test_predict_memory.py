@@ -1,0 +1,74 @@
+"""predict/memory.py and model.wave_factor: what the record's kernel bins and GEMM shapes change
+in a prediction, and where the constants come from."""
+
+import pytest
+
+from stepbench.predict import gpus, memory, model
+from test_predict import step
+
+H200, L40S, A6000 = gpus.lookup("H200"), gpus.lookup("L40S"), gpus.lookup("RTX A6000")
+MB = 2**20
+
+
+def bins(size_bytes: float, cls: str = "elementwise") -> list[dict]:
+    return [{"class": cls, "us": 20.0, "kernels": 10, "ms": 0.2, "bytes": size_bytes}]
+
+
+def test_a_kernel_whose_inputs_fit_the_targets_l2_runs_faster_than_its_dram_says():
+    # 3 x 8 MB: the inputs (16 MB) fit the L40S's 96 MB L2, and the H200's 50 MB.
+    assert memory.l2_factors(bins(24 * MB), H200, L40S)["elementwise"] < 1
+    # 3 x 32 MB: the inputs fit the L40S's L2, not the H200's.
+    assert memory.l2_factors(bins(96 * MB), H200, L40S)["elementwise"] < 1
+    # The RTX A6000's 6 MB L2 holds neither: the H200's hits are lost there.
+    assert memory.l2_factors(bins(24 * MB), H200, A6000)["elementwise"] > 1
+
+
+def test_a_kernel_beyond_every_l2_scales_with_dram_bandwidth_alone():
+    assert memory.l2_factors(bins(3 * 1024 * MB), H200, L40S) == {"elementwise": pytest.approx(1)}
+
+
+def test_without_shapes_a_kernels_bytes_come_from_its_time_on_the_source():
+    c = memory.constants()
+    size = memory.size_of(20e-6, H200, c)
+    assert memory.kernel_s(size, H200, c) == pytest.approx(20e-6, rel=1e-6)
+    no_bytes = [{k: v for k, v in b.items() if k != "bytes"} for b in bins(0)]
+    assert memory.l2_factors(no_bytes, H200, L40S) == memory.l2_factors(bins(size), H200, L40S)
+
+
+def test_no_bins_or_no_l2_figure_changes_nothing():
+    assert memory.l2_factors(None, H200, L40S) == {}
+    b200 = gpus.lookup("B200")     # the table has no L2 size for it
+    assert memory.l2_factors(bins(24 * MB), H200, b200) == {}
+
+
+def test_the_constants_name_where_they_come_from():
+    c = memory.constants()
+    assert {"dram_efficiency", "l2_gbs_per_sm", "l2_full_hit_share", "read_share"} <= set(c)
+    assert "first estimate" in c["source"] or "microbench" in c["source"]
+
+
+def test_a_gemm_filling_the_sources_sms_in_one_wave_leaves_a_bigger_gpus_idle():
+    rtx5090 = gpus.lookup("RTX 5090")
+    tile = model.GEMM_TILE
+    one_wave = [{"m": 12 * tile, "n": 11 * tile, "k": 1024, "ms": 1.0}]   # 132 tiles
+    assert model.wave_factor(one_wave, H200, rtx5090) == pytest.approx(170 / 132)
+    assert model.wave_factor(None, H200, rtx5090) == 1.0
+    p = model.predict(with_gemms(one_wave), H200, rtx5090)
+    plain = model.predict(with_gemms(None), H200, rtx5090)
+    assert p.classes_ms["matmul"] == pytest.approx(plain.classes_ms["matmul"] * 170 / 132)
+
+
+def with_gemms(gemms):
+    return step({"matmul": 10.0}, 10.0, gemms=gemms)
+
+
+def test_the_l2_factor_scales_the_class_and_drops_the_intervals_own_allowance():
+    binned = step({"elementwise": 10.0}, 10.0, memory_kernels=bins(24 * MB))
+    plain = step({"elementwise": 10.0}, 10.0)
+    with_bins, without = model.predict(binned, H200, L40S), model.predict(plain, H200, L40S)
+    factor = memory.l2_factors(bins(24 * MB), H200, L40S)["elementwise"]
+    assert with_bins.classes_ms["elementwise"] == pytest.approx(
+        without.classes_ms["elementwise"] * factor)
+    u = model.UNCERTAINTY["elementwise"]
+    assert with_bins.step_ms_low == pytest.approx(with_bins.step_ms * (1 - u))
+    assert without.step_ms_low < without.step_ms * (1 - u)
