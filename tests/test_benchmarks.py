@@ -274,3 +274,29 @@ def test_section_hs_third_host_tables_are_what_the_scripts_print_from_the_stored
     assert "| post's script | 4 | 89.86 | 89.23 | 91.27 | 1.003 |" in text
     readme = (ROOT / "benchmarks" / "README.md").read_text()
     assert "| **median** | 89.58 | 89.51 (**0.999** of fresh) | 89.86 (**1.003**) |" in readme
+
+
+def test_factory_overhead_table_pairs_each_setup_of_the_two_paths():
+    # Records as gpu_factory_overhead.sh writes them: the HF path and the factory (whose attn is
+    # one of its own parameters), one failed process left out of the means.
+    table = load("factory_overhead_table")
+
+    def record(model, wall, flops, status="ok", params=None):
+        setup = {"name": "eager+sdpa", "model": model, "mode": "eager", "attn": "sdpa"}
+        if params:
+            setup["params"] = params
+        phases = {"imports": 1.0, "build": 2.0, "first_step": 3.0, "warmup": 1.0, "timed": 2.0,
+                  "flops": flops}
+        return {"setup": setup, "status": status, "wall_s": wall, "phases": phases, "step_ms": 90.0}
+
+    fac = "benchmarks/configs/llama_factory.py:make"
+    records = [record("llama-468m", 10.0, 0.1), record("llama-468m", 12.0, 0.1),
+               record(fac, 11.5, 1.6, params="attn=sdpa"),
+               record(fac, 13.5, 1.6, params="attn=sdpa"),
+               record(fac, 40.0, 0.0, status="timeout", params="attn=sdpa")]
+    assert table.overhead(records[0]) == pytest.approx(4.0)
+    summary = table.tables(records).split("\n\n")[1].splitlines()[2]
+    cells = [c.strip() for c in summary.strip("|").split("|")]
+    # Means of the ok processes: HF 5.0 s, factory 6.5 s; the difference above the goal of 1 s.
+    assert cells[:5] == ["eager+sdpa", "5.00 (2)", "6.50 (2)", "+1.50", "no"]
+    assert cells[5].startswith("flops +1.50")

@@ -269,3 +269,78 @@ def test_the_scaling_table_names_each_jobs_wrapping(capsys):
             "DTensors, layers compiled |") in scaling
     assert ("| fsdp2 x2 | per layer + root, reshard, implicit prefetch, bf16 params, optimizer on "
             "DTensors |") in scaling
+
+
+GPT = Path(__file__).resolve().parent.parent / "examples/gpt.py"
+
+
+@pytest.mark.slow
+def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process_model(tmp_path):
+    # gpt.py draws its batch from a generator of its own: every rank trains the same batch, so
+    # the averaged gradients are the single process's and so are the losses, step by step.
+    tiny = ["--param", "n_layer=2", "--param", "n_embd=32", "--param", "n_head=2",
+            "--param", "vocab_size=128"]
+    proc = run_cli("run", "--model", f"{GPT}:make", "--device", "cpu", "--seq", "16", "--batch",
+                   "2", "--precision", "fp32", "--modes", "eager", "--warmup", "1", "--steps", "2",
+                   "--repeats", "1", *tiny, "--nproc", "2", "--parallel", "none,ddp,fsdp2",
+                   "--out", tmp_path / "r.jsonl", "--format", "json", check_json=True)
+    single, ddp, fsdp2 = proc.records
+    assert [r["status"] for r in proc.records] == ["ok"] * 3, proc.stderr
+    for job in (ddp, fsdp2):
+        assert job["units"] == "tokens" and job["setup"]["params"] == single["setup"]["params"]
+        assert job["tokens_per_s"] == pytest.approx(2 * 16 * 2 / (job["step_ms"] / 1000))
+        for rank in job["ranks"]:
+            assert rank["loss_first"] == pytest.approx(single["loss_first"], rel=1e-5)
+            assert rank["loss_last"] == pytest.approx(single["loss_last"], rel=1e-4)
+    assert ddp["scaling"]["wrapping"] == "DDP"
+    # The Workload names its block (gpt.Block): one FSDP2 unit per block, then the root.
+    assert fsdp2["scaling"]["wrapping"].startswith("per Block + root, reshard")
+
+
+MLP = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x, y):
+        return nn.functional.mse_loss(self.body(x), y)
+
+
+def make(batch_size, device):
+    x, y = torch.randn(batch_size, 8, device=device), torch.randn(batch_size, 1, device=device)
+    return Net().to(device), lambda: (x, y)
+"""
+
+
+def test_fsdp2_shards_a_model_without_a_named_block_as_one_unit(tmp_path):
+    # In this process, as the one rank of a job of one: the root alone is sharded, and the step
+    # trains the model it trains without a wrapper.
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+
+    from stepbench.measure import parallel, step
+    from stepbench.setup import Setup
+
+    (tmp_path / "mlp.py").write_text(MLP)
+    common = dict(model=f"{tmp_path / 'mlp.py'}:make", mode="eager", attn="sdpa", batch=4, seq=1,
+                  device="cpu", dtype="fp32")
+    losses = {}
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    try:
+        for style in ("none", "fsdp2"):
+            setup = Setup(**common, parallel=style, nproc=1)
+            work, run, _ = step.build_workload(setup, torch.device("cpu"))
+            losses[style] = [run().item() for _ in range(3)]
+        assert isinstance(work.model, FSDPModule)
+        assert not any(isinstance(m, FSDPModule) for m in list(work.model.modules())[1:])
+        assert parallel.wrapping(setup, work.shard_units()).startswith("root alone")
+    finally:
+        dist.destroy_process_group()
+    assert losses["fsdp2"] == pytest.approx(losses["none"], rel=1e-5)

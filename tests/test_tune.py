@@ -862,3 +862,30 @@ def test_a_tune_without_a_winner_exits_1(tmp_path):
     result = json.loads(proc.stdout)
     assert result["winner"] is None and result["tried"]
     assert {t["status"] for t in result["tried"]} == {"oom"}
+
+
+def test_a_factorys_param_values_are_candidates_each_guarded_against_its_own_eager_run(tmp_path):
+    # `--param width=16,64`: two models; the wider one runs twice as fast on the fake GPU. The
+    # tune measures both, and the winner's loss guard reference is its own width's eager run.
+    factory = tmp_path / "net.py"
+    factory.write_text("def make(batch_size, device, width=16):\n    return None\n")
+    base = dataclasses.replace(BASE, model=f"{factory}:make", params="width=16")
+    runner = FakeRunner(ResultsFile(tmp_path / "p.jsonl"), Clock(),
+                        spread=lambda s, repeat: 0.5 if s.params == "width=64" else 1.0)
+    space = {name: values[:1] for name, values in SPACE.items()}
+    space.update(mode=["eager", "compile"], params=["width=16", "width=64"])
+    result, _ = tune_with(tmp_path, 3600, base=base, runner=runner, space=space)
+    tried = {t.record.setup.params for t in result.tried}
+    assert tried == {"width=16", "width=64"}
+    assert result.winner.setup.params == "width=64"
+    assert result.reference.setup.params == "width=64" and result.reference.setup.mode == "eager"
+    assert "--param width=64" in result.command
+
+
+def test_a_reference_that_fails_with_an_error_ends_the_search_in_one_line(tmp_path):
+    # float8 fails on the fake GPU: as a factory that raises, every setup would fail alike.
+    space = dict(SPACE, dtype=["float8"])
+    result, runner = tune_with(tmp_path, 3600, space=space)
+    assert [(t.stage, t.record.status) for t in result.tried] == [("ladder", "error")]
+    assert result.winner is None
+    assert any("nothing else was measured" in text for text in result.skipped)

@@ -90,7 +90,6 @@ def test_a_factory_sweeps_its_own_parameters_and_holds_the_rest(mlp):
     ("{mlp}:make", {"param": ["width=a"]}, "--param value 'a' is not an integer"),
     ("{mlp}:make", {"attn": "eager"}, "--attn does not apply to"),
     ("{mlp}:make", {"seq": "128"}, "--seq does not apply to"),
-    ("{mlp}:make", {"parallel": "ddp", "nproc": 2}, "--parallel runs transformers models only"),
     ("no_such_pkg_xyz.mod:make", {}, "no module 'no_such_pkg_xyz.mod' importable here"),
     ("llama-tiny", {"param": ["width=2"]}, "--param sets a parameter of your own model's"),
 ])
@@ -242,15 +241,28 @@ def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
 
 
 def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies(mlp):
+    from stepbench.cli import build_parser
+    from stepbench.cli.base import given
     from stepbench.search import tune
     from stepbench.settings import TuneSettings
 
-    settings = TuneSettings.build({"model": f"{mlp}:make", "param": "width=8", "budget": "1m",
-                                   "device": "cpu"}).resolved("cpu")
-    space, _ = tune.space_for(settings)
+    def tuned(*flags):
+        args = build_parser().parse_args(["tune", "--model", f"{mlp}:make", "--budget", "1m",
+                                          "--device", "cpu", *flags])
+        settings = TuneSettings.build(given(args)).resolved("cpu")
+        space, _ = tune.space_for(settings)
+        return space, tune.start(settings, space)
+
+    # Every --param is passed, as run passes them (not the last one alone).
+    space, base = tuned("--param", "width=8", "--param", "fail=no")
     assert space["attn"] == ["sdpa"] and space["kernels"] == ["none"]
-    base = tune.start(settings, space)
-    assert (base.params, base.seq, base.mode, base.name) == ("width=8", 1, "eager", "eager")
+    assert (base.params, base.seq, base.mode, base.name) == ("fail=no;width=8", 1, "eager", "eager")
+    # Several values: each combination a candidate, the first where the search starts.
+    space, base = tuned("--param", "width=8,16", "--param", "fail=no")
+    assert space["params"] == ["fail=no;width=8", "fail=no;width=16"]
+    assert base.params == "fail=no;width=8"
+    with pytest.raises(UserError, match="takes no parameter 'depth'"):
+        tuned("--param", "width=8", "--param", "depth=2")
 
 
 @pytest.mark.slow
@@ -262,3 +274,85 @@ def test_max_batch_grows_the_factorys_batch_size(mlp, tmp_path):
     final = [r for r in proc.records if r["search"]["role"] == "final"]
     assert [(r["status"], r["setup"]["batch"], r["units_per_step"]) for r in final] == [
         ("ok", 8, 8)]
+
+
+def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention(mlp):
+    # with_attn declares `attn`: its values are passed to it, and they choose how the step runs,
+    # not which model it trains. Each compiled setup is checked against the eager setup of its
+    # own attn; the other eager setup against the plainest (sdpa); a broken kernel departs.
+    from stepbench.guard import DEPARTS, OK, REFERENCE, loss_verdicts
+    from stepbench.record import Machine, Record
+    from stepbench.setup import Setup
+
+    def record(mode, attn, drift=0.0):
+        setup = Setup(model=f"{mlp}:with_attn", mode=mode, attn="sdpa", batch=2, seq=1,
+                      device="cpu", params=f"attn={attn}")
+        losses = [2.0 * (1 + drift * i) for i in range(4)]
+        return Record(run_id="r", repeat=0, setup=setup, status="ok", losses=losses,
+                      loss_first=losses[0], machine=Machine(gpu="cpu"))
+
+    records = [record("eager", "plain"), record("eager", "sdpa"), record("compile", "sdpa"),
+               record("compile", "plain", drift=0.1)]
+    judged = loss_verdicts(records)
+    verdicts = {(r.setup.mode, r.setup.params): judged[(r.setup.key(), "cpu")] for r in records}
+    said = {key: (v.status, v.reference) for key, v in verdicts.items()}
+    assert said == {("eager", "attn=sdpa"): (REFERENCE, None),
+                    ("eager", "attn=plain"): (OK, "eager attn=sdpa"),
+                    ("compile", "attn=sdpa"): (OK, "eager attn=sdpa"),
+                    ("compile", "attn=plain"): (DEPARTS, "eager attn=plain")}
+
+
+MLP_RECORDS = Path(__file__).parent / "data" / "cpu-factory-mlp.jsonl"
+
+
+def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp, capsys):
+    from stepbench.cli import main
+    from stepbench.execute.progress import job_name
+    from stepbench.execute.protocol import Job
+
+    # Two parameter values: two lines that say which (no "x 1", no "seq 1").
+    assert main(["run", "--model", f"{mlp}:make", "--device", "cpu", "--modes", "eager",
+                 "--param", "width=16,32", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()[:2]
+    assert len(set(lines)) == 2 and all("batch 4  bf16" in line for line in lines)
+    assert [("width=16" in line, "width=32" in line) for line in lines] == [(True, False),
+                                                                           (False, True)]
+    (setup,) = plan(model=f"{mlp}:make", param=["width=16"], modes="eager")
+    assert job_name(Job(setup)) == "eager batch 4 width=16"
+    assert job_name(Job(plan(model="llama-tiny", modes="eager")[0])).endswith("seq 256")
+    # The records of such a run (two widths, real CPU records): units in every JSON row.
+    assert main(["report", str(MLP_RECORDS), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["setup"], r["units"]) for r in rows] == [("eager", "samples")] * 2
+    assert main(["report", str(MLP_RECORDS)]) == 0
+    text = capsys.readouterr().out
+    assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
+    # A transformers model's rows count tokens.
+    assert main(["report", str(MLP_RECORDS.parent / "h200-matrix.jsonl"), "--format", "json"]) == 0
+    assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
+
+
+def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
+    from stepbench.record import Machine, Record
+    from stepbench.report.document import run_document
+    from stepbench.report.render import render
+    from stepbench.setup import Setup
+
+    setup = Setup(model=f"{mlp}:make", mode="eager", attn="sdpa", batch=2, seq=1, device="cpu",
+                  params="fail=raise")
+    failed = Record(run_id="r", repeat=0, setup=setup, status="error", phase="building",
+                    error="ValueError: the factory says no\n(stderr tail)",
+                    machine=Machine(gpu="cpu"))
+    text = render(run_document([failed]), "table")
+    assert "eager error: ValueError: the factory says no" in text
+    assert "stderr tail" not in text
+
+
+def test_tunes_table_counts_a_factorys_own_unit():
+    from stepbench.record import ResultsFile
+    from stepbench.report.tune import tried_table
+
+    records = ResultsFile(MLP_RECORDS).read()
+    table = tried_table([("ladder", r) for r in records])
+    assert "Samples/s" in table.columns and "Tokens/s" not in table.columns
+    assert [row[1] for row in table.cells] == ["eager (width=16)", "eager (width=32)"]

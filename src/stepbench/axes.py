@@ -339,7 +339,7 @@ AXES: list[Axis] = [
                       CPU: ("sdpa", "flex_attention", "eager")},
          unsupported=_attention_unsupported),
     Axis("batch", int, (4,), "batch size(s), comma list", many=True, least=1, start=True,
-         nest=30, detail=lambda s: f"{s.batch}x{s.seq}", tune="fixed"),
+         nest=30, detail=lambda s: s.shape.replace(" ", ""), tune="fixed"),
     Axis("seq", int, {CUDA: (2048,), CPU: (256,)},
          "sequence length(s), comma list", many=True,
          least=1, start=True, nest=40, tune="fixed"),

@@ -28,6 +28,9 @@ from stepbench.axes import AXES
 from stepbench.record import Record
 from stepbench.setup import Setup
 from stepbench.units import percent
+from stepbench.workload.spec import DECLARABLE_AXES
+
+DECLARED = set(DECLARABLE_AXES.values())    # the keywords a factory takes them by
 
 # Relative tolerance on a loss, per precision. bf16 keeps about 3 significant digits (8-bit
 # mantissa) and fused kernels round in another order, so losses drift apart over the steps;
@@ -102,8 +105,22 @@ class Verdict:
 def peers_key(setup: Setup, gpu: str) -> tuple:
     """What must be equal for two setups to start from the same weights and tokens: the
     registry's `start` fields (model, seed, batch, seq, device, where the weights are drawn, how
-    the job is spread: its ranks train other tokens than one process)."""
-    return (gpu, *(getattr(setup, a.name) for a in AXES if a.start))
+    the job is spread: its ranks train other tokens than one process). A factory's declared
+    axes (`attn`, `kernels`, passed through its params) are how its step runs, not which model
+    it trains: setups that differ only there are peers, as a transformers model's are."""
+    return (gpu, *(_without_declared(setup.params) if a.name == "params" else getattr(setup, a.name)
+                   for a in AXES if a.start))
+
+
+def _without_declared(params: str | None) -> str | None:
+    kept = [p for p in (params or "").split(";") if p and p.split("=", 1)[0] not in DECLARED]
+    return ";".join(kept) or None
+
+
+def _declared(setup: Setup) -> dict:
+    """A factory's declared axes and the values its params pass them ({} for any other)."""
+    pairs = (p.split("=", 1) for p in (setup.params or "").split(";") if "=" in p)
+    return {name: value for name, value in pairs if name in DECLARED}
 
 
 def losses_of(record: Record) -> list[float]:
@@ -136,7 +153,9 @@ def _rank(setup: Setup, steps: int, index: int):
     AdamW; axes.AXES, in their `plain_rank` order); of equally plain ones, the one that ran the
     most steps, so that a longer run is checked over all its steps (a tune's 25-step finals
     against a 25-step reference, not against its probes' 8)."""
-    plainness = tuple(getattr(setup, a.name) not in a.plain for a in PLAIN_AXES)
+    declared = _declared(setup)
+    plainness = tuple(declared.get(a.name, getattr(setup, a.name)) not in a.plain
+                      for a in PLAIN_AXES)
     return (*plainness, -steps, index)
 
 
@@ -222,9 +241,12 @@ def _alike(setup: Setup, before: list, first) -> tuple[str, str] | None:
 
 
 def _label(reference: Setup, setup: Setup) -> str:
+    declared = _declared(reference)
+    name = reference.name + (f" {';'.join(f'{k}={v}' for k, v in declared.items())}"
+                             if declared else "")
     if reference.dtype == setup.dtype:
-        return reference.name
-    return f"{reference.name} ({reference.dtype})"
+        return name
+    return f"{name} ({reference.dtype})"
 
 
 def _with_reference(verdict: Verdict, reference: str) -> Verdict:

@@ -187,6 +187,28 @@ class SetupMethods:
                                    dtype=BASELINE_PRECISIONS.get(self.dtype, self.dtype))
 
     @property
+    def has_seq(self) -> bool:
+        """False for a user's factory that takes no `seq_len`: its setups hold seq 1
+        (workload/plan.py), no length of its own to show."""
+        return not (self.seq == 1 and is_factory(self.model))
+
+    @property
+    def seq_words(self) -> str:
+        """" seq 2048" for labels ("batch 4 seq 2048"); "" where the setup has no sequence
+        length."""
+        return f" seq {self.seq}" if self.has_seq else ""
+
+    @property
+    def at_seq(self) -> str:
+        """" at seq 2048" for labels; "" where the setup has no sequence length."""
+        return f" at{self.seq_words}" if self.has_seq else ""
+
+    @property
+    def shape(self) -> str:
+        """"4 x 2048": batch x sequence length; "4" where the setup has no sequence length."""
+        return f"{self.batch} x {self.seq}" if self.has_seq else str(self.batch)
+
+    @property
     def wrapping(self) -> str:
         """How the job wraps the model, in words: "" without a wrapper; "DDP, compiled whole";
         FSDP2's units and choices: "per layer + root, reshard, implicit prefetch, bf16 params"."""
@@ -309,5 +331,6 @@ def planned(setup):
 
 def setup_line(setup) -> str:
     """A setup on one line, as --dry-run lists it."""
-    return (f"{setup.name}  batch {setup.batch} x {setup.seq}  {setup.dtype}  "
-            f"{setup.model_label}  {setup.device}")
+    return (f"{setup.name}  batch {setup.shape}  {setup.dtype}  {setup.model_label}  "
+            + (f"{setup.params}  " if setup.params else "")
+            + (f"{setup.parallel_label}  " if setup.distributed else "") + setup.device)

@@ -21,8 +21,8 @@ def add_axis_flags(parser, command: str) -> None:
             kwargs["type"] = a.kind
         if not many and a.choices:
             kwargs["choices"] = a.choices
-        if many and not a.split:
-            kwargs["action"] = "append"     # --param a=1,2 --param b=3
+        if not a.split:
+            kwargs["action"] = "append"     # --param a=1,2 --param b=3 (run and tune alike)
         parser.add_argument(*a.flags, **kwargs)
 
 

@@ -76,7 +76,10 @@ def combine(setup, ranks: list[dict], measured: dict) -> dict:
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     slowest = max(ranks, key=lambda r: r["step_ms"])
-    out = step_time_summary(slowest["step_times_ms"], setup.tokens_per_step)
+    # A user's workload counts its own units (units_per_step, per process); a transformers
+    # model's batch x seq tokens.
+    per_rank = measured.get("units_per_step") or setup.rank_tokens_per_step
+    out = step_time_summary(slowest["step_times_ms"], per_rank * setup.world_size)
     out["timed_wall_s"] = max(r["timed_wall_s"] for r in ranks)
 
     def most(name):
@@ -89,10 +92,11 @@ def combine(setup, ranks: list[dict], measured: dict) -> dict:
     out["ranks"] = ranks
     out["scaling"] = {
         "world_size": setup.world_size, "nnodes": setup.nnodes, "nproc_per_node": setup.nproc,
-        "parallel": setup.parallel, "backend": "nccl" if setup.device == "cuda" else "gloo",
+        "parallel": setup.parallel, "wrapping": measured.get("wrapping") or setup.wrapping,
+        "backend": "nccl" if setup.device == "cuda" else "gloo",
         "slowest_rank": slowest["rank"],
         "rank_step_ms_spread": (max(means) - min(means)) / min(means),
-        "tokens_per_s_per_gpu": setup.rank_tokens_per_step / (slowest["step_ms"] / 1000),
+        "tokens_per_s_per_gpu": per_rank / (slowest["step_ms"] / 1000),
         "peak_memory_gb_max": out["peak_memory_gb"],
         "efficiency": None, "baseline": None,       # filled by the runner where a baseline exists
     }
@@ -105,7 +109,8 @@ def combine(setup, ranks: list[dict], measured: dict) -> dict:
         total = sum(joules)
         out["energy"] = {"joules_per_step": total,
                          "avg_watts": sum(r["avg_watts"] or 0 for r in ranks),
-                         "tokens_per_kwh": setup.tokens_per_step / (total / 3.6e6) if total else None}
+                         "tokens_per_kwh": (per_rank * setup.world_size / (total / 3.6e6)
+                                            if total else None)}
     out["noise_flags"] = list(dict.fromkeys(f for r in ranks for f in r["noise_flags"]))
     if out["scaling"]["rank_step_ms_spread"] > 0.05:
         out["noise_flags"].append("rank_imbalance")

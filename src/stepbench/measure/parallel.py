@@ -7,7 +7,9 @@ The wrappers are the ones the field uses, set up as torchtitan does:
 - fsdp2: `fully_shard` on each decoder layer, then on the root (embeddings, final norm, output
   layer: tied embeddings stay in one unit), whose gathered weights stay until the backward, as
   torchtitan keeps its last units; compiled, each decoder layer is compiled on its own before
-  sharding (scope layer), so FSDP2's hooks stay outside the compiled regions. The setup's
+  sharding (scope layer), so FSDP2's hooks stay outside the compiled regions. A user's model
+  is sharded per block where its Workload names the block class, else as one unit, the root
+  alone (compiled whole before sharding); `wrapping` says which, for the record. The setup's
   wrapping choices (axes fsdp_reshard, fsdp_unit, fsdp_prefetch, fsdp_optimizer; precision
   mixed-bf16 for FSDP2's MixedPrecisionPolicy) are applied here.
 
@@ -28,9 +30,12 @@ def rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def wrap(setup, model):
+def wrap(setup, model, layers=None, units=None):
     """Wrap `model` for `setup.parallel` and return the callable a step runs.
 
+    `layers(needed_by)`: the blocks `--compile-scope layer` compiles (default: a transformers
+    model's decoder layers); `units`: (the blocks FSDP2 shards one by one, the name of their
+    class), None: a transformers model's decoder layers; no blocks: the root alone.
     FSDP2 shards `model` in place (its parameters become DTensors), so the optimizer must be
     made from `model.parameters()` after this call.
     """
@@ -42,16 +47,35 @@ def wrap(setup, model):
         ids = [torch.cuda.current_device()] if setup.device == "cuda" else None
         whole = setup.mode == "compile" and setup.compile_scope == "model"
         if not whole:
-            compile_model(model, setup)     # eager: the model itself; scope layer: in place
+            compile_model(model, setup, layers=layers)  # eager: the model; scope layer: in place
         ddp = DistributedDataParallel(model, device_ids=ids)
         return torch.compile(ddp, mode=compile_mode(setup)) if whole else ddp
     if setup.parallel == "fsdp2":
-        return shard(setup, model)
+        return shard(setup, model, None if units is None else list(units[0]))
     raise ValueError(f"unknown parallel style {setup.parallel!r}")
 
 
-def shard(setup, model):
-    """FSDP2 on `model` as the setup's wrapping choices say; returns `model`, sharded."""
+def wrapping(setup, units=None) -> str:
+    """How the job wrapped the model, in words (the record's `scaling.wrapping`): the setup's
+    own (Setup.wrapping), with a user's block class named, or "root alone" where FSDP2 had no
+    block to shard."""
+    text = setup.wrapping
+    if setup.parallel != "fsdp2" or units is None:
+        return text
+    blocks, name = units
+    parts = text.split(", ")
+    if not blocks:
+        # One unit: reshard and prefetch choices have nothing to act on.
+        keep = [p for p in parts[1:] if "reshard" not in p and "prefetch" not in p]
+        return ", ".join(["root alone (no block class named)", *keep]).replace(
+            "layers compiled", "compiled whole")
+    unit = f"per {name}" if setup.fsdp_unit == 1 else f"per {setup.fsdp_unit} {name}s"
+    return ", ".join([f"{unit} + root", *parts[1:]]).replace("layers compiled", "blocks compiled")
+
+
+def shard(setup, model, layers=None):
+    """FSDP2 on `model` as the setup's wrapping choices say; returns the callable a step runs
+    (`model`, sharded; a compiled wrapper of it where the root is the only unit)."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -61,12 +85,23 @@ def shard(setup, model):
     policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
                                    cast_forward_inputs=False)
               if setup.dtype == "mixed-bf16" else MixedPrecisionPolicy())
-    layers = decoder_layers(model, "--parallel fsdp2")
+    if layers is None:
+        layers = decoder_layers(model, "--parallel fsdp2")
+    if not layers:
+        # The root alone: compiled whole first, so that FSDP2's hooks run around the compiled
+        # module, eagerly, as around each compiled layer below.
+        forward = torch.compile(model, mode=compile_mode(setup)) if setup.mode == "compile" else model
+        fully_shard(forward, mp_policy=policy, reshard_after_forward=False)
+        return forward
     if setup.mode == "compile":
         allow_a_graph_per_layer(len(layers))
+        parents = {id(child): (parent, name) for parent in model.modules()
+                   for name, child in parent.named_children()}
         for i, layer in enumerate(layers):
             # A compiled wrapper in the layer's place: FSDP2's hooks run around it, eagerly.
+            parent, name = parents[id(layer)]
             layers[i] = torch.compile(layer, mode=compile_mode(setup))
+            setattr(parent, name, layers[i])
     # Units of fsdp_unit consecutive layers: fully_shard on a list makes them one unit (one
     # all-gather before the first's forward, one reduce-scatter after the first's backward).
     units = [list(layers[i:i + setup.fsdp_unit]) for i in range(0, len(layers), setup.fsdp_unit)]

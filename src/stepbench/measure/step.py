@@ -60,6 +60,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     model = work.model
     result["params"] = sum(p.numel() for p in model.parameters())
     result.update(work.record_fields())
+    if setup.distributed:
+        result["wrapping"] = parallel.wrapping(setup, work.shard_units())
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
     phases.lap("build")
@@ -159,7 +161,7 @@ def build_workload(setup: Setup, device: torch.device):
     model.train()
     if setup.distributed:
         # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
-        forward = parallel.wrap(setup, model)
+        forward = parallel.wrap(setup, model, layers=work.layers, units=work.shard_units())
     else:
         forward = options.compile_model(model, setup, layers=work.layers)
     optimizer = work.make_optimizer(setup)

@@ -110,9 +110,18 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     carries its own, `details`)."""
     notes = []
     if explain:
-        notes.append("Step (ms) is the mean of a process's timed steps; Tokens/s is batch x "
-                     "sequence per step time; Peak memory is the peak allocated during the timed "
-                     "steps; First step includes compilation.")
+        # A user's workload counts its own units (unit_headers names them in the columns).
+        units = {r.units for row in rows for r in row.records if r.ok}
+        if units <= {None, "tokens"}:
+            rate = "Tokens/s is batch x sequence per step time"
+        elif len(units) == 1:
+            unit = next(iter(units))
+            rate = f"{unit.capitalize()}/s is the {unit} one step trains per step time"
+        else:
+            rate = "Tokens/s counts each workload's own unit (its records' units) per step time"
+        notes.append(f"Step (ms) is the mean of a process's timed steps; {rate}; Peak memory is "
+                     "the peak allocated during the timed steps; First step includes "
+                     "compilation.")
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
         notes.append('"M tokens per $" is training tokens per dollar of GPU time, in millions, '
                      "at each machine's hourly price.")
@@ -136,16 +145,17 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     notes += _combined_notes(rows, names)
     notes += mark_notes((r.noise_flags for r in rows),
                         compiled=any(r.compile_marked for r in rows))
+    # Each failure's one line: `run`'s table too, where a user's factory that raised says why.
+    for row in rows:
+        if not row.ok and row.status != "oom" and row.error:
+            notes.append(f"{names[id(row)]} {status_text(row.status)}: "
+                         f"{_error_line(row)}")
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags
                       if f not in NOISE_MARKS and f != MEMORY_FLAG})
     if unknown:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
-    for row in rows:
-        if not row.ok and row.status != "oom" and row.error:
-            notes.append(f"{names[id(row)]} {status_text(row.status)}: "
-                         f"{_error_line(row)}")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
         notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")

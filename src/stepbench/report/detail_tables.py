@@ -156,7 +156,7 @@ DETAIL_COLUMNS = [  # (header, alignment, has data?, cell); DETAIL_TABLES groups
      lambda r: _dollars(r.energy_cost_per_m_tokens)),
     ("Loss guard", "l", lambda r: r.loss_guard is not None, lambda r: guard_cell(r.loss_guard)),
     ("Processes", "r", lambda r: r.setup.distributed, lambda r: r.setup.parallel_label),
-    ("Wrapping", "l", lambda r: r.setup.distributed, lambda r: r.setup.wrapping),
+    ("Wrapping", "l", lambda r: r.setup.distributed, lambda r: wrapping(r)),
     ("Tokens/s per GPU", "r", lambda r: r.tokens_per_s_per_gpu is not None,
      lambda r: table.num(r.tokens_per_s_per_gpu, 0, thousands=True)),
     ("Rank spread", "r", lambda r: r.rank_spread is not None,
@@ -253,3 +253,10 @@ def details(rows: list[Row]) -> list[Table]:
                             "ll" + "".join(c[1] for c in used), title,
                             [n for n in notes(shown) if n]))
     return tables
+
+
+def wrapping(row) -> str:
+    """How the job wrapped the model: as its records measured it (a user's model: the block
+    class FSDP2 sharded, or the root alone), else as the setup says (records before that)."""
+    measured = [(r.scaling or {}).get("wrapping") for r in row.records]
+    return next((w for w in measured if w), row.setup.wrapping)

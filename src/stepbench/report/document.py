@@ -123,6 +123,8 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
         title = about.title([head.setup.model_label], [precisions],
                             f"{len(hosts) or 'several'} machines")
         columns = ["GPU"] + RUN_COLUMNS
+    if rows and not any(r.setup.has_seq for r in rows):
+        columns = [c for c in columns if c != "Seq"]    # a user's model without seq_len
     tables = [Table(unit_headers(columns, rows), table_cells(rows, columns), align(columns),
                     notes=footnotes(rows, explain=False))]
     search_table = searches.details_table(list(searched))

@@ -39,7 +39,7 @@ def measured(records: list[Record]) -> dict:
                   for name in SOFTWARE}
     return {
         "models": _unique(r.setup.model_label for r in records),
-        "batch_seq": _unique(f"{r.setup.batch} x {r.setup.seq}" for r in records),
+        "batch_seq": _unique(r.setup.shape for r in records),
         "dtypes": _unique(r.setup.dtype for r in records),
         "gpus": _unique(machine_name(r) for r in records),
         "torch": _unique(r.software.torch for r in records),

@@ -180,6 +180,8 @@ class Row:
             "status": self.status, "step_ms": self.step_ms, "tokens_per_s": self.tokens_per_s,
             "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
             "m_tokens_per_dollar": self.m_tokens_per_dollar,
+            # What tokens_per_s counts: a user's workload's unit, tokens for a transformers model.
+            "units": next((r.units for r in self.records if r.units), "tokens"),
             "mode": self.mode, "attn": self.attn, "compile_mode": self.compile_mode,
             "model": self.setup.model, "model_label": self.model, "batch": self.batch,
             "seq": self.seq, "dtype": self.dtype, "device": self.setup.device,
@@ -235,7 +237,7 @@ class Row:
     def row_label(self) -> str:
         """"compile+sdpa (batch 16 x 2048, float8) on NVIDIA H200": enough to find the row."""
         c = self.setup
-        return f"{self.name} (batch {c.batch} x {c.seq}, {c.dtype}) on {self.gpu}"
+        return f"{self.name} (batch {c.shape}, {c.dtype}) on {self.gpu}"
 
     def compare(self, other: "Row", per_token: bool = False) -> stats.Comparison | None:
         """This row's step times against `other`'s (stats.compare_step_times: their processes

@@ -118,7 +118,7 @@ def _last_probes_without_final(records: list[Record]) -> list[Record]:
 
 def _unfinished(probe: Record) -> str:
     """Why a max-batch search measured nothing, from its last probe."""
-    where = f"{probe.machine.gpu} {probe.setup.name} at seq {probe.setup.seq}"
+    where = f"{probe.machine.gpu} {probe.setup.name}{probe.setup.at_seq}"
     if probe.status == "oom" and (probe.setup.batch == 1 or probe.phase == "starting"):
         return f"{where}: nothing fit, down to batch {probe.setup.batch}; no full measurement."
     if probe.status in ("ok", "oom"):
@@ -145,7 +145,7 @@ def summary(record: Record) -> str:
     found = [f"largest seen to fit {tag.get('largest_fit')}"]
     if tag.get("smallest_oom") is not None:
         found.append(f"smallest out of memory {tag['smallest_oom']}")
-    text = (f"{record.machine.gpu} {record.setup.name} at seq {record.setup.seq}: batch "
+    text = (f"{record.machine.gpu} {record.setup.name}{record.setup.at_seq}: batch "
             f"{tag.get('start_batch')} grew to {tag.get('chosen')} ({', '.join(found)}")
     if tag.get("margin") is not None and tag.get("capacity_gb"):
         text += f"; chosen to leave {tag['margin']:.0%} of {tag['capacity_gb']:g} GB free"

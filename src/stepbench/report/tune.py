@@ -45,14 +45,19 @@ def tried_table(entries: list[Entry], title: str | None = None) -> Table:
     cells = []
     for stage, r in entries:
         verdict = verdicts.get((r.setup.key(), r.machine.gpu))
-        cells.append([stage_text(stage, r), r.setup.name, str(r.setup.batch), r.setup.dtype,
+        name = r.setup.name + (f" ({r.setup.params})" if r.setup.params else "")
+        cells.append([stage_text(stage, r), name, str(r.setup.batch), r.setup.dtype,
                       r.status, f"{r.tokens_per_s:,.0f}" if r.ok else "-",
                       table.sig(r.step_ms) + "".join(noise_marks(r.noise_flags)) if r.ok else "-",
                       f"{r.peak_memory_gb:.1f} GB" if r.peak_memory_gb is not None else "-",
                       f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",
                       verdict.status if verdict else "-"])
     notes = mark_notes(r.noise_flags for _, r in entries if r.ok)
-    return Table(COLUMNS, cells, ALIGN, title, notes)
+    units = {r.units or "tokens" for _, r in entries if r.ok}
+    # A user's workload's own unit where every measurement counts the same one.
+    columns = ([f"{units.pop().capitalize()}/s" if c == "Tokens/s" else c for c in COLUMNS]
+               if len(units) == 1 else COLUMNS)
+    return Table(columns, cells, ALIGN, title, notes)
 
 
 def tried_dicts(entries: list[Entry]) -> list[dict]:
@@ -66,6 +71,7 @@ def tried_dicts(entries: list[Entry]) -> list[dict]:
                     "search": f"{searches.TUNE} {stage_text(stage, r)}", "stage": stage,
                     "repeat": r.repeat, "mode": r.setup.mode, "attn": r.setup.attn,
                     "compile_mode": r.setup.compile_mode, "model": r.setup.model,
+                    "params": r.setup.params,
                     "batch": r.setup.batch, "seq": r.setup.seq, "dtype": r.setup.dtype,
                     "warmup": r.setup.warmup, "steps": r.setup.steps, "status": r.status,
                     "step_ms": r.step_ms, "tokens_per_s": r.tokens_per_s,
@@ -107,7 +113,8 @@ def verdict(result: TuneResult) -> list[str]:
     else:
         out += _winner(result)
         if second is not None:
-            out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} tokens/s"
+            out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "
+                       f"{second.units or 'tokens'}/s"
                        f"{versus(result.comparison)}.")
         out += _ratios(result)
         out.append(f"Reproduce: {result.command}")
@@ -157,7 +164,8 @@ def _winner(result: TuneResult) -> list[str]:
     winner = result.winner
     how = ("measured in full" if result.measured_in_full
            else "from a short probe only: the budget left no time to measure it in full")
-    out = [f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} tokens/s, "
+    out = [f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} "
+           f"{winner.units or 'tokens'}/s, "
            f"{winner.step_ms:.1f} ms/step, peak {peak(winner)} ({how})."]
     if winner.setup.dtype == "float8":
         out.append("The winner trains its linear layers in float8: compare its tokens/s with "
@@ -288,4 +296,4 @@ def tune_dict(head: Record, entries: list[Entry]) -> dict:
 def _where(record: Record) -> str:
     where = record.machine.gpu if record.machine.gpu != "cpu" else "the CPU"
     host = f" at {record.host}" if record.host else ""
-    return f"{record.setup.model_label} at seq {record.setup.seq} on {where}{host}"
+    return f"{record.setup.model_label}{record.setup.at_seq} on {where}{host}"

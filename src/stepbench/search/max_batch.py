@@ -120,7 +120,7 @@ class Search:
 
     @property
     def label(self) -> str:
-        return f"{self.setup.name} at seq {self.setup.seq}"
+        return f"{self.setup.name}{self.setup.at_seq}"
 
     @property
     def largest_fit(self) -> int | None:
@@ -329,7 +329,7 @@ def describe_line(item: dict) -> str:
               else "")
     final = item["final"]
     processes = final["repeats"] or f"{FIRST_ROUNDS} (a third where they disagree)"
-    return (f"max-batch {s.name} at seq {s.seq} ({s.model_label}, {s.dtype}, {s.device}): "
+    return (f"max-batch {s.name}{s.at_seq} ({s.model_label}, {s.dtype}, {s.device}): "
             f"batch {item['start_batch']} doubled up to {item['limit']}, then bisected{margin}; "
             f"probes of {item['probe']['warmup']} warm-up + {item['probe']['steps']} timed steps, "
             f"then {final['warmup']} warm-up + {final['steps']} timed steps x {processes} at the "

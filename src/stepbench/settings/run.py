@@ -333,8 +333,8 @@ def axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):
         return value if command == RUN or not isinstance(value, tuple) else value[0]
     where = origin.where(a.key)
     with origin.checking(a.key):
-        if a.many and command == RUN:
-            return a.parse(raw, where)
+        if (a.many and command == RUN) or not a.split:
+            return a.parse(raw, where)      # a repeated flag (--param): every one of them
         if isinstance(raw, str) and a.kind is not str:
             return a.parse(raw, where)[0]
         return a.check(float(raw) if a.kind is float and isinstance(raw, int) else raw,

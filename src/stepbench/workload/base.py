@@ -28,6 +28,11 @@ class Built:
         """The repeated blocks: what `--compile-scope layer` compiles one by one."""
         raise NotImplementedError
 
+    def shard_units(self):
+        """(the blocks `--parallel fsdp2` shards one by one, their class's name); None: a
+        transformers model's decoder layers (measure/parallel.py)."""
+        return None
+
     def enable_checkpointing(self) -> None:
         """Activation checkpointing (non-reentrant) of each repeated block."""
         raise NotImplementedError

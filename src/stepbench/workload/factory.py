@@ -89,6 +89,13 @@ class FactoryBuilt(Built):
                               "return stepbench.Workload(block=YourBlockClass)")
         return self._blocks
 
+    def shard_units(self):
+        """The blocks of the class the Workload names (`block`), else none: FSDP2 then shards
+        the root alone, as one unit (guessing the block could split what must stay whole)."""
+        block = self.work.block
+        return (find_blocks(self.model, block) if block is not None else [],
+                block.__name__ if block is not None else None)
+
     def enable_checkpointing(self) -> None:
         from torch.utils.checkpoint import checkpoint
 

@@ -7,7 +7,7 @@ to the user's model, what is passed to the factory, and the user's own axes (`--
 - attention kernels and fused kernels are a transformers model's: a factory that declares a
   keyword of that name (`attn`, `kernels`) gets the values through its parameters, any other
   refuses them in one line;
-- torchrun jobs (`--parallel ddp|fsdp2`) are for transformers models only, for now.
+- torchrun jobs (`--parallel ddp,fsdp2`) wrap any module (measure/parallel.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from stepbench.workload.spec import (DECLARABLE_AXES, check_params, combos, pars
                                      signature)
 
 # Axes given through the factory's own keywords where it declares one -> the keyword.
-FLAGS = {"attn": "--attn", "kernels": "--kernels", "seq": "--seq", "parallel": "--parallel"}
+FLAGS = {"attn": "--attn", "kernels": "--kernels", "seq": "--seq"}
 
 
 def factory_values(values: Mapping[str, object]) -> dict:
@@ -48,9 +48,6 @@ def factory_values(values: Mapping[str, object]) -> dict:
             raise UserError(f"--seq does not apply to {model}: it takes no `seq_len` keyword; "
                             "drop --seq (or add a `seq_len` parameter to the factory)")
         values["seq"] = (1,)
-    if _tuple(values.get("parallel")) not in ((), ("none",)):
-        raise UserError(f"--parallel runs transformers models only for now; drop --parallel "
-                        f"for {model}")
     values["params"] = combos(params)
     return values
 
@@ -67,13 +64,24 @@ def _tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
-def one_setup_values(fields: Mapping[str, object]) -> dict:
-    """`fields` (one value per axis: a tune's start) for a factory's setup, checked as a
-    run's matrix is (factory_values); one combination of `--param` only."""
+def tune_params(fields: Mapping[str, object]) -> tuple:
+    """Every combination of a tune's `--param` values (each `NAME=V1,V2`), checked as a run's
+    matrix is (factory_values): the candidates the tune searches, canonical, the first its
+    start. `fields`: one value per axis, the flags' `--param` values as given."""
+    return factory_values(_as_matrix(fields))["params"]
+
+
+def _as_matrix(fields: Mapping[str, object]) -> dict:
     values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in fields.items()}
     params = values.get("params")
     values["params"] = (params,) if isinstance(params, str) else params
-    settled = factory_values(values)
+    return values
+
+
+def one_setup_values(fields: Mapping[str, object]) -> dict:
+    """`fields` (one value per axis: a tune's start) for a factory's setup, checked as a
+    run's matrix is (factory_values); one combination of `--param` only."""
+    settled = factory_values(_as_matrix(fields))
     if len(settled["params"]) > 1:
         raise UserError("tune searches one model: give each --param one value")
     return {k: (v[0] if isinstance(v, tuple) and k in fields and not isinstance(fields[k], tuple)

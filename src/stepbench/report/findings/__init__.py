@@ -83,7 +83,7 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
     workloads = list(dict.fromkeys(r.workload for r in rows))
     if len(workloads) < 2:
         return {w: (None, None) for w in workloads}
-    parts = {"model": lambda w: w.model_label, "batch": lambda w: f"batch {w.batch} x {w.seq}",
+    parts = {"model": lambda w: w.model_label, "batch": lambda w: f"batch {w.shape}",
              "dtype": lambda w: w.dtype}
     parts.update({name: p for name, p in LABEL_PARTS.items() if name not in parts})
     always = ("model", "batch", "dtype")

@@ -5,6 +5,7 @@ faster than (the report's test)."""
 
 from __future__ import annotations
 
+from stepbench.errors import first_line
 from stepbench.noise import processes_disagree
 from stepbench.search.tune.budget import BEAT
 from stepbench.search.tune.measured import representative
@@ -26,8 +27,8 @@ def final(tuner) -> TuneResult:
     for _ in range(4 * (tuner.repeats + 2)):
         before = len(tuner.seen.tried)
         for s in tuner.leaders():
-            if tuner.reference_at(s.batch) is None:
-                tuner.reference(s.batch, "reference")
+            if tuner.reference_at(s.batch, s) is None:
+                tuner.reference(s.batch, "reference", s)
         for s in wanted(tuner, finalists(tuner)):
             tuner.measure(s, "final")
         if len(tuner.seen.tried) == before:
@@ -46,6 +47,22 @@ def final(tuner) -> TuneResult:
                        "few slow steps); a tune never names a winner slower than a setup it "
                        "measured")
     return result(tuner, order)
+
+
+def failed_reference(tuner) -> bool:
+    """Whether the first reference failed with an error (not out of memory: the factory raised,
+    the loss is no scalar...) and nothing ran: every other setup builds the same model and
+    takes the same loss, so the tune measures nothing more and says why, in one line."""
+    if (tuner.ladder_info or {}).get("batches"):
+        return False
+    runs = tuner.seen.processes(tuner.reference_setup(tuner.base.batch))
+    failed = next((r for r in runs if r.status == "error"), None)
+    if failed is None:
+        return False
+    tuner.skip(f"{label(failed.setup)} ended {failed.status}: {first_line(failed.error)}; nothing "
+               "else was measured, as every setup builds the same model (its record keeps the "
+               "traceback)")
+    return True
 
 
 def finalists(tuner) -> list[Setup]:
@@ -119,7 +136,7 @@ def result(tuner, order: list[Setup]) -> TuneResult:
     if not seen.tried:
         tuner.skip("nothing was measured")
     say_unmeasured(tuner, order[:2])
-    reference = tuner.reference_at(winner.setup.batch) if winner else None
+    reference = tuner.reference_at(winner.setup.batch, winner.setup) if winner else None
     said = tuner.said
     return TuneResult(
         tuner.objective, tuner.budget.total_s, tuner.spent_s(), winner, runner_up, seen.tried,

@@ -95,4 +95,7 @@ def is_earlier(record: Record) -> bool:
 
 
 def label(setup: Setup) -> str:
-    return f"{setup.name} batch {setup.batch} {setup.dtype}"
+    """"compile+sdpa batch 8 bf16"; a factory's parameters after it ("eager batch 4 bf16
+    (width=64)")."""
+    params = f" ({setup.params})" if setup.params else ""
+    return f"{setup.name} batch {setup.batch} {setup.dtype}{params}"

@@ -41,9 +41,15 @@ def space_for(settings) -> tuple[Space, list[str]]:
         space[name] = list(values)
         notes.pop(name)
     if is_factory(settings.values.get("model")):
+        from stepbench.workload.plan import tune_params
+
         # A user's model takes no attention or fused kernels of transformers' (workload/plan.py).
         for name in ("attn", "kernels"):
             space[name], notes[name] = space[name][:1], []
+        # Its own parameters: each combination of --param's values a candidate, the first
+        # where the search starts.
+        firsts = {name: values[0] for name, values in space.items()}
+        space["params"] = list(tune_params({**settings.values, **firsts}))
     return space, [text for texts in notes.values() for text in texts]
 
 

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from stepbench.axes import AXES, axis
+from stepbench.axes import AXES, axis, canonical_params
 from stepbench.record import Record
 from stepbench.search.gains import GainTable, committed, differences, rate, source_kind
 from stepbench.search.prices import Price, Prices
 from stepbench.search.tune.budget import BEAT, LADDER_SHARE, Budget, Candidate, expected_gain
-from stepbench.search.tune.finals import FINAL_PROCESSES, final
+from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final
 from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line
 from stepbench.search.tune.results import TuneResult, is_earlier, label
 from stepbench.search.tune.space import Space
@@ -128,8 +128,8 @@ class Tuner:
             for s in leaders:
                 cost += max(0, want - len(self.seen.processes(s))) * self.price(s).total
         for s in leaders:
-            if self.reference_at(s.batch) is None:
-                cost += self.price(self.reference_setup(s.batch)).total
+            if self.reference_at(s.batch, s) is None:
+                cost += self.price(self.reference_setup(s.batch, s)).total
         return min(cost, self.budget.total_s / 2)
 
     def first_price(self) -> Price | None:
@@ -211,34 +211,37 @@ class Tuner:
 
     # ------------------------------------------------------------ the guard's reference
 
-    def reference_setup(self, batch: int) -> Setup:
-        """The plainest eager setup at `batch`: the loss guard's reference."""
+    def reference_setup(self, batch: int, like: Setup | None = None) -> Setup:
+        """The plainest eager setup at `batch`: the loss guard's reference (of `like`'s model:
+        a factory's parameters make another model)."""
         attns, plainest = self.space["attn"], axis("attn").plain[0]
         first = {name: values[0] for name, values in self.space.items()}
+        if like is not None and "params" in first:
+            first["params"] = like.params
         return Setup(**{**self.base.fields_all(), **first, "mode": "eager",
                         "attn": plainest if plainest in attns else attns[0], "batch": batch})
 
-    def reference_at(self, batch: int) -> Record | None:
+    def reference_at(self, batch: int, like: Setup | None = None) -> Record | None:
         """A reference that ran at `batch` (with checkpointing where the plain one did not
         fit), or None."""
-        for setup in (self.reference_setup(batch),
-                      self.reference_setup(batch).replace(checkpointing=True)):
+        for setup in (self.reference_setup(batch, like),
+                      self.reference_setup(batch, like).replace(checkpointing=True)):
             ok = [r for r in self.seen.processes(setup) if r.ok]
             if ok:
                 return ok[0]
         return None
 
-    def reference(self, batch: int, stage: str) -> Record | None:
+    def reference(self, batch: int, stage: str, like: Setup | None = None) -> Record | None:
         """Make sure the guard has a reference at `batch`: measured when missing, with
         activation checkpointing when the plain one runs out of memory."""
-        found = self.reference_at(batch)
+        found = self.reference_at(batch, like)
         if found is not None:
             return found
-        plain = self.reference_setup(batch)
+        plain = self.reference_setup(batch, like)
         record = self.once(plain, stage, role="reference")
         if record is not None and record.status == "oom":
             self.once(plain.replace(checkpointing=True), stage, role="reference")
-        return self.reference_at(batch)
+        return self.reference_at(batch, like)
 
     def once(self, setup: Setup, stage: str, role: str = "candidate") -> Record | None:
         """`setup`'s first process: the one the tune used already, or measured now."""
@@ -263,8 +266,9 @@ class Tuner:
                 "the same setup with the same steps")
             self.skip(self.said.earlier)
         self.ladder()
-        self.compiled()
-        self.explore()
+        if not failed_reference(self):      # a model that cannot train: nothing more to try
+            self.compiled()
+            self.explore()
         return final(self)
 
     def ladder(self) -> None:
@@ -362,6 +366,9 @@ class Tuner:
                 continue
             out += [{a.name: v} for v in self.space[a.name] if v != getattr(s, a.name)]
         out += [{"attn": v} for v in self.space["attn"] if v != s.attn]
+        # A factory's other --param values: another model each, as the user asked to compare.
+        out += [{"params": v} for v in self.space.get("params", [])
+                if canonical_params(v) != s.params]
         if s.mode == "eager" and "compile" in self.space["mode"]:
             out.append({"mode": "compile"})
         if self.objective == "tokens" and s.batch * 2 <= BATCH_LIMIT:
@@ -483,7 +490,7 @@ def prior(gain) -> str:
 
 def outcome(record: Record) -> str:
     if record.ok:
-        text = f"{record.tokens_per_s:,.0f} tokens/s, {record.step_ms:.1f} ms"
+        text = f"{record.tokens_per_s:,.0f} {record.units or 'tokens'}/s, {record.step_ms:.1f} ms"
         if abs(rate(record) / record.tokens_per_s - 1) > 0.05:
             text += (f" (a mean over an uneven run: {rate(record):,.0f} tokens/s by its median "
                      "step, which the search goes by)")
