@@ -49,8 +49,8 @@ seed() {
 }
 step hf 300 hf
 step seed 150 seed
-step overhead 100 env OUT="$job/user" OVERHEAD_S=110 COMPILE_UNTIL_S=-1 bash benchmarks/gpu_factory_overhead.sh overhead
-step gpt-nproc 100 env OUT="$job/user" GPT_S="${GPT_S:-130}" bash benchmarks/gpu_factory_overhead.sh gpt
+step overhead 100 env OUT="$job/user" OVERHEAD_S=130 COMPILE_UNTIL_S=-1 bash benchmarks/gpu_factory_overhead.sh overhead
+step gpt-nproc 100 env OUT="$job/user" GPT_MODES=eager GPT_S="${GPT_S:-130}" bash benchmarks/gpu_factory_overhead.sh gpt
 step resnet-fidelity 120 timeout "$(left)" python3 benchmarks/gpu_workloads.py --out "$job/resnet" \
   --setups resnet:compile --rounds 3 --budget-s "${RESNET_S:-120}"
 step wander 90 env OUT="$job/wander" SEED="$seed" BUDGET_S=$(( $(left) - 40 )) python3 benchmarks/gpu_wander.py
