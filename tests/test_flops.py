@@ -394,6 +394,9 @@ def test_mfu_fields_warn_and_leave_null_above_100_percent(caplog):
     assert fields["mfu_datasheet"] is None
     assert fields["achieved_tflops"] > fields["peak_tflops_datasheet"]
     assert len(messages) == 1 and names(messages[0], "mfu_datasheet", "null")
+    # The golden of the MFU warning, word for word.
+    assert messages[0] == ("MFU against the datasheet peak would be 1947% (3216.8 of 165.2 "
+                           "TFLOP/s): the peak or the FLOP count is wrong; mfu_datasheet left null")
     # Default: a logging warning.
     with caplog.at_level(logging.WARNING, logger="stepbench.measure.flops"):
         flops.mfu_fields(config=post_config(), seq=2048, tokens_per_s=1e6,

@@ -99,6 +99,8 @@ def test_a_gpu_without_a_price_leaves_tokens_per_dollar_out_said_once(capsys):
     assert b200 and all(r["tokens_per_dollar"] is None for r in b200)
     said = [n for n in out["notes"] if "price" in n.lower()]
     assert len(said) == 1 and names(said[0], "NVIDIA B200", "tokens per dollar")
+    # The golden of the missing-price note, word for word.
+    assert said[0] == "No price for NVIDIA B200: tokens per dollar left out."
 
 
 def test_every_format_renders_and_the_table_says_predicted(capsys):

@@ -471,6 +471,9 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
     # the other run's pid, the measurement it holds, the file
     assert len(said) == 1 and names(said[0], f"(pid {os.getppid()})",
                                     "eager+sdpa batch 1 seq 64 (repeat 0)", str(store.path))
+    # The golden of the claim-wait line, word for word.
+    assert said[0] == (f"another stepbench run (pid {os.getppid()}) is measuring eager+sdpa batch "
+                       f"1 seq 64 (repeat 0) into {store.path}; waiting for its record")
 
 
 def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
@@ -500,3 +503,7 @@ def test_a_duplicate_measured_at_the_same_time_is_a_warning_not_a_silent_drop(tm
     [warning] = warned
     assert warning.startswith(f"{path}:2: ")
     assert names(warning, "eager+sdpa (batch 1 x 64, repeat 0)", "on cpu", "line 1")
+    # The golden of the duplicate-record warning, word for word.
+    assert warning == (f"{path}:2: a second record of eager+sdpa (batch 1 x 64, repeat 0) on cpu, "
+                       "measured while line 1's was (two runs at once on one file); the later "
+                       "one counts")
