@@ -128,6 +128,9 @@ def test_untested_failing_and_newly_running_setups(capsys, tmp_path):
     reverse = by_setup(compared(capsys, later, before))
     assert reverse["compile+eager"]["verdict"] == "runs_now"
     assert names(reverse["compile+eager"]["verdict_text"], "OOM")
+    # The goldens of the per-row verdicts, word for word.
+    assert rows["compile+eager"]["verdict_text"] == "fails now: OOM"
+    assert reverse["compile+eager"]["verdict_text"] == "runs now (was OOM)"
 
 
 def _as(record: dict, mode: str, **fields) -> dict:
@@ -199,6 +202,8 @@ def test_a_disturbed_side_gets_no_verdict(capsys, tmp_path, flag):
     disturbed = rows["compile+sdpa"]
     assert disturbed["verdict"] == "disturbed"
     assert names(disturbed["verdict_text"], "(‡)", "3.7x faster")
+    # The golden of a disturbed row's verdict, word for word.
+    assert disturbed["verdict_text"] == "not compared, disturbed (‡): 3.7x faster as measured"
     assert disturbed["after_noise_flags"] == [flag]
     assert rows["eager+sdpa"]["verdict"] == "noise"             # the quiet setup is tested
     [verdict] = [f["text"] for f in doc["findings"] if f["kind"] == "verdict"]
