@@ -183,6 +183,8 @@ def test_the_ladder_measures_the_reference_in_full_until_a_doubling_buys_under_1
     assert all(r.search["role"] == "reference" for r in ladder)
     assert result.ladder["saturating_batch"] == 32
     assert names(result.ladder["stopped"], "batch 32", "+6%", "batch 16", "10%")
+    # The golden of the ladder's stop reasons, word for word.
+    assert result.ladder["stopped"] == "batch 32 bought +6% over batch 16, under 10%"
     assert result.ladder["gb_per_sequence"] == pytest.approx(2.5)
     # Then the compiled candidates at the saturating batch and the one below, before any
     # other change.
@@ -202,6 +204,7 @@ def test_a_ladder_stops_where_the_reference_runs_out_of_memory(tmp_path, monkeyp
     assert ladder == [(4, "ok"), (8, "ok"), (16, "ok"), (32, "oom")]
     assert result.ladder["saturating_batch"] == 16
     assert names(result.ladder["stopped"], "batch 32", "memory")
+    assert result.ladder["stopped"] == "batch 32 ran out of memory"      # golden
 
 
 def test_the_search_finds_the_fastest_setup_whose_losses_agree(tmp_path):
