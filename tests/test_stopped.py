@@ -87,7 +87,7 @@ def test_a_stopped_max_batch_run_prints_the_searches_that_finished(local_executo
     assert rows[0] == ["eager+sdpa", "8"]
     assert any("search" in line.lower() for line in table), said.out
     assert "eager+eager" in said.out
-    assert said.err.strip().splitlines()[-1].startswith("stepbench run: interrupted;")
+    assert names(said.err.strip().splitlines()[-1], "stepbench run", "interrupted")
     assert main([*args, "--out", str(tmp_path / "j.jsonl"), "--format", "json"]) == 130
     finals = json.loads(capsys.readouterr().out)
     assert [(r["setup"]["name"], r["setup"]["batch"], r["search"]["role"]) for r in finals] == [
@@ -114,7 +114,10 @@ def test_a_stopped_tune_prints_what_it_measured_and_no_winner(local_executor, mo
     said = capsys.readouterr()
     assert code == 130
     last = said.err.strip().splitlines()[-1]
-    assert last.startswith("stepbench tune: interrupted;") and names(last, str(out), "resume")
+    assert names(last, "interrupted", str(out), "resume")
+    # The golden of tune's stopped line, word for word.
+    assert last == (f"stepbench tune: interrupted; what it measured is kept in {out}; run the same "
+                    "command again to resume")
     stored = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(stored) == 3
     if fmt == "json":
