@@ -132,6 +132,29 @@ def test_host_names_files_and_quoting():
         "{ module load cuda\n} && exec python3 -V"
 
 
+def test_a_lost_connection_is_the_hosts_one_line():
+    """What the host's line says when the connection goes while a setup runs (test_remote_stops
+    loses one for real and checks the facts; here, its golden). Nothing is recorded for it."""
+    from stepbench.execute.hosts.ssh import SSHExecutor, _Exit
+    from stepbench.execute.protocol import Job
+    from stepbench.settings.run import Remote
+    from stepbench.setup import Setup
+
+    class Gone:
+        def call(self, coro, timeout=None):
+            coro.close()                  # the remote command never ran: the host is gone
+            return _Exit(lost="the connection closed")
+
+    host = SSHExecutor(parse_host("alpha"), Gone(), Remote())
+    host.info = {"models": {}, "python": "python3"}
+    setup = Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=48, seq=64, device="cpu")
+    outcome = host.run(Job(setup), "alpha", 60.0, lambda message: None)
+    assert outcome.stopped and host.running is None
+    # The golden of a host's lost-connection line, word for word.
+    assert host.lost == ("lost the connection while eager+sdpa batch 48 seq 64 ran (the "
+                         "connection closed)")
+
+
 def test_hosts_file(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("# the lab's GPUs\ngpu-a\n\n  alice@gpu-b:2222  # the new one\n")
