@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 from conftest import SETUP_FAULT_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
+from says import names
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]   # every test here runs Slurm jobs
 
@@ -149,12 +150,10 @@ def test_slurm_gives_gpus_0_and_1_a_third_waits_a_rerun_resumes_and_two_nodes_me
     met = [(tmp_path / f"node-{n}").read_text().split() for n in (0, 1)]
     assert met[0][0] == met[1][0] and met[0][0].rsplit(":", 1)[1].isdigit()
     assert [m[1] for m in met] == record["placement"]["slurm"]["nodes"]
-    assert far["refused"].startswith(
-        f"--slurm: the results folder {tmp_path} is on this machine's own disk (")
-    assert far["refused"].endswith(
-        "and the Slurm partition far runs its jobs on other machines (far1), which cannot read "
-        "it; pass --out a file on a filesystem they share (your home or the cluster's scratch, "
-        "usually)")
+    # The folder, the partition and its machines, the flag that fixes it (the family's wording:
+    # test_slurmcluster.py).
+    assert names(far["refused"], "--slurm", str(tmp_path), "own disk", "partition far", "(far1)",
+                 "--out")
     nothing_left(slurm_cluster, tmp_path / "r.jsonl")
 
 
@@ -163,10 +162,10 @@ def test_an_unknown_gres_type_is_refused_before_anything_runs(slurm_cluster, tmp
     proc = slurm_cli(slurm_cluster, "run", "--slurm", "--device", "cuda", "--gpu-type", "a100",
                      "--out", out, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "stepbench run: error: --gpu-type a100: the Slurm partition main has no such GPU; its GPU "
-        "types: h100; pass one of them (the gres types of its nodes, e.g. h100, a100) or drop "
-        "--gpu-type"]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("stepbench run: error: ") and names(line, "--gpu-type a100",
+                                                               "partition main", "h100",
+                                                               "drop --gpu-type")
     assert not out.exists() or out.read_text() == ""        # nothing ran, nothing written
     assert slurm_cluster.jobs() == []
 
@@ -190,7 +189,7 @@ def test_the_matrix_through_slurm_ctrl_c_a_rerun_resumes_and_a_timeout(slurm_clu
     first.send_signal(signal.SIGINT)
     _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err
-    assert "interrupted; the running setup was stopped" in err
+    assert any(names(line, "interrupted", str(out), "resume") for line in err.splitlines())
     nothing_left(slurm_cluster, out)
     [kept] = read_jsonl(out)
     assert kept["setup"]["attn"] == "sdpa"
