@@ -27,3 +27,11 @@ def user_error(argv: list[str]) -> UserError:
     with pytest.raises(UserError) as caught:
         args.handler(args)
     return caught.value
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Every row of the Markdown tables in `text` as its cells, stripped (header rows included,
+    separator rows not): a test asserts a row's values, not the table's spacing."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines()
+            if line.strip().startswith("|") and not set(line.strip()) <= set("|-: ")]

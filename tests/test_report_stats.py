@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from says import names
+from says import names, table_rows
 from stepbench.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -81,8 +81,8 @@ def test_repeats_combine_to_median_of_process_means_with_bootstrap_ci(h200):
     assert eager["tokens_per_s"] == pytest.approx(8192 / (statistics.median(means) / 1000))
     lo, hi = eager["step_ms_ci"]
     assert min(means) <= lo <= eager["step_ms"] <= hi <= max(means)
-    assert eager["step_ms_ci_method"] == ("median of 4 per-process means, bootstrap over "
-                                          "processes")
+    assert names(eager["step_ms_ci_method"], "median", "4 per-process means", "bootstrap",
+                 "processes")
     assert eager["noise_flags"] == ["high_cv"]          # every eager process had CV > 5%
 
 
@@ -122,7 +122,7 @@ def test_markdown_marks_noisy_rows_and_explains_marks_and_repeats(capsys):
     # TFLOP/s and MFU are the medians of the 4 processes' (275.6, 274.7, 285.4, 272.4);
     # the records carry no datasheet peak.
     repeats = out.split("## Details: repeats and noise")[1].split("## ")[0]
-    assert "| NVIDIA H200 | eager+sdpa | 4 | 92.3-96.7 | high_cv |" in repeats
+    assert ["NVIDIA H200", "eager+sdpa", "4", "92.3-96.7", "high_cv"] in table_rows(repeats)
     flops = out.split("## Details: FLOPs and MFU")[1].split("## ")[0]
     assert "| NVIDIA H200 | eager+sdpa | 275 | 35% | - |" in flops
     assert "†" not in out                                 # no mark explained that is not used
@@ -200,7 +200,7 @@ def test_records_from_two_runs_are_combined_and_said_so(capsys, tmp_path):
     doc, _ = run_report(capsys, tmp_path, records, files=2)
     assert row(doc, "eager+sdpa")["repeats"] == 2
     assert any(names(n, "NVIDIA H200 eager+sdpa", "2 runs", "repeats") for n in doc["notes"])
-    assert any(n.startswith("2 repeats combined (every row)") for n in doc["notes"])
+    assert any(names(n, "2 repeats combined", "every row") for n in doc["notes"])
 
 
 def test_within_one_file_the_latest_record_of_a_setup_wins(capsys, tmp_path):
@@ -320,8 +320,9 @@ def test_a_compiled_setup_is_checked_against_its_eager_twin_within_bf16_toleranc
     assert not any(f["key"] for f in doc["findings"] if f["kind"] == "loss_guard")
     markdown = report_text(capsys, "markdown", tmp_path / "results.jsonl")
     details = markdown.split("## Details: losses")[1].split("## ")[0]
-    assert "| NVIDIA H200 | eager+sdpa | reference |" in details
-    assert "| NVIDIA H200 | compile+sdpa | ok 0.51% vs eager+sdpa |" in details
+    assert ["NVIDIA H200", "eager+sdpa", "reference"] in table_rows(details)
+    [compiled] = [r for r in table_rows(details) if r[:2] == ["NVIDIA H200", "compile+sdpa"]]
+    assert names(compiled[2], "ok", "0.51%", "eager+sdpa")
 
 
 def test_a_compiled_setup_is_checked_against_its_twin_not_the_plainest_setup(capsys, tmp_path):
@@ -347,7 +348,9 @@ def test_a_compiled_setup_beyond_tolerance_of_its_eager_twin_departs(capsys, tmp
     assert finding["key"] and names(finding["text"], "compile+sdpa", "NVIDIA H200", "step 5",
                                     "10.2", "9.81", "eager+sdpa", "4%", "2%")
     path = tmp_path / "results.jsonl"
-    assert "| departs 4% (tolerance 2%) vs eager+sdpa |" in report_text(capsys, "markdown", path)
+    [departs] = [r for r in table_rows(report_text(capsys, "markdown", path))
+                 if r[:2] == ["NVIDIA H200", "compile+sdpa"] and "departs" in r[-1]]
+    assert names(departs[-1], "4%", "2%", "eager+sdpa")
 
 
 def test_the_twin_check_holds_fp32_to_its_tolerance_and_needs_the_same_seed(capsys, tmp_path):
@@ -392,7 +395,8 @@ def test_energy_and_datasheet_mfu_are_shown_as_details(capsys, tmp_path):
     path = tmp_path / "results.jsonl"
     out = report_text(capsys, "markdown", path)
     # eager: no measured peak, so its MFU (measured) cell is "-"; J/token = 50 / (4 x 2048).
-    assert "| NVIDIA H200 | eager+sdpa | - | 31% |" in out.split("## Details: FLOPs and MFU")[1]
+    flops = table_rows(out.split("## Details: FLOPs and MFU")[1].split("## ")[0])
+    assert ["NVIDIA H200", "eager+sdpa", "-", "31%"] in [r[:4] for r in flops]
     assert "| NVIDIA H200 | eager+sdpa | 0.0061 | 590 |" in out.split("## Details: energy")[1]
     results_table = out.split("## Results\n\n")[1].split("\n\n")[0]   # its notes may name them
     assert "MFU" not in results_table and "kWh" not in results_table
