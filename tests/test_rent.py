@@ -96,7 +96,7 @@ def test_a_rented_study_records_prices_and_deletes_every_machine(sshd, api, remo
     assert any(line.startswith("stepbench: runcrate:L40S: ") and
                names(line, f"deleted instance {l40s['id']}") for line in err.splitlines())
     [cost] = [line for line in err.splitlines() if "rented 2 machines" in line]
-    assert cost.startswith("stepbench run: rented 2 machines: runcrate:L40S ")
+    assert cost.startswith("stepbench run: ") and names(cost, "rented 2 machines", "runcrate:L40S")
     assert "at $0.86/h" in cost and "at $4.6/h" in cost and "about $" in cost
     # The key went to the API, and nowhere else.
     assert all(r["auth"] == f"Bearer {KEY}" for r in api.requests)
@@ -209,12 +209,14 @@ def test_a_dry_run_contacts_nothing_unless_asked_for_prices(sshd, api, monkeypat
     # of a GPU machine (rented machines have GPUs): the post's model at 2048 tokens.
     assert main([*args, "--rent-prices"]) == 0
     out = capsys.readouterr()
-    gpu = ["  eager+sdpa  batch 4 x 2048  bf16  llama-468m  cuda",
-           "  eager+eager  batch 4 x 2048  bf16  llama-468m  cuda"]
-    assert out.out.splitlines() == [
-        "rented runcrate:L40S (1 x L40S from runcrate at $0.86/h (us-east)): 2 setups", *gpu,
-        "rented runcrate:H100 PCIe:2 (2 x H100 PCIe from runcrate at $4.6/h (us-east)): 2 setups",
-        *gpu]
+    gpu = [[name, "batch", "4", "x", "2048", "bf16", "llama-468m", "cuda"]
+           for name in ("eager+sdpa", "eager+eager")]
+    lines = out.out.splitlines()
+    assert len(lines) == 6 and [line.split() for line in lines[1:3] + lines[4:]] == gpu + gpu
+    # each machine: its provider, GPUs, price and region, and how many setups it runs
+    assert names(lines[0], "runcrate:L40S", "1 x L40S", "$0.86/h", "us-east", "2 setups")
+    assert names(lines[3], "runcrate:H100 PCIe:2", "2 x H100 PCIe", "$4.6/h", "us-east",
+                 "2 setups")
     [said] = [line for line in out.err.splitlines() if line.startswith("stepbench run: dry run")]
     checked, contacted = said.split("; contacted ")
     assert names(checked, "rentals", "SSH key", "prices") and contacted.startswith("only")
@@ -256,7 +258,7 @@ def test_the_host_key_of_first_contact_is_pinned(sshd, api, tmp_path, monkeypatc
         assert lease.release() is None
         loop.close()
     assert created(api, "RTX A6000")[0]["status"] == "terminated"
-    assert any(n.startswith("accepted host key SHA256:") for n in notes)
+    assert any(names(n, "host key", "SHA256:") for n in notes)
 
 
 def start(api, args) -> subprocess.Popen:
@@ -291,9 +293,10 @@ def test_ctrl_c_and_sigterm_delete_the_machine(sshd, api, remote_dir, tmp_path):
     rest = proc.stderr.read()
     assert proc.wait(60) == 143, rest
     [instance] = created(api, "RTX 5090")
-    assert f"runcrate:RTX 5090: deleted instance {instance['id']}" in rest
-    assert "stopped by SIGTERM" in rest
-    assert any(line.startswith("stepbench run: rented 1 machine") and "runcrate:RTX 5090" in line
+    assert any(names(line, "runcrate:RTX 5090", f"deleted instance {instance['id']}")
+               for line in rest.splitlines())
+    assert any(names(line, "stepbench run", "SIGTERM", "resume") for line in rest.splitlines())
+    assert any(names(line, "stepbench run", "rented 1 machine", "runcrate:RTX 5090")
                for line in rest.splitlines())
     assert api.live() == [] and out.read_text() == ""
     assert len(api.keys) == 1           # the key registered once, then found again
