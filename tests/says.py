@@ -35,3 +35,9 @@ def table_rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in text.splitlines()
             if line.strip().startswith("|") and not set(line.strip()) <= set("|-: ")]
+
+
+def lines_naming(text: str, *tokens: str) -> list[str]:
+    """The lines of `text` that name every one of `tokens`: how many setups a run said it
+    skipped, say, counted by what the line names rather than by its sentence."""
+    return [line for line in text.splitlines() if names(line, *tokens)]

@@ -82,6 +82,8 @@ def test_resumed_processes_are_numbered_and_the_estimate_counts_a_running_proces
         display=Display(stream, clock=lambda: 0.0))
     found, ran = finished_lines(stream.getvalue())
     assert names(found, "[1/2]", "eager+sdpa batch 1", "(ok)", "skipped") and "ms/step" not in found
+    # The golden of a resumed process's line, word for word.
+    assert found == "stepbench: [1/2] eager+sdpa batch 1 seq 64: already in the results file (ok), skipped"
     assert names(ran, "[2/2]", "eager+sdpa batch 2", "ok", "100.0 ms", "(10 s)")
     # Two eager processes left, one of them 4 s into its expected 10 s, on 1 slot: 16 s; on 2
     # slots they run side by side.

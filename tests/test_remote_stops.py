@@ -15,7 +15,7 @@ import psutil
 
 from conftest import SRC, read_jsonl, wait_for
 from sshd import processes_with
-from says import names
+from says import lines_naming, names
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
 
@@ -82,7 +82,7 @@ def test_killed_setup_lost_host_and_sigterm(sshd, tmp_path):
     # setup that was running; the processes there end when their connection is gone.
     proc = start(sshd, remote_dir, out, "64,48")
     said = wait_for(proc, "alpha: [2/2] eager+sdpa batch 48 seq 64: warm-up")
-    assert said.count("already in the results file") == 1
+    assert len(lines_naming(said, "skipped")) == 1
     side, worker, server = remote_processes(remote_dir)
     assert sshd.drop_connections() >= 1
     rest = proc.stderr.read()
