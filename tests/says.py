@@ -41,3 +41,9 @@ def lines_naming(text: str, *tokens: str) -> list[str]:
     """The lines of `text` that name every one of `tokens`: how many setups a run said it
     skipped, say, counted by what the line names rather than by its sentence."""
     return [line for line in text.splitlines() if names(line, *tokens)]
+
+
+def error_line(text: str, command: str) -> bool:
+    """Whether `text` is one line that reads as a user error of `stepbench COMMAND`: the
+    command's name, then "error: " (cli/base.py's format), and no more lines."""
+    return len(text.strip().splitlines()) == 1 and text.startswith(f"stepbench {command}: error: ")

@@ -17,7 +17,7 @@ from stepbench.axes import AXES
 from stepbench.cli import main
 from stepbench.setup import Setup
 
-from says import missing, names
+from says import error_line, missing, names
 
 DATA = Path(__file__).parent / "data"
 BEFORE = DATA / "report-h200" / "h200-repeats.jsonl"
@@ -253,7 +253,7 @@ def test_fail_above_is_inconclusive_on_a_disturbed_setup(capsys, tmp_path):
 def test_bad_flags_are_one_line_and_exit_2(capsys, tmp_path, args, tokens):
     code, out, err = compare(capsys, BEFORE, after(tmp_path), *args)
     assert code == 2 and out == ""
-    assert err.startswith("stepbench compare: error: ") and err.count("\n") == 1
+    assert error_line(err, "compare") and err.count("\n") == 1
     assert not missing(err, *tokens), err
 
 
@@ -367,7 +367,7 @@ def test_report_filters_by_gpu_setup_and_model(capsys):
 def test_report_filter_errors(capsys, args, tokens):
     code = main(["report", str(POST / "2-l40s.jsonl"), *args])
     _, err = capsys.readouterr()
-    assert code == 2 and err.startswith("stepbench report: error: ") and err.count("\n") == 1
+    assert code == 2 and error_line(err, "report") and err.count("\n") == 1
     assert not missing(err, *tokens), err
 
 

@@ -11,7 +11,7 @@ from stepbench import cli
 from stepbench.report.document import peak_document
 from stepbench.report.render import render
 from conftest import run_cli
-from says import names
+from says import error_line, names
 
 
 def run_peak(argv, capsys) -> tuple[int, str, str]:
@@ -88,7 +88,7 @@ def test_cuda_without_cuda_is_a_one_line_user_error(capsys):
 def test_bad_arguments_are_user_errors(argv, tokens, capsys):
     code, out, err = run_peak(["peak", *argv], capsys)
     assert code == 2 and out == ""
-    assert err.startswith("stepbench peak: error: ") and err.count("\n") == 1
+    assert error_line(err, "peak") and err.count("\n") == 1
     assert names(err, *tokens), err
 
 
@@ -114,7 +114,7 @@ def test_real_cli_cuda_error_in_a_subprocess():
     assert proc.returncode == 2
     assert proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("stepbench peak: error: ") and names(line, "--device cuda", "--device cpu")
+    assert error_line(line, "peak") and names(line, "--device cuda", "--device cpu")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RAY_POLL_ENV, SMALL, SRC, default_sigint, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
-from says import names
+from says import error_line, names
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
 
@@ -185,8 +185,8 @@ def test_an_unknown_gpu_type_is_refused_before_anything_runs(ray_cluster, tmp_pa
     # One line naming the flag, the cluster's GPU types and the way out (its golden:
     # test_raycluster.py).
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("stepbench run: error: ") and names(line, "--gpu-type A100-80G",
-                                                               "Ray", "FAKE-GPU", "drop --gpu-type")
+    assert error_line(line, "run") and names(line, "--gpu-type A100-80G", "Ray", "FAKE-GPU",
+                                             "drop --gpu-type")
     out = tmp_path / "r.jsonl"
     assert not out.exists() or out.read_text() == ""        # nothing ran, nothing written
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from says import missing, names
+from says import error_line, missing, names
 from stepbench.cli import main
 
 POST = Path(__file__).parent / "data" / "post"
@@ -29,8 +29,7 @@ def assert_user_error(code: int, err: str, *tokens: str) -> None:
     """A user error's one line, naming every one of `tokens` (the flag, the path, the value)."""
     assert code == 2
     assert not missing(err, *tokens), err
-    assert err.startswith("stepbench report: error: ")
-    assert len(err.strip().splitlines()) == 1, err
+    assert error_line(err, "report"), err
     assert "Traceback" not in err
 
 
@@ -213,9 +212,8 @@ def test_module_entry_point_in_a_subprocess(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     # (The wording is pinned by test_missing_results_file.)
-    assert proc.stderr.startswith("stepbench report: error: ")
+    assert error_line(proc.stderr, "report")
     assert names(proc.stderr, f"'{tmp_path / 'x.jsonl'}'", "*.jsonl")
-    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 # ---------------------------------------------------------------- output paths

@@ -20,7 +20,7 @@ import textwrap
 import pytest
 
 from conftest import SETUP_FAULT_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
-from says import names
+from says import error_line, names
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]   # every test here runs Slurm jobs
 
@@ -163,9 +163,8 @@ def test_an_unknown_gres_type_is_refused_before_anything_runs(slurm_cluster, tmp
                      "--out", out, timeout=120)
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("stepbench run: error: ") and names(line, "--gpu-type a100",
-                                                               "partition main", "h100",
-                                                               "drop --gpu-type")
+    assert error_line(line, "run") and names(line, "--gpu-type a100", "partition main", "h100",
+                                             "drop --gpu-type")
     assert not out.exists() or out.read_text() == ""        # nothing ran, nothing written
     assert slurm_cluster.jobs() == []
 
