@@ -113,9 +113,10 @@ def test_ddp_and_fsdp2_jobs_of_two_gloo_processes_give_one_record_each(tmp_path,
 
     assert main(["report", str(out), "--format", "markdown"]) == 0
     text = capsys.readouterr().out
-    assert any("fsdp2 x2" in row and names(row[-1], "per 2 layers + root", "no reshard",
-                                           "explicit prefetch", "fp32 params", "bf16 compute",
-                                           "fp32 reduce", "optimizer on DTensors")
+    # the job's wrapping, in the cell after its processes'
+    assert any("fsdp2 x2" in row and names(row[row.index("fsdp2 x2") + 1], "per 2 layers + root",
+                                           "no reshard", "explicit prefetch", "fp32 params",
+                                           "bf16 compute", "fp32 reduce", "optimizer on DTensors")
                for row in table_rows(text))
     assert names(text, "eager+sdpa (bf16), 1 process", "1 run")
 
