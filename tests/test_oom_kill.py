@@ -16,6 +16,8 @@ from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
+from says import names
+
 pytestmark = pytest.mark.slow     # starts a setup's process
 
 LIMIT_BYTES = 1_000_000_000
@@ -116,10 +118,9 @@ def test_a_process_the_kernel_kills_for_memory_is_oom(tmp_path):
         executor.close()
         _remove(folder)
     assert record.status == "oom", record.error
-    assert record.error.startswith("killed by the kernel's out-of-memory killer (last phase: "), \
-        record.error
+    assert names(record.error, "out-of-memory killer", "last phase"), record.error
     # Said from the kernel's log where it can be read, else from an OOM-kill counter.
     if os.access("/dev/kmsg", os.R_OK):
-        assert "the kernel log says: " in record.error and "Killed process" in record.error
+        assert names(record.error, "kernel log", "Killed process"), record.error
     else:
         assert "oom_kill" in record.error

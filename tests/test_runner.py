@@ -81,8 +81,8 @@ def test_a_segfault_is_recorded_as_crashed_with_the_stderr_tail(tmp_path):
     records = run_plan(plan(), tmp_path / "r.jsonl", timeout_s=60, executor=scripted(SEGFAULT))
     crashed, ok = records
     assert crashed.status == "crashed"
-    # The golden of a crashed process's error, word for word.
-    assert crashed.error.startswith("killed by signal SIGSEGV (last phase: starting)")
+    # the signal, the phase (the crash's golden: below, from classify itself)
+    assert names(crashed.error.split(";")[0], "SIGSEGV", "starting")
     assert names(crashed.error, "about to crash")       # the process's own last words
     assert ok.status == "ok"
 
@@ -101,6 +101,20 @@ def test_classify_prefers_the_childs_own_verdict():
     assert classify(outcome, "warmup", 10) == ("oom", "OutOfMemoryError: x")
     outcome.timed_out = True
     assert classify(outcome, "warmup", 10)[0] == "timeout"
+
+
+def test_the_parents_words_for_a_timeout_an_oom_kill_and_a_crash():
+    """The goldens of the errors the parent writes where the process gave no result, word for
+    word (the real processes: the slow tests here, test_oom_kill.py, conftest's cluster check)."""
+    assert classify(Outcome(timed_out=True), "warmup", 1) == ("timeout", (
+        "no result after 1 s (last phase: warmup); the process group was killed; raise "
+        "--timeout if it needs longer"))
+    killed = Outcome(returncode=-9, oom_killed="the kernel log says: Killed process 42 (python)")
+    assert classify(killed, "first_step", 60) == ("oom", (
+        "killed by the kernel's out-of-memory killer (last phase: first_step; the kernel log "
+        "says: Killed process 42 (python))"))
+    assert classify(Outcome(returncode=3), "building", 60) == ("crashed", (
+        "exited with code 3 and no result (last phase: building); it wrote nothing to stderr"))
 
 
 def test_exceptions_are_classified():
