@@ -83,7 +83,7 @@ def test_dates():
         "2026-11-30 10:15-10:17 UTC"
     assert meta.dates("2026-11-30T12:15:00+02:00", "2026-11-30T10:15:00") == \
         "2026-11-30 10:15 UTC"
-    assert meta.dates(None, None) == "start times not recorded"
+    assert meta.dates(None, None) == "start times not recorded"          # golden
 
 
 def test_json_writes_a_diverged_loss_as_null(capsys, tmp_path):

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC
+from says import lines_naming
 from stepbench.errors import UserError
 from stepbench.execute import bundle as carry
 from stepbench.execute.hosts import hostprep
@@ -216,7 +217,7 @@ def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path):
     assert proc.returncode == 0, proc.stderr
     record = _ok(json.loads(proc.stdout), "server")
     assert record["host"] == "alpha"
-    assert "alpha: carries ../proj (2 files" in proc.stderr
+    assert lines_naming(proc.stderr, "alpha:", "../proj", "2 files")
     [unpacked] = (tmp_path / "remote" / "workloads").iterdir()
     assert (unpacked / "proj" / "nets" / "helper.py").exists()
 
@@ -244,7 +245,7 @@ def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path
         assert proc.returncode == 0, proc.stderr
         record = _ok(json.loads(proc.stdout))
         assert record["host"] == "runcrate:L40S" and api.live() == []
-        assert "runcrate:L40S: carries ../proj/nets/mlp.py (1 file" in proc.stderr
+        assert lines_naming(proc.stderr, "runcrate:L40S:", "../proj/nets/mlp.py", "1 file")
     finally:
         api.stop()
 
@@ -260,7 +261,7 @@ def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster,
     assert proc.returncode == 0, proc.stderr
     record = _ok(json.loads(proc.stdout), "server")
     assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
-    assert "each Ray job carries ../proj (2 files" in proc.stderr
+    assert lines_naming(proc.stderr, "Ray job", "../proj", "2 files")
 
 
 @pytest.mark.slow
