@@ -21,7 +21,7 @@ from stepbench.setup import Setup
 
 from conftest import SRC
 
-from says import names
+from says import error_line, names
 
 ENV = dict(os.environ,
            PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
@@ -112,6 +112,7 @@ def test_a_write_past_the_file_size_limit_leaves_the_file_as_it_was(tmp_path):
     assert len(line_of(a_record(9))) > 600
     proc = python(APPEND_PAST_LIMIT, out, limit_bytes)
     assert proc.returncode == 0, proc.stderr
+    # The golden of a failed append, word for word.
     assert proc.stdout.strip() == (
         f"cannot append to {out}: File too large (the file is as it was before this record; raise "
         "the file size limit (ulimit -f) or pass another --out and run the same command again "
@@ -177,9 +178,8 @@ def test_a_full_disk_leaves_every_earlier_record_intact(tmp_path, small_tmpfs):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert 5 < result["appended"] < 1000       # the disk filled up, after some records
-    assert result["message"] == (
-        f"cannot append to {out}: No space left on device (the file is as it was before this "
-        "record; free space on its disk and run the same command again to resume)")
+    # the file, the system's reason, what to do and that the same command resumes
+    assert names(result["message"], str(out), "No space left on device", "free space", "resume")
     kept = copy.read_bytes()
     assert kept.endswith(b"\n")
     lines = kept.decode().splitlines()
@@ -327,10 +327,9 @@ def test_a_run_whose_results_file_cannot_take_a_record_stops_with_one_line(tmp_p
         pytest.fail("the run went on after its results file failed (batch 2 sleeps 120 s)")
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines()[-1] == (
-        f"stepbench run: error: cannot append to {out}: File too large (the file is as it was "
-        "before this record; raise the file size limit (ulimit -f) or pass another --out and run "
-        "the same command again to resume)")
+    last = proc.stderr.splitlines()[-1]
+    assert error_line(last, "run") and names(last, str(out), "File too large", "ulimit -f",
+                                             "--out", "resume")
     assert out.read_bytes() == before
     started = [json.loads(line) for line in log.read_text().splitlines()]
     assert 4 in [batch for batch, _ in started] and 1 not in [batch for batch, _ in started]
