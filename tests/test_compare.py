@@ -9,6 +9,7 @@ import copy
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,8 @@ def test_a_slower_setup_outside_the_noise_and_an_unchanged_one(capsys, tmp_path)
     assert slower["tokens_per_s_ratio_ci"] == pytest.approx([1 / high, 1 / low])
     assert slower["method"] == "processes"
     assert same["verdict"] == "noise" and names(same["verdict_text"], "p = ")
+    # The golden of a row within the noise, word for word but its p-value.
+    assert re.fullmatch(r"within the noise, p = \d\.\d\d", same["verdict_text"])
     [verdict] = [f["text"] for f in doc["findings"] if f["kind"] == "verdict"]
     # The golden of compare's verdict line, word for word.
     assert verdict == ("after against before, setup by setup: 1 of 2 setups slower outside the "
