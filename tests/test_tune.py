@@ -889,3 +889,22 @@ def test_a_reference_that_fails_with_an_error_ends_the_search_in_one_line(tmp_pa
     assert [(t.stage, t.record.status) for t in result.tried] == [("ladder", "error")]
     assert result.winner is None
     assert any("nothing else was measured" in text for text in result.skipped)
+
+
+def test_the_verdict_compares_no_disturbed_measurement():
+    # Issue 37: a runner-up or reference whose timed steps were disturbed (‡) gets no ratio in
+    # the verdict; it is named with the mark and its tokens/s as measured.
+    from stepbench.report.tune import verdict
+    from stepbench.search.tune import TuneResult
+
+    calm = TuneResult.from_dict(json.loads(STORED.read_text()))
+    calm_text = " ".join(verdict(calm))
+    assert names(calm_text, "the winner is", "x the tokens/s of")
+    data = json.loads(STORED.read_text())
+    data["runner_up"]["noise_flags"] = ["busy_cpu"]
+    data["reference"]["noise_flags"] = ["busy_cpu"]
+    lines = verdict(TuneResult.from_dict(data))
+    runner_up = next(line for line in lines if line.startswith("Runner-up"))
+    assert names(runner_up, "not compared", "‡") and "the winner is" not in runner_up
+    against_reference = next(line for line in lines if "the loss guard's reference" in line)
+    assert names(against_reference, "not compared", "‡") and "x the tokens/s" not in against_reference
