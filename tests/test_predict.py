@@ -47,6 +47,28 @@ def test_each_class_scales_by_what_bounds_it():
     assert floored.step_ms == pytest.approx(1.0 + 9.0 * 4800 / 2000)
 
 
+def test_tensor_classes_scale_by_measured_matmul_rates_where_the_target_has_one():
+    h200, rtx = gpus.lookup("H200"), gpus.lookup("RTX 5090")
+    published = rtx.measured["bf16_matmul_tflops"]
+    assert "https://" in rtx.measured_sources["bf16_matmul_tflops"]
+    classes = {"matmul": 10.0, "attention": 4.0, "elementwise": 6.0}
+    rated = model.predict(step(classes, 20.0, matmul_tflops_measured=800.0), h200, rtx)
+    assert rated.classes_ms["matmul"] == pytest.approx(10.0 * 800.0 / published)
+    assert rated.classes_ms["attention"] == pytest.approx(4.0 * 800.0 / published)
+    # Memory-bound classes are untouched by it.
+    plain = model.predict(step(classes, 20.0), h200, rtx)
+    assert rated.classes_ms["elementwise"] == plain.classes_ms["elementwise"]
+    # Without the source's own measured rate, or without a published one for the target, or
+    # for fp8 products: the datasheet peaks.
+    assert plain.classes_ms["matmul"] == pytest.approx(10.0 * 989.4 / 209.5)
+    pcie = model.predict(step(classes, 20.0, matmul_tflops_measured=800.0), h200,
+                         gpus.lookup("H100 PCIe"))
+    assert pcie.classes_ms["matmul"] == pytest.approx(10.0 * 989.4 / 756.5)
+    fp8 = model.predict(step({"matmul": 10.0}, 10.0, dtype="float8",
+                             matmul_tflops_measured=800.0), h200, rtx)
+    assert fp8.classes_ms["matmul"] == pytest.approx(10.0 * 1978.9 / 419.0)
+
+
 def test_host_bound_time_scales_by_nothing():
     h200, b200 = gpus.lookup("H200"), gpus.lookup("B200")
     # The GPU busy 50 of 100 ms: the host needs 100 ms a step, on a faster GPU too.
