@@ -69,6 +69,16 @@ def test_tensor_classes_scale_by_measured_matmul_rates_where_the_target_has_one(
     assert fp8.classes_ms["matmul"] == pytest.approx(10.0 * 1978.9 / 419.0)
 
 
+def test_notes_name_the_measured_rates_and_what_compiled_code_cannot_tell(capsys):
+    out = run_json(capsys, "--gpu", "RTX 5090,L40S")
+    rate = [n for n in out["notes"] if "measured bf16 matmul rates" in n]
+    # Only the GPU with a published rate; the source's rate and the target's, the citation.
+    assert len(rate) == 1 and names(rate[0], "NVIDIA GeForce RTX 5090", "793.2", "224.3",
+                                    "main-horse")
+    compiled = [n for n in out["notes"] if n.startswith("Compiled setups")]
+    assert len(compiled) == 1 and names(compiled[0], "2.11.0", "H100 PCIe", "2.8")
+
+
 def test_host_bound_time_scales_by_nothing():
     h200, b200 = gpus.lookup("H200"), gpus.lookup("B200")
     # The GPU busy 50 of 100 ms: the host needs 100 ms a step, on a faster GPU too.

@@ -46,6 +46,7 @@ class Measured:
     # The source GPU's matmul rate in the setup's dtype as measured in its run (the record's
     # peak_tflops_measured, median over the processes), TFLOP/s; None without one.
     matmul_tflops_measured: float | None = None
+    mode: str | None = None              # eager or compile (the setup's mode axis)
 
     @property
     def idle_ms(self) -> float | None:
@@ -137,7 +138,7 @@ def _combine(items) -> Measured:
         peak_reserved_gb=max(reserved) if reserved else None,
         classes_ms=classes, busy_ms=busy, kernel_floor_ms=floor, class_kernels=counts,
         repeats=len(records), memory_kernels=memory_bins, gemms=gemms,
-        matmul_tflops_measured=statistics.median(rates) if rates else None)
+        matmul_tflops_measured=statistics.median(rates) if rates else None, mode=setup.mode)
 
 
 def _median_of(dicts: list[dict]) -> dict:
