@@ -67,6 +67,10 @@ def test_tensor_classes_scale_by_measured_matmul_rates_where_the_target_has_one(
     fp8 = model.predict(step({"matmul": 10.0}, 10.0, dtype="float8",
                              matmul_tflops_measured=800.0), h200, rtx)
     assert fp8.classes_ms["matmul"] == pytest.approx(10.0 * 1978.9 / 419.0)
+    # A step measured on the card itself keeps its time there.
+    itself = model.predict(step(classes, 20.0, gpu=rtx.name, matmul_tflops_measured=230.0),
+                           rtx, rtx)
+    assert itself.classes_ms["matmul"] == pytest.approx(10.0)
 
 
 def test_notes_name_the_measured_rates_and_what_compiled_code_cannot_tell(capsys):

@@ -121,8 +121,9 @@ CSV_KEYS = ["gpu", "setup", "predicted", "step_ms", "step_ms_low", "step_ms_high
 
 def measured_rates(step: Measured, target: Gpu) -> tuple[float, float] | None:
     """The source's matmul rate measured in its run and the target's published one
-    (gpus.toml `measured`), for a step whose matrix products run in bf16; else None."""
-    if MATMUL_DTYPE.get(step.dtype) != "bf16":
+    (gpus.toml `measured`), for a step whose matrix products run in bf16; else None (and on
+    the GPU it was measured on, whose own figures scale by 1)."""
+    if MATMUL_DTYPE.get(step.dtype) != "bf16" or step.gpu == target.name:
         return None
     src, tgt = step.matmul_tflops_measured, target.measured.get("bf16_matmul_tflops")
     return (src, tgt) if src and tgt else None
