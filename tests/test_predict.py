@@ -61,8 +61,8 @@ def test_tensor_classes_scale_by_measured_matmul_rates_where_the_target_has_one(
     # Without the source's own measured rate, or without a published one for the target, or
     # for fp8 products: the datasheet peaks.
     assert plain.classes_ms["matmul"] == pytest.approx(10.0 * 989.4 / 209.5)
-    pcie = model.predict(step(classes, 20.0, matmul_tflops_measured=800.0), h200,
-                         gpus.lookup("H100 PCIe"))
+    unmeasured = gpus.Gpu("X", specs=dict(gpus.lookup("H100 PCIe").specs))
+    pcie = model.predict(step(classes, 20.0, matmul_tflops_measured=800.0), h200, unmeasured)
     assert pcie.classes_ms["matmul"] == pytest.approx(10.0 * 989.4 / 756.5)
     fp8 = model.predict(step({"matmul": 10.0}, 10.0, dtype="float8",
                              matmul_tflops_measured=800.0), h200, rtx)
@@ -76,9 +76,10 @@ def test_tensor_classes_scale_by_measured_matmul_rates_where_the_target_has_one(
 def test_notes_name_the_measured_rates_and_what_compiled_code_cannot_tell(capsys):
     out = run_json(capsys, "--gpu", "RTX 5090,L40S")
     rate = [n for n in out["notes"] if "measured bf16 matmul rates" in n]
-    # Only the GPU with a published rate; the source's rate and the target's, the citation.
-    assert len(rate) == 1 and names(rate[0], "NVIDIA GeForce RTX 5090", "793.2", "224.3",
-                                    "main-horse")
+    # One line per target: the source's rate, the target's, the citation.
+    assert len(rate) == 2
+    assert names(rate[0], "NVIDIA GeForce RTX 5090", "793.2", "239.1", "zzc0721")
+    assert names(rate[1], "NVIDIA L40S", "793.2", "zzc0721")
     compiled = [n for n in out["notes"] if n.startswith("Compiled setups")]
     assert len(compiled) == 1 and names(compiled[0], "2.11.0", "H100 PCIe", "2.8")
 
