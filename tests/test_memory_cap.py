@@ -129,3 +129,25 @@ def test_a_capped_tiny_setup_ends_the_same_in_every_process(tmp_path):
         assert all(c["limit_gb"] == float(cap) for c in caps)
     assert outcomes == {("0.02", "server"): ["oom"] * 5, ("0.02", "fresh"): ["oom"] * 3,
                         ("0.3", "server"): ["ok"] * 5}
+
+
+def test_a_refused_allocation_in_a_native_library_is_oom_under_a_cpu_cap():
+    """Where the cap refused oneDNN's allocation rather than torch's: its RuntimeError, or a
+    SIGSEGV after the imports, is oom under a CPU cap, and stays error or crashed without one
+    (or before the cap applied, in the imports)."""
+    import signal
+
+    from stepbench.execute.protocol import Outcome
+    from stepbench.execute.runner import classify
+    from stepbench.measure.worker import classify_exception
+
+    primitive = RuntimeError("could not create a primitive")
+    assert classify_exception(primitive, capped=True)[0] == "oom"
+    assert classify_exception(primitive)[0] == "error"
+    segv = Outcome(returncode=-signal.SIGSEGV)
+    status, error = classify(segv, "first_step", 60, capped_cpu=True)
+    assert status == "oom" and "SIGSEGV" in error and "--memory-limit-gb" in error
+    assert classify(segv, "first_step", 60)[0] == "crashed"
+    assert classify(segv, "starting", 60, capped_cpu=True)[0] == "crashed"
+    killed = Outcome(returncode=-signal.SIGKILL)
+    assert classify(killed, "first_step", 60, capped_cpu=True)[0] == "crashed"
