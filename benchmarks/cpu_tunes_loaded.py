@@ -6,9 +6,10 @@ json`, each with a fresh --out) beside a process that keeps one core busy (a Pyt
 before the first tune and stopped after the last), then checks each tune:
 
 - the winner's tokens/s against its reference's (the loss guard's eager reference at the
-  winner's batch, the JSON's `reference`) and against every setup the tune measured (`tried`,
-  status ok): `below_reference` / `below_best` where the winner is more than 1% slower (the
-  tune's own tolerance when it names a winner, search/tune/finals.py);
+  winner's batch, the JSON's `reference`) and against every setup the tune measured (`tried`),
+  each setup's the mean over its processes that ran: `below_reference` / `below_best` where
+  the winner is more than 1% slower (the tune's own tolerance when it names a winner,
+  search/tune/finals.py);
 - `stepbench report TUNE.jsonl --format json`: every finding whose text names a `‡` row, but
   those that list what was not compared (kind `untested`);
 - `stepbench compare` of each tune's file against the one before: every verdict other than
@@ -78,12 +79,24 @@ def flags(record: dict | None) -> list[str]:
     return list((record or {}).get("noise_flags") or [])
 
 
+def identity(record: dict) -> str:
+    return json.dumps({k: v for k, v in record["setup"].items() if k != "name"}, sort_keys=True)
+
+
 def check_tune(out: Path, k: int) -> dict:
+    """One tune's check. A setup's figure is the mean tokens/s of its processes that ran, as
+    the tune names its winner (search/tune/finals.py `ranked`)."""
     tune = json.loads((out / f"tune-{k}.json").read_text())
     winner, reference = tune.get("winner"), tune.get("reference")
-    mine, ref = tokens(winner), tokens(reference)
-    measured = [r for r in tune.get("tried", []) if tokens(r)]
-    best = max(measured, key=tokens, default=None)
+    means: dict[str, list] = {}
+    for r in tune.get("tried", []):
+        if tokens(r):
+            means.setdefault(identity(r), []).append(r)
+    mean = {key: sum(map(tokens, rs)) / len(rs) for key, rs in means.items()}
+    mine = mean.get(identity(winner)) if winner else None
+    ref = mean.get(identity(reference)) if reference else None
+    measured = [rs[0] for rs in means.values()]
+    best = max(measured, key=lambda r: mean[identity(r)], default=None)
     with open(out / f"report-{k}.json", "w") as so:
         stepbench("report", str(out / f"tune-{k}.jsonl"), "--format", "json", stdout=so,
                   stderr=subprocess.DEVNULL)
@@ -110,10 +123,11 @@ def check_tune(out: Path, k: int) -> dict:
             "winner_flags": flags(winner),
             "reference": name(reference) if reference else None, "reference_tokens_per_s": ref,
             "best_measured": name(best) if best else None,
-            "best_tokens_per_s": tokens(best), "measured_ok": len(measured),
+            "best_tokens_per_s": mean[identity(best)] if best else None,
+            "measured_ok": sum(map(len, means.values())),
             "busy_cpu_records": sum("busy_cpu" in flags(r) for r in tune.get("tried", [])),
             "below_reference": bool(mine and ref and mine < ref * (1 - TOLERANCE)),
-            "below_best": bool(mine and best and mine < tokens(best) * (1 - TOLERANCE)),
+            "below_best": bool(mine and best and mine < mean[identity(best)] * (1 - TOLERANCE)),
             "no_winner": winner is None, "spent_s": tune.get("spent_s"),
             "findings_on_marked_rows": marked, "verdicts_on_disturbed_rows": verdicts}
 
@@ -121,7 +135,7 @@ def check_tune(out: Path, k: int) -> dict:
 def check(out: Path) -> list[dict]:
     rows = []
     k = 1
-    while (out / f"tune-{k}.json").exists():
+    while (out / f"tune-{k}.json").exists() and (out / f"tune-{k}.json").stat().st_size:
         rows.append(check_tune(out, k))
         k += 1
     (out / "check.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
