@@ -114,7 +114,7 @@ def test_a_memory_limit_too_small_is_oom_and_flex_attention_on_cpu_is_unsupporte
     again = run_cli("run", *args, "--format", "markdown")
     assert again.returncode == 0, again.stderr
     # the status note says which memory the step did not fit: the cap, not the machine's
-    assert lines_naming(again.stdout, "OOM", "--memory-limit-gb")
+    assert lines_naming(again.stdout, "OOM", "--memory-limit-gb", "allocated memory")
 
 
 def test_processes_of_one_setup_on_a_busy_cpu_agree_on_peak_memory(tmp_path):

@@ -361,7 +361,9 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     measured.setdefault("phase", outcome.progress.get("phase", "starting"))
     if measured.get("phases") is not None and outcome.exit_s is not None:
         measured["phases"] = {**measured["phases"], "exit": round(outcome.exit_s, 3)}
-    status, error = classify(outcome, measured["phase"], timeout_s)
+    status, error = classify(outcome, measured["phase"], timeout_s,
+                             capped_cpu=job.setup.device == "cpu"
+                             and job.setup.memory_limit_gb is not None)
     start = outcome.start or {}
     machine = Machine.from_dict(start.get("machine") or {"gpu": gpu or "unknown GPU"})
     software = Software.from_dict(start.get("software"))
@@ -397,8 +399,15 @@ def scaling_against(scaling: dict, baseline: Record) -> dict:
                          "started_at": baseline.started_at}}
 
 
-def classify(outcome: Outcome, phase: str, timeout_s: float) -> tuple[str, str | None]:
-    """Status from the clock, the child's own verdict, or its exit."""
+# A native library that dereferences the null its refused allocation returned (oneDNN's
+# primitives in a process forked by the server did): under a CPU memory cap, an oom.
+CAPPED_OOM_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
+
+
+def classify(outcome: Outcome, phase: str, timeout_s: float,
+             capped_cpu: bool = False) -> tuple[str, str | None]:
+    """Status from the clock, the child's own verdict, or its exit; `capped_cpu`: a CPU setup
+    under --memory-limit-gb, whose death by a memory fault after its imports is an oom."""
     detail = f"; {outcome.detail}" if outcome.detail else ""
     if outcome.timed_out:
         return "timeout", (f"no result after {timeout_s:g} s (last phase: {phase}); the process "
@@ -418,6 +427,9 @@ def classify(outcome: Outcome, phase: str, timeout_s: float) -> tuple[str, str |
         how = f"exited with code {rc} and no result"
     said = (f"stderr ends with:\n{outcome.stderr_tail}" if outcome.stderr_tail
             else "it wrote nothing to stderr")
+    if capped_cpu and rc is not None and -rc in CAPPED_OOM_SIGNALS and phase != "starting":
+        return "oom", (f"{how} under its --memory-limit-gb cap (last phase: {phase}): a native "
+                       f"library's allocation the cap refused{detail}; {said}")
     return "crashed", f"{how} (last phase: {phase}){detail}; {said}"
 
 

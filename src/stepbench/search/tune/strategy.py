@@ -169,6 +169,8 @@ class Tuner:
         record = next((r for r in records if r.repeat == repeat), None)
         if record is None:          # stopped before a record was kept
             raise KeyboardInterrupt("stopped")
+        if record.status == "timeout" and timeout < self.timeout_s:
+            self.seen.shortened.add(id(record))
         self.use(record, stage)
         return record
 
