@@ -4,6 +4,8 @@ pinned once, in its golden test (test_cli_errors.py's GOLDEN, test_report_wordin
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from stepbench.cli import build_parser
@@ -47,3 +49,9 @@ def error_line(text: str, command: str) -> bool:
     """Whether `text` is one line that reads as a user error of `stepbench COMMAND`: the
     command's name, then "error: " (cli/base.py's format), and no more lines."""
     return len(text.strip().splitlines()) == 1 and text.startswith(f"stepbench {command}: error: ")
+
+
+def process_lines(text: str) -> list[str]:
+    """The progress lines of `text` that name one process by its number: `[3/8] eager+sdpa
+    ...`, `alpha: [1/2] ...`, `[search 1/2, probe 3] ...`."""
+    return [line for line in text.splitlines() if re.search(r"\[[^\]]*\d\] \S", line)]
