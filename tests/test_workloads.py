@@ -187,6 +187,44 @@ def test_checkpointing_wraps_the_blocks_and_trains_the_same_model():
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
 
 
+def flop_fields(setup, count=True) -> dict:
+    """The FLOP fields a setup's process would record, built and counted in this process."""
+    import torch
+
+    from stepbench.measure import step
+
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    return work.flop_fields(setup, 100.0, None, count=count)
+
+
+def test_a_factorys_flop_count_is_cached_for_its_code_and_setup(mlp, tmp_path, monkeypatch):
+    from stepbench.measure import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    path = tmp_path / "cache" / "factory_flops.json"
+    eager, compiled, wide, _ = plan(model=f"{mlp}:make", param=["width=4,8"],
+                                    modes="eager,compile")
+    assert "flops_per_step" not in flop_fields(eager, count=False)   # a probe counts nothing
+    first = flop_fields(eager)
+    counted = first["flops_per_step"]
+    assert counted > 0 and first["flops_source"] == "flop_counter"
+    data = json.loads(path.read_text())
+    data["entries"][0]["value"] = 12345.0          # a value no count gives: read, not counted
+    path.write_text(json.dumps(data))
+    for setup, count in ((eager, True), (compiled, True), (eager, False)):
+        assert flop_fields(setup, count)["flops_per_step"] == 12345.0
+    assert flop_fields(wide)["flops_per_step"] > counted    # another parameter: counted
+    # The file changed since it was imported: counted, and not stored under either content.
+    mlp.write_text(MLP + "\n# changed\n")
+    assert flop_fields(eager)["flops_per_step"] == counted
+    assert len(json.loads(path.read_text())["entries"]) == 2
+    # Imported again (a new process): another key, counted and stored.
+    for name in [n for n, m in sys.modules.items() if getattr(m, "__file__", None) == str(mlp)]:
+        del sys.modules[name]
+    assert flop_fields(eager)["flops_per_step"] == counted
+    assert len(json.loads(path.read_text())["entries"]) == 3
+
+
 def test_a_model_without_a_repeated_block_cannot_be_checkpointed(mlp):
     import torch
 
@@ -224,13 +262,25 @@ def test_the_resnet_example_runs_and_counts_images(tmp_path):
 
 @pytest.mark.slow
 def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
+    import torch
+
     from stepbench import api
+    from stepbench.measure import step
+    from stepbench.workload import flopcache
 
     out = tmp_path / "api.jsonl"
+    # The FLOP cache across processes: batch 2's count stored by this process (a value no count
+    # gives) is what its setup's process reads; batch 3's is another key, counted there.
+    setup = plan(model=f"{mlp}:make", modes="eager", batch="2", warmup="1", steps="2",
+                 param=["width=4"])[0]
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    flopcache._cache().put(flopcache.key(setup, work.factory, work.work, work.inputs), 12345.0)
     results = api.run(model=f"{mlp}:make", device="cpu", modes=["eager"], batch=[2, 3],
                             warmup=1, steps=2, repeats=1, param={"width": 4}, out=out)
     assert [(r["status"], r["setup"]["batch"], r["units"]) for r in results] == [
         ("ok", 2, "samples"), ("ok", 3, "samples")]
+    assert results[0]["flops_per_step"] == 12345.0
+    assert results[1]["flops_per_step"] not in (None, 12345.0)
     assert len(out.read_text().splitlines()) == 2
     frame = results.frame()
     assert list(frame["setup.params"]) == ["width=4"] * 2
