@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from says import names
 from stepbench.errors import UserError
 from stepbench.measure.models import check_models
 from stepbench.settings import RunSettings
@@ -396,13 +397,29 @@ def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
     text = render(run_document([failed]), "table")
     assert "eager error: ValueError: the factory says no" in text
     assert "stderr tail" not in text
+    # Nothing ran: the rate column still counts a factory's unit (its default), not tokens.
+    assert "Samples/s" in text and "Tokens/s" not in text
 
 
 def test_tunes_table_counts_a_factorys_own_unit():
     from stepbench.record import ResultsFile
-    from stepbench.report.tune import tried_table
+    from stepbench.report.tune import ladder_text, tried_table
 
     records = ResultsFile(MLP_RECORDS).read()
     table = tried_table([("ladder", r) for r in records])
     assert "Samples/s" in table.columns and "Tokens/s" not in table.columns
     assert [row[1] for row in table.cells] == ["eager (width=16)", "eager (width=32)"]
+    ladder = {"batches": [4, 8], "tokens_per_s": [100, 180], "saturating_batch": 8,
+              "stopped": "the budget", "gb_per_sequence": 0.01}
+    assert names(ladder_text(ladder, "samples"), "4 (100 samples/s)", "GB a sample")
+    assert "tokens" not in ladder_text(ladder, "samples")
+
+
+def test_compare_counts_a_factorys_own_unit(capsys, tmp_path):
+    from stepbench.cli import main
+
+    after = tmp_path / "after.jsonl"
+    after.write_text(MLP_RECORDS.read_text())
+    assert main(["compare", str(MLP_RECORDS), str(after)]) == 0
+    text = capsys.readouterr().out
+    assert "Samples/s ratio" in text and "Tokens/s" not in text

@@ -5,6 +5,7 @@ report and `stepbench run`'s end-of-run table share them (report/document.py).
 
 from __future__ import annotations
 from stepbench.errors import first_line
+from stepbench.workload.spec import is_factory
 from stepbench.report import table
 from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, MEMORY_FLAG, MEMORY_MARK,
                                     NOISE_MARKS, mark_notes, noise_marks)
@@ -68,6 +69,11 @@ def unit_headers(columns: list[str], rows: list[Row]) -> list[str]:
     counts the same one ("Images/s", "M images per $"); tokens stay tokens, and rows of several
     units keep the token headers (their records say each row's unit)."""
     units = {r.units for row in rows for r in row.records if r.ok}
+    if not units:
+        # Nothing ran: the unit a failed record names, else a factory's default, samples.
+        records = [r for row in rows for r in row.records]
+        units = {r.units or ("samples" if is_factory(r.setup.model) else "tokens")
+                 for r in records}
     if len(units) != 1 or None in units or units == {"tokens"}:
         return list(columns)
     unit = units.pop()

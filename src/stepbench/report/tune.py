@@ -119,18 +119,25 @@ def verdict(result: TuneResult) -> list[str]:
         out += _ratios(result)
         out.append(f"Reproduce: {result.command}")
     if result.ladder and result.ladder.get("batches"):
-        out.append(ladder_text(result.ladder))
+        out.append(ladder_text(result.ladder, unit_of(result)))
     out += result.skipped
     out.append(f"Budget {duration(result.budget_s, exact=True)}, spent "
                f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurements.")
     return out
 
 
-def ladder_text(ladder: dict) -> str:
-    """The reference ladder in a sentence."""
-    rungs = ", ".join(f"{b} ({t:,} tokens/s)" for b, t in zip(ladder["batches"],
-                                                            ladder["tokens_per_s"]))
-    memory = (f"; about {ladder['gb_per_sequence']:.2g} GB a sequence"
+def unit_of(result: TuneResult) -> str:
+    """What the tune's throughput counts: the records' own unit ("images"), else tokens."""
+    return next((t.record.units for t in result.tried if t.record.units), "tokens")
+
+
+def ladder_text(ladder: dict, unit: str = "tokens") -> str:
+    """The reference ladder in a sentence, counting `unit`."""
+    rungs = ", ".join(f"{b} ({t:,} {unit}/s)" for b, t in zip(ladder["batches"],
+                                                             ladder["tokens_per_s"]))
+    # One batch element: a sequence of tokens, else one of the workload's samples.
+    element = "sequence" if unit == "tokens" else "sample"
+    memory = (f"; about {ladder['gb_per_sequence']:.2g} GB a {element}"
               if ladder.get("gb_per_sequence") else "")
     return (f"Reference ladder (the loss guard's eager reference, measured in full) at batch "
             f"{rungs}: saturates at batch {ladder['saturating_batch']}, where it stopped "
@@ -206,8 +213,8 @@ def _against(result: TuneResult, a: Record, b: Record) -> str:
 
     test = stats.compare_records(runs(a), runs(b), per_token=True)
     if test is not None and test.significant is False:
-        return f"the tokens/s, within the noise (p = {test.p_value:.2f}),"
-    return f"{a.tokens_per_s / b.tokens_per_s:.2f}x the tokens/s"
+        return f"the {unit_of(result)}/s, within the noise (p = {test.p_value:.2f}),"
+    return f"{a.tokens_per_s / b.tokens_per_s:.2f}x the {unit_of(result)}/s"
 
 
 def peak(record: Record) -> str:

@@ -76,6 +76,12 @@ class Measurements:
         rates = [rate(r) for r in self.processes(setup) if r.ok]
         return statistics.fmean(rates) if rates else 0.0
 
+    @property
+    def unit(self) -> str:
+        """What the measured setups' throughput counts: a factory's own unit ("images"), else
+        "tokens"."""
+        return next((r.units for r in self.records() if r.units), "tokens")
+
     def mean_tokens(self, setup: Setup) -> float:
         return statistics.fmean(r.tokens_per_s for r in self.processes(setup))
 
