@@ -423,3 +423,23 @@ def test_compare_counts_a_factorys_own_unit(capsys, tmp_path):
     assert main(["compare", str(MLP_RECORDS), str(after)]) == 0
     text = capsys.readouterr().out
     assert "Samples/s ratio" in text and "Tokens/s" not in text
+
+
+def test_findings_on_a_factory_name_no_attention_and_count_its_unit(tmp_path, capsys):
+    # A compiled twin of a real record (step time halved): the findings on an MLP speak of
+    # torch.compile, not of "sdpa attention" it does not have, and of samples, not tokens.
+    from stepbench.cli import main
+
+    eager = json.loads(MLP_RECORDS.read_text().splitlines()[0])
+    compiled = json.loads(json.dumps(eager))
+    compiled["setup"].update(name="compile", mode="compile")
+    compiled["step_times_ms"] = [t / 2 for t in eager["step_times_ms"]]
+    for field in ("step_ms", "step_ms_median", "step_ms_min", "step_ms_max"):
+        compiled[field] = eager[field] / 2
+    compiled["tokens_per_s"] = eager["tokens_per_s"] * 2
+    path = tmp_path / "pair.jsonl"
+    path.write_text(json.dumps(eager) + "\n" + json.dumps(compiled) + "\n")
+    assert main(["report", str(path), "--format", "json"]) == 0
+    texts = [f["text"] for f in json.loads(capsys.readouterr().out)["findings"]]
+    assert texts and not any("attention" in t or "tokens" in t for t in texts), texts
+    assert any("samples per dollar" in t for t in texts), texts   # its steps were disturbed
