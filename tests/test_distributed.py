@@ -295,6 +295,19 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
     assert ddp["scaling"]["wrapping"] == "DDP"
     # The Workload names its block (gpt.Block): one FSDP2 unit per block, then the root.
     assert fsdp2["scaling"]["wrapping"].startswith("per Block + root, reshard")
+    # A factory that names no block, compiled: FSDP2 shards the root alone, compiled whole.
+    (tmp_path / "mlp.py").write_text(MLP)
+    proc = run_cli("run", "--model", f"{tmp_path / 'mlp.py'}:make", "--device", "cpu",
+                   "--batch", "4", "--precision", "fp32", "--modes", "compile", "--warmup", "1",
+                   "--steps", "2", "--repeats", "1", "--nproc", "2", "--parallel", "fsdp2",
+                   "--compile-cache", tmp_path / "inductor", "--out", tmp_path / "root.jsonl",
+                   "--format", "json", check_json=True)
+    (root,) = proc.records
+    assert root["status"] == "ok", proc.stderr
+    assert root["scaling"]["wrapping"].startswith("root alone (no block class named)")
+    first, second = root["ranks"]
+    assert first["loss_first"] == pytest.approx(second["loss_first"], rel=1e-5)
+    assert root["setup"]["mode"] == "compile" and root["compile"]["graphs"] >= 1
 
 
 MLP = """
