@@ -317,6 +317,22 @@ def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies
 
 
 @pytest.mark.slow
+def test_a_real_tune_measures_each_param_value_against_its_own_reference(mlp, tmp_path):
+    # Two widths: two models, each guarded against an eager run of its own width; the lines
+    # and the table count the factory's unit, samples.
+    proc = run_cli("tune", "--model", f"{mlp}:make", "--param", "width=4,64", "--device", "cpu",
+                   "--modes", "eager", "--optimizer", "fused", "--checkpointing", "off",
+                   "--repeats", "1", "--warmup", "1", "--steps", "2", "--budget", "40s",
+                   "--format", "json", "--out", tmp_path / "tune.jsonl", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    tried = {t["setup"]["params"] for t in result["tried"] if t["status"] == "ok"}
+    assert tried == {"width=4", "width=64"}, result["tried"]
+    assert result["winner"]["setup"]["params"] in tried
+    assert "tokens/s" not in proc.stderr and "samples/s" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_max_batch_grows_the_factorys_batch_size(mlp, tmp_path):
     proc = run_cli("run", "--model", f"{mlp}:make", "--device", "cpu", "--modes", "eager",
                    "--warmup", "1", "--steps", "3", "--repeats", "1", "--max-batch",
@@ -403,7 +419,7 @@ def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
 
 def test_tunes_table_counts_a_factorys_own_unit():
     from stepbench.record import ResultsFile
-    from stepbench.report.tune import ladder_text, tried_table
+    from stepbench.report.tune import gains_table, ladder_text, tried_table
 
     records = ResultsFile(MLP_RECORDS).read()
     table = tried_table([("ladder", r) for r in records])
@@ -413,6 +429,9 @@ def test_tunes_table_counts_a_factorys_own_unit():
               "stopped": "the budget", "gb_per_sequence": 0.01}
     assert names(ladder_text(ladder, "samples"), "4 (100 samples/s)", "GB a sample")
     assert "tokens" not in ladder_text(ladder, "samples")
+    gain = {"kind": "optimizer fused -> foreach", "smallest": 0.9, "largest": 1.1,
+            "source": "this machine"}
+    assert "multiply samples/s by" in gains_table([gain], "samples").notes[0]
 
 
 def test_compare_counts_a_factorys_own_unit(capsys, tmp_path):

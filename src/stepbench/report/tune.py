@@ -95,7 +95,7 @@ def tune_document(result: TuneResult) -> Document:
     tried.notes += verdict(result)
     first = entries[0][1] if entries else None
     tunes = [tune_dict(first, entries)] if first is not None else []
-    tables = [tried] + ([gains_table(result.gains)] if result.gains else [])
+    tables = [tried] + ([gains_table(result.gains, unit_of(result))] if result.gains else [])
     return Document("Tried", tables, tunes=tunes)
 
 
@@ -144,7 +144,7 @@ def ladder_text(ladder: dict, unit: str = "tokens") -> str:
             f"because {ladder['stopped']}{memory}.")
 
 
-GAINS_NOTE = ("What each change was taken to multiply tokens/s by, from the smallest to the "
+GAINS_NOTE = ("What each change was taken to multiply {unit}/s by, from the smallest to the "
               "largest ratio observed (this machine's records where they held one, else "
               "committed H200 results; the tune's JSON lists every observation and its file): "
               "a candidate whose largest gain could not beat the best so far was not measured.")
@@ -154,15 +154,15 @@ FOREIGN_NOTE = ("A gain measured on another machine class (\"orders only\") orde
                 "candidates and skipped none: measurements on this machine decide.")
 
 
-def gains_table(gains: list[dict]) -> Table:
+def gains_table(gains: list[dict], unit: str = "tokens") -> Table:
     """The gains the tune chose and pruned candidates by, each with where it came from; a
     gain of another machine class (`may_skip` false: an older tune's JSON lacks the key) is
     marked as one that only ordered the candidates."""
     cells = [[g["kind"], f"{g['smallest']:.2f}x", f"{g['largest']:.2f}x",
               source_kind(g["source"]) + ("" if g.get("may_skip", True) else
                                           ", another machine: orders only")] for g in gains]
-    notes = [GAINS_NOTE] + ([FOREIGN_NOTE] if any(not g.get("may_skip", True) for g in gains)
-                            else [])
+    foreign = any(not g.get("may_skip", True) for g in gains)
+    notes = [GAINS_NOTE.format(unit=unit)] + ([FOREIGN_NOTE] if foreign else [])
     return Table(["Change", "Smallest", "Largest", "From"], cells, "lrrl",
                  "Gains the tune went by", notes)
 
