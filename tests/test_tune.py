@@ -889,3 +889,17 @@ def test_a_reference_that_fails_with_an_error_ends_the_search_in_one_line(tmp_pa
     assert [(t.stage, t.record.status) for t in result.tried] == [("ladder", "error")]
     assert result.winner is None
     assert any("nothing else was measured" in text for text in result.skipped)
+
+
+def test_a_failed_compile_scope_blames_the_scope_not_compilation():
+    # A model without repeated blocks: compile/layer is unsupported, compiling whole is not.
+    from stepbench.search.tune.measured import Measurements
+
+    seen = Measurements(set())
+    eager = BASE.replace(batch=8)
+    layer = BASE.replace(mode="compile", compile_scope="layer")
+    seen.add("explore", Record(run_id="r", repeat=0, setup=layer, status="unsupported",
+                               error="Unsupported: no repeated block", machine=Machine(gpu="cpu")))
+    assert seen.failed_change(eager, BASE.replace(mode="compile", batch=8)) is None
+    why = seen.failed_change(eager, layer.replace(batch=8))
+    assert names(why, "compile", "unsupported", "compile/layer")
