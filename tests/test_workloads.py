@@ -394,6 +394,8 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     assert main(["report", str(MLP_RECORDS)]) == 0
     text = capsys.readouterr().out
     assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
+    # Its FLOPs are FlopCounterMode's count, not the transformers convention (no attention).
+    assert "FlopCounterMode counted one step" in text and "non-causal" not in text
     # A transformers model's rows count tokens.
     assert main(["report", str(MLP_RECORDS.parent / "h200-matrix.jsonl"), "--format", "json"]) == 0
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}

@@ -164,7 +164,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
-        notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
+        per_dollar = unit_headers(["M tokens per $"], rows)[0]
+        notes.append("No price for " + ", ".join(missing) + f": {per_dollar} is left blank.")
     rented = sorted({(r.gpu, r.price_source) for r in rows
                      if r.price_source not in (None, "given")})
     if rented:

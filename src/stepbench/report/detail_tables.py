@@ -31,6 +31,13 @@ def _flops_note(rows: list[Row]) -> str | None:
     if not counted:
         return None
     conventions = list(dict.fromkeys(r.flops_convention for r in counted if r.flops_convention))
+    sources = {r.flops_source for row in counted for r in row.records if r.ok}
+    if not conventions and sources and sources <= {"flop_counter", "workload"}:
+        # A user's factory: its FLOPs per step as it gave them, or as FlopCounterMode counted.
+        said = {"flop_counter": "as torch's FlopCounterMode counted one step (matrix products "
+                                "only)", "workload": "as the workload gave them (flops_per_step)"}
+        return "TFLOP/s and MFU count the FLOPs per step " + " or ".join(
+            said[s] for s in sorted(sources)) + "."
     note = ("TFLOP/s and MFU count the model's FLOPs "
             + ("as " + "; ".join(conventions) if conventions else "by a convention the records "
                "do not name") + ". Attention is counted non-causal, the full score matrix")
