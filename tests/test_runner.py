@@ -101,6 +101,9 @@ def test_classify_prefers_the_childs_own_verdict():
     assert classify(outcome, "warmup", 10) == ("oom", "OutOfMemoryError: x")
     outcome.timed_out = True
     assert classify(outcome, "warmup", 10)[0] == "timeout"
+    # A tune's timeout is what its budget has left: said in three digits.
+    assert names(classify(outcome, "warmup", 1.03071)[1], "after 1.03 s", "phase: warmup")
+    assert names(classify(outcome, "warmup", 1800)[1], "after 1800 s")
 
 
 def test_exceptions_are_classified():

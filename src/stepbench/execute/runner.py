@@ -401,7 +401,9 @@ def classify(outcome: Outcome, phase: str, timeout_s: float) -> tuple[str, str |
     """Status from the clock, the child's own verdict, or its exit."""
     detail = f"; {outcome.detail}" if outcome.detail else ""
     if outcome.timed_out:
-        return "timeout", (f"no result after {timeout_s:g} s (last phase: {phase}); the process "
+        # A tune's timeout is what its budget has left (1.03071 s): three digits, no exponent.
+        limit = f"{timeout_s:.3g}" if timeout_s < 100 else f"{timeout_s:.0f}"
+        return "timeout", (f"no result after {limit} s (last phase: {phase}); the process "
                            f"group was killed; raise --timeout if it needs longer{detail}")
     if outcome.result is not None:
         status, error = outcome.result.get("status", "error"), outcome.result.get("error")
