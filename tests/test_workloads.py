@@ -396,6 +396,14 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
     # Its FLOPs are FlopCounterMode's count, not the transformers convention (no attention).
     assert "FlopCounterMode counted one step" in text and "non-causal" not in text
+    # The plots' labels count its unit too.
+    from stepbench.report.plots import plot_captions
+    from stepbench.report.rows import build_rows
+    from stepbench.record import ResultsFile
+
+    captions = plot_captions(build_rows(ResultsFile(MLP_RECORDS).read(), {}))
+    assert captions["tokens_per_s"].startswith("Samples/s") and \
+        captions["tokens_per_dollar"].startswith("M samples per $")
     # A transformers model's rows count tokens.
     assert main(["report", str(MLP_RECORDS.parent / "h200-matrix.jsonl"), "--format", "json"]) == 0
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
