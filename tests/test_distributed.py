@@ -275,7 +275,8 @@ GPT = Path(__file__).resolve().parent.parent / "examples/gpt.py"
 
 
 @pytest.mark.slow
-def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process_model(tmp_path):
+def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process_model(tmp_path,
+                                                                                      capsys):
     # gpt.py draws its batch from a generator of its own: every rank trains the same batch, so
     # the averaged gradients are the single process's and so are the losses, step by step.
     tiny = ["--param", "n_layer=2", "--param", "n_embd=32", "--param", "n_head=2",
@@ -308,6 +309,10 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
     first, second = root["ranks"]
     assert first["loss_first"] == pytest.approx(second["loss_first"], rel=1e-5)
     assert root["setup"]["mode"] == "compile" and root["compile"]["graphs"] >= 1
+    # Its report's scaling table counts its own unit.
+    assert main(["report", str(tmp_path / "root.jsonl")]) == 0
+    text = capsys.readouterr().out
+    assert "Samples/s per GPU" in text and "Tokens/s" not in text
 
 
 MLP = """

@@ -77,7 +77,8 @@ def unit_headers(columns: list[str], rows: list[Row]) -> list[str]:
     if len(units) != 1 or None in units or units == {"tokens"}:
         return list(columns)
     unit = units.pop()
-    names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $"}
+    names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $",
+             "Tokens/s per GPU": f"{unit.capitalize()}/s per GPU"}
     return [names.get(c, c) for c in columns]
 
 
@@ -129,10 +130,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      "the peak allocated during the timed steps; First step includes "
                      "compilation.")
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
-        notes.append('"M tokens per $" is training tokens per dollar of GPU time, in millions, '
+        per_dollar = unit_headers(["M tokens per $"], rows)[0]
+        unit = per_dollar[2:-6]                       # "tokens", or a workload's own unit
+        notes.append(f'"{per_dollar}" is training {unit} per dollar of GPU time, in millions, '
                      "at each machine's hourly price.")
     if any(r.setup.distributed for r in rows):
-        notes.append(DISTRIBUTED_NOTE)
+        notes.append(distributed_note(rows))
     labels = setup_labels(rows)
     notes += [f"{DEPARTS_MARK} loss guard: {r.loss_guard.describe(labels[id(r)])}; "
               "do not take its speed as a way to train this model." for r in rows if r.departs]
@@ -216,3 +219,15 @@ DISTRIBUTED_NOTE = (
     "slowest rank's mean, Tokens/s counts the global batch (batch x sequence x processes), Peak "
     "memory is the largest of any rank (per GPU), and its cost per token pays for every GPU of "
     "the job.")
+
+
+def distributed_note(rows: list[Row]) -> str:
+    """DISTRIBUTED_NOTE in a user's workload's own unit where the rows share one."""
+    rate = unit_headers(["Tokens/s"], rows)[0]
+    if rate == "Tokens/s":
+        return DISTRIBUTED_NOTE
+    unit = rate[:-2].lower()
+    return (DISTRIBUTED_NOTE.replace("Tokens/s counts the global batch (batch x sequence x "
+                                     "processes)", f"{rate} counts the global batch ({unit} per "
+                                     "batch x processes)")
+            .replace("cost per token", f"cost per million {unit}"))

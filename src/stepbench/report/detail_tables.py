@@ -8,6 +8,7 @@ import statistics
 from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import LAYER_GRAPHS
 from stepbench.report import table
+from stepbench.report.columns import unit_headers
 from stepbench.report.layout import Table
 from stepbench.report.rows import Row, setup_labels
 from stepbench.units import percent
@@ -114,8 +115,10 @@ LOSS_GUARD_NOTE = (
 
 
 def _scaling_note(rows: list[Row]) -> str | None:
-    return ("Tokens/s per GPU: the job's tokens/s over its GPUs (processes). Scaling efficiency: "
-            "that over the tokens/s of the same setup on one GPU without a wrapper (the "
+    rate = unit_headers(["Tokens/s"], rows)[0]         # a user's workload's own unit
+    return (f"{rate} per GPU: the job's {rate.lower()} over its GPUs (processes). Scaling "
+            f"efficiency: that over the {rate.lower()} of the same setup on one GPU without a "
+            "wrapper (the "
             "baseline named: compiled whole, and in bf16 for FSDP2's mixed precision); 100% is "
             "perfect data-parallel scaling. Wrapping: how the job wrapped the model (FSDP2: its "
             "units, whether layers reshard after the forward, prefetching, the weights' dtype; "
@@ -255,7 +258,7 @@ def details(rows: list[Row]) -> list[Table]:
         if not used:
             continue
         shown = [r for r in rows if any(c[2](r) for c in used)]
-        tables.append(Table(["GPU", "Setup"] + [c[0] for c in used],
+        tables.append(Table(unit_headers(["GPU", "Setup"] + [c[0] for c in used], shown),
                             [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown],
                             "ll" + "".join(c[1] for c in used), title,
                             [n for n in notes(shown) if n]))
