@@ -224,6 +224,11 @@ def test_a_factorys_flop_count_is_cached_for_its_code_and_setup(mlp, tmp_path, m
         del sys.modules[name]
     assert flop_fields(eager)["flops_per_step"] == counted
     assert len(json.loads(path.read_text())["entries"]) == 3
+    # A factory without a source file to key by: no key (counted, never stored), no failure.
+    import functools
+
+    from stepbench.workload import flopcache
+    assert flopcache.key(eager, functools.partial(print), None, None) is None
 
 
 def test_a_model_without_a_repeated_block_cannot_be_checkpointed(mlp):

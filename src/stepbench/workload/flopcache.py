@@ -92,7 +92,14 @@ def digest(paths) -> str:
 
 def key(setup, factory, work, inputs) -> dict | None:
     """The cache key of this built factory's count; None where it cannot be told (see the
-    module's docstring)."""
+    module's docstring): then it is counted, never stored, and the measurement goes on."""
+    try:
+        return _key(setup, factory, work, inputs)
+    except (TypeError, OSError, AttributeError):  # a callable without a source file, ...
+        return None
+
+
+def _key(setup, factory, work, inputs) -> dict | None:
     from stepbench.measure import machine
     from stepbench.workload.loader import loaded_digest
 
@@ -100,10 +107,7 @@ def key(setup, factory, work, inputs) -> dict | None:
     source = inspect.getsourcefile(factory)
     if source is None or loaded_digest(module) not in (None, digest([Path(source).resolve()])):
         return None
-    try:
-        code = digest(code_files(factory, work, module))
-    except OSError:
-        return None
+    code = digest(code_files(factory, work, module))
     fields = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup)
               if f.name not in IGNORED}
     shapes = hashlib.sha256(repr([(name, tuple(p.shape), str(p.dtype), p.requires_grad)
