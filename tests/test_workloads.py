@@ -477,3 +477,19 @@ def test_findings_on_a_factory_name_no_attention_and_count_its_unit(tmp_path, ca
     texts = [f["text"] for f in json.loads(capsys.readouterr().out)["findings"]]
     assert texts and not any("attention" in t or "tokens" in t for t in texts), texts
     assert any("samples per dollar" in t for t in texts), texts   # its steps were disturbed
+
+
+def test_a_factorys_max_batch_search_table_shows_no_seq():
+    # A real record of the MLP as a max-batch probe: the search's table has no Seq column
+    # (the factory takes no seq_len), a transformers model's keeps it.
+    import dataclasses
+
+    from stepbench.record import ResultsFile
+    from stepbench.report.searches import details_table
+
+    probe = dataclasses.replace(ResultsFile(MLP_RECORDS).read()[0], search={
+        "kind": "max_batch", "role": "probe", "start_batch": 4, "step": "start"})
+    assert "Seq" not in details_table([probe]).columns
+    hf = dataclasses.replace(probe, setup=probe.setup.replace(model="llama-tiny", params=None,
+                                                              seq=64))
+    assert "Seq" in details_table([hf]).columns
