@@ -6,7 +6,8 @@ A factory is code stepbench cannot see into, so the key holds everything the cou
 on, and a count is stored only where that key can be told:
 * the code: a digest of the factory's file and of every other file the step's code comes from
   (the classes of the model's modules, make_batch, loss_fn, the modules imported from the
-  factory's own folder or package), plus the torch and transformers versions;
+  factory's own folder or package), plus the software's versions (Python, torch,
+  transformers, stepbench, CUDA);
 * the setup: every Setup field except those that cannot change what FlopCounterMode counts
   (`IGNORED`: the count runs eagerly, before any optimizer step, on one process), so a new axis
   is in the key until someone argues it out;
