@@ -1,7 +1,8 @@
 """--memory-limit-gb on a CPU means the same every time (issue 37, item 4): RLIMIT_DATA over
-the data memory after the imports (measure/worker.limit_memory), which thread stacks and malloc
-arenas' reservations do not move, so a step that needs more than the cap always ends oom and one
-that needs less never does."""
+the data memory after the imports where the kernel counts mappings against it, else the address
+space on one malloc arena (measure/memcap.py), which thread stacks and malloc arenas'
+reservations do not move, so a step that needs more than the cap always ends oom (also where a
+native library's allocation is the one refused) and one that needs less never does."""
 
 import json
 import os
@@ -10,25 +11,32 @@ import sys
 
 import pytest
 
+from stepbench.measure import memcap
+
 # Forks children from one process that imported torch (and ran no parallel op, which would
 # hang the children's first one): each caps itself, starts torch's threads and allocates
 # about 2 x MB of tensors, then says what it came to.
 CHILDREN = r"""
 import json, os, sys
 import torch
+from stepbench.measure import memcap
 from stepbench.measure.worker import classify_exception, limit_memory
 from stepbench.setup import Setup
 
-cap_gb, mb, times = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+cap_gb, mb, times, how = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 for _ in range(times):
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         measured = {}
         try:
-            limit_memory(Setup(model="llama-tiny", mode="eager", attn="sdpa", device="cpu",
-                               memory_limit_gb=cap_gb),
-                         measured)
+            if how == "asked":    # the kernel is asked whether it counts mappings
+                limit_memory(Setup(model="llama-tiny", mode="eager", attn="sdpa", device="cpu",
+                                   memory_limit_gb=cap_gb),
+                             measured)
+            else:                 # the other answer forced: both ways must repeat
+                measured["memory_cap"] = memcap.cap_cpu(int(cap_gb * 1e9),
+                                                        count_mappings=how == "data")
             torch.set_num_threads(2)
             x = torch.ones(mb * 2**20 // 4)
             status = "ok" if float((x * 2).sum()) > 0 else "wrong"
@@ -43,8 +51,8 @@ for _ in range(times):
 """
 
 
-def capped(cap_gb: float, mb: int, times: int) -> list:
-    out = subprocess.run([sys.executable, "-c", CHILDREN, str(cap_gb), str(mb), str(times)],
+def capped(cap_gb: float, mb: int, times: int, how: str = "asked") -> list:
+    out = subprocess.run([sys.executable, "-c", CHILDREN, str(cap_gb), str(mb), str(times), how],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines()]
@@ -53,35 +61,93 @@ def capped(cap_gb: float, mb: int, times: int) -> list:
 @pytest.mark.slow
 def test_the_same_cap_gives_the_same_outcome_every_time():
     """About 200 MB of tensors (and two torch threads, whose stacks and arenas start after the
-    cap): under 0.1 GB always oom, under 0.5 GB always ok, five times each."""
+    cap): under 0.1 GB always oom, under 0.5 GB always ok, five times each; the kernel's answer
+    and the mechanism the record names agree with what a mapping over the cap does here."""
     over = capped(0.1, 100, 5)
     assert [status for status, _ in over] == ["oom"] * 5
     under = capped(0.5, 100, 5)
     assert [status for status, _ in under] == ["ok"] * 5
-    mechanism = under[0][1]
-    assert mechanism["mechanism"] == "rlimit_data" and mechanism["limit_gb"] == 0.5
-    assert mechanism["baseline_gb"] > 0
+    cap = under[0][1]
+    assert cap["mechanism"] == ("rlimit_data" if kernel_counts_mappings() else "rlimit_as")
+    assert cap["limit_gb"] == 0.5 and cap["baseline_gb"] > 0
 
 
 @pytest.mark.slow
-def test_a_capped_tiny_setup_ends_the_same_in_five_processes(tmp_path):
-    """The real thing: `run` with five processes of one tiny setup under a cap it needs more
-    than (0.02 GB) and one it needs less than (0.3 GB): five oom, then five ok, each record
-    saying how it was capped."""
+@pytest.mark.parametrize("how", ["data", "address_space"])
+def test_either_mechanism_repeats(how):
+    """Each mechanism forced (the other kernel's answer): the same outcomes five times each."""
+    assert [status for status, _ in capped(0.1, 100, 5, how)] == ["oom"] * 5
+    under = capped(0.5, 100, 5, how)
+    assert [status for status, _ in under] == ["ok"] * 5
+    assert under[0][1]["mechanism"] == {"data": "rlimit_data", "address_space": "rlimit_as"}[how]
+
+
+def kernel_counts_mappings() -> bool:
+    """Whether this kernel refuses a mapping over RLIMIT_DATA, asked in a forked child (64 MB
+    over its data memory, then a 128 MB mapping)."""
+    import mmap
+    import resource
+
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            base = memcap.status_bytes("VmData")
+            resource.setrlimit(resource.RLIMIT_DATA, (base + (64 << 20), base + (64 << 20)))
+            try:
+                mmap.mmap(-1, 128 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS).close()
+                code = 0
+            except OSError:
+                code = 2
+        finally:
+            os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    assert code in (0, 2)
+    return code == 2
+
+
+@pytest.mark.slow
+def test_a_capped_tiny_setup_ends_the_same_in_every_process(tmp_path):
+    """The real thing: `run` of one tiny setup under a cap it needs more than (0.02 GB), five
+    processes forked by the server and three fresh ones, and under one it needs less than
+    (0.3 GB), five forked: every one oom, then every one ok. With one torch thread (conftest)
+    the refused allocation is often oneDNN's, which raises "could not create a primitive" or
+    dies by SIGSEGV: both are the cap's oom. Each record that reached the cap names it."""
     from conftest import run_cli
 
     outcomes = {}
-    for cap in ("0.02", "0.3"):
-        out = tmp_path / f"cap-{cap}.jsonl"
-        # Some kernels (this sandbox's) hold only the heap to RLIMIT_DATA, not mappings, and
-        # glibc maps a large block of its own or takes it from the heap depending on what the
-        # process freed before: pinned to the heap here, as test_max_batch pins the mmap
-        # threshold, the cap counts every block (the product does not yet do this itself).
+    for cap, start, repeats in (("0.02", "server", 5), ("0.02", "fresh", 3), ("0.3", "server", 5)):
+        out = tmp_path / f"cap-{cap}-{start}.jsonl"
         run_cli("run", "--device", "cpu", "--model", "llama-tiny", "--modes", "eager",
                 "--attn", "sdpa", "--batch", "1", "--seq", "64", "--warmup", "0", "--steps",
-                "2", "--repeats", "5", "--memory-limit-gb", cap, "--out", out, timeout=600,
-                env=dict(os.environ, MALLOC_MMAP_MAX_="0"))
+                "2", "--repeats", repeats, "--start", start, "--memory-limit-gb", cap,
+                "--out", out, timeout=600)
         records = [json.loads(line) for line in out.read_text().splitlines()]
-        outcomes[cap] = [r["status"] for r in records]
-        assert all(r["memory_cap"]["mechanism"] == "rlimit_data" for r in records)
-    assert outcomes == {"0.02": ["oom"] * 5, "0.3": ["ok"] * 5}
+        outcomes[cap, start] = [r["status"] for r in records]
+        caps = [r["memory_cap"] for r in records if r.get("memory_cap")]
+        assert {c["mechanism"] for c in caps} <= {"rlimit_data", "rlimit_as"}
+        assert all(c["limit_gb"] == float(cap) for c in caps)
+    assert outcomes == {("0.02", "server"): ["oom"] * 5, ("0.02", "fresh"): ["oom"] * 3,
+                        ("0.3", "server"): ["ok"] * 5}
+
+
+def test_a_refused_allocation_in_a_native_library_is_oom_under_a_cpu_cap():
+    """Where the cap refused oneDNN's allocation rather than torch's: its RuntimeError, or a
+    SIGSEGV after the imports, is oom under a CPU cap, and stays error or crashed without one
+    (or before the cap applied, in the imports)."""
+    import signal
+
+    from stepbench.execute.protocol import Outcome
+    from stepbench.execute.runner import classify
+    from stepbench.measure.worker import classify_exception
+
+    primitive = RuntimeError("could not create a primitive")
+    assert classify_exception(primitive, capped=True)[0] == "oom"
+    assert classify_exception(primitive)[0] == "error"
+    segv = Outcome(returncode=-signal.SIGSEGV)
+    status, error = classify(segv, "first_step", 60, capped_cpu=True)
+    assert status == "oom" and "SIGSEGV" in error and "--memory-limit-gb" in error
+    assert classify(segv, "first_step", 60)[0] == "crashed"
+    assert classify(segv, "starting", 60, capped_cpu=True)[0] == "crashed"
+    killed = Outcome(returncode=-signal.SIGKILL)
+    assert classify(killed, "first_step", 60, capped_cpu=True)[0] == "crashed"

@@ -47,6 +47,43 @@ def test_each_class_scales_by_what_bounds_it():
     assert floored.step_ms == pytest.approx(1.0 + 9.0 * 4800 / 2000)
 
 
+def test_tensor_classes_scale_by_measured_matmul_rates_where_the_target_has_one():
+    h200, rtx = gpus.lookup("H200"), gpus.lookup("RTX 5090")
+    published = rtx.measured["bf16_matmul_tflops"]
+    assert "https://" in rtx.measured_sources["bf16_matmul_tflops"]
+    classes = {"matmul": 10.0, "attention": 4.0, "elementwise": 6.0}
+    rated = model.predict(step(classes, 20.0, matmul_tflops_measured=800.0), h200, rtx)
+    assert rated.classes_ms["matmul"] == pytest.approx(10.0 * 800.0 / published)
+    assert rated.classes_ms["attention"] == pytest.approx(4.0 * 800.0 / published)
+    # Memory-bound classes are untouched by it.
+    plain = model.predict(step(classes, 20.0), h200, rtx)
+    assert rated.classes_ms["elementwise"] == plain.classes_ms["elementwise"]
+    # Without the source's own measured rate, or without a published one for the target, or
+    # for fp8 products: the datasheet peaks.
+    assert plain.classes_ms["matmul"] == pytest.approx(10.0 * 989.4 / 209.5)
+    unmeasured = gpus.Gpu("X", specs=dict(gpus.lookup("H100 PCIe").specs))
+    pcie = model.predict(step(classes, 20.0, matmul_tflops_measured=800.0), h200, unmeasured)
+    assert pcie.classes_ms["matmul"] == pytest.approx(10.0 * 989.4 / 756.5)
+    fp8 = model.predict(step({"matmul": 10.0}, 10.0, dtype="float8",
+                             matmul_tflops_measured=800.0), h200, rtx)
+    assert fp8.classes_ms["matmul"] == pytest.approx(10.0 * 1978.9 / 419.0)
+    # A step measured on the card itself keeps its time there.
+    itself = model.predict(step(classes, 20.0, gpu=rtx.name, matmul_tflops_measured=230.0),
+                           rtx, rtx)
+    assert itself.classes_ms["matmul"] == pytest.approx(10.0)
+
+
+def test_notes_name_the_measured_rates_and_what_compiled_code_cannot_tell(capsys):
+    out = run_json(capsys, "--gpu", "RTX 5090,L40S")
+    rate = [n for n in out["notes"] if "measured bf16 matmul rates" in n]
+    # One line per target: the source's rate, the target's, the citation.
+    assert len(rate) == 2
+    assert names(rate[0], "NVIDIA GeForce RTX 5090", "793.2", "239.1", "zzc0721")
+    assert names(rate[1], "NVIDIA L40S", "793.2", "zzc0721")
+    compiled = [n for n in out["notes"] if n.startswith("Compiled setups")]
+    assert len(compiled) == 1 and names(compiled[0], "2.11.0", "H100 PCIe", "2.8")
+
+
 def test_host_bound_time_scales_by_nothing():
     h200, b200 = gpus.lookup("H200"), gpus.lookup("B200")
     # The GPU busy 50 of 100 ms: the host needs 100 ms a step, on a faster GPU too.

@@ -23,7 +23,7 @@ def test_every_number_has_a_source_that_names_a_vendor_document():
     for name, entry in raw().items():
         sources = entry.get("sources", {})
         for key, value in entry.items():
-            if key in ("sources", "aliases", "notes"):
+            if key in ("sources", "aliases", "notes", "measured", "measured_sources"):
                 continue
             assert key in gpus.FIELDS, (name, key)
             assert isinstance(value, (int, float)) and value > 0, (name, key, value)
@@ -32,6 +32,17 @@ def test_every_number_has_a_source_that_names_a_vendor_document():
             elif not any(doc in sources[key] for doc in VENDOR_DOCS):
                 unnamed.append((name, key, sources[key]))
     assert missing == [] and unnamed == []
+
+
+def test_a_published_measurement_names_its_url_and_is_no_vendor_field():
+    seen = 0
+    for name, entry in raw().items():
+        for key, value in entry.get("measured", {}).items():
+            assert key in gpus.MEASURED_FIELDS and key not in gpus.FIELDS, (name, key)
+            assert isinstance(value, (int, float)) and value > 0, (name, key)
+            assert "https://" in entry["measured_sources"][key], (name, key)
+            seen += 1
+    assert seen >= 1
 
 
 def test_a_field_left_out_says_why():

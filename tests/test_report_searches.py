@@ -151,3 +151,18 @@ def test_a_tunes_records_are_its_own_table_and_not_listed_again_in_details_searc
     assert not any(s["search"].startswith("tune") for s in data["searches"])
     rows = list(csv.DictReader(io.StringIO(render(doc, "csv"))))
     assert sum(r["search"].startswith("tune ") for r in rows) == len(tuned)
+
+
+def test_a_disturbed_side_gets_no_gain_only_the_batches_it_reached():
+    # Issue 37: no claim rests on a row whose timed steps something outside the step disturbed
+    # (‡): the finding still says how far each batch grew, and names the mark instead of a gain.
+    records = ResultsFile(DATA).read()
+    measured, _ = split(records)
+    eager = next(r for r in measured if r.setup.batch == 24)
+    eager.noise_flags = [*eager.noise_flags, "busy_cpu"]
+    doc = rows_document(build_rows(measured, {}), searched=records)
+    [text] = [f.text for _, found in doc.findings for f in found if f.kind == "max_batch"]
+    assert names(text, "NVIDIA H200", "32", "(eager: 24)", "not compared", "‡")
+    assert "19%" not in text and "raises" not in text
+    # The side at the start batch was steady: that comparison is still stated.
+    assert names(text, "23% over eager at batch 4")

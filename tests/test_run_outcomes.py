@@ -113,7 +113,7 @@ def test_a_memory_limit_too_small_is_oom_and_flex_attention_on_cpu_is_unsupporte
     # Everything resumed from the file: nothing failed now, exit 0.
     again = run_cli("run", *args, "--format", "markdown")
     assert again.returncode == 0, again.stderr
-    assert "OOM means the step did not fit in its --memory-limit-gb cap on address space." \
+    assert "OOM means the step did not fit in its --memory-limit-gb cap on allocated memory." \
         in again.stdout
 
 

@@ -104,7 +104,7 @@ def test_classify_prefers_the_childs_own_verdict():
     # A tune's timeout is what its budget has left: said in three digits.
     assert names(classify(outcome, "warmup", 1.03071)[1], "after 1.03 s", "phase: warmup")
     assert names(classify(outcome, "warmup", 1800)[1], "after 1800 s", "raise --timeout")
-    assert names(classify(outcome, "warmup", 9, "--budget or --timeout")[1], "--budget")
+    assert names(classify(outcome, "warmup", 9, fix="--budget or --timeout")[1], "--budget")
 
 
 def test_exceptions_are_classified():

@@ -419,6 +419,39 @@ def test_a_tune_never_names_a_winner_slower_than_its_reference(tmp_path):
     assert any("not the winner though its steps test faster" in line for line in result.skipped)
 
 
+class CutShortRunner(FakeRunner):
+    """A busy machine at the end of a tune's budget: the reference's second process (eager,
+    repeat 2) does not finish within the limit the tune gave it, and a compiled setup's first
+    process runs 1.05x as fast as eager, its second 0.8x (the fake GPU's compile gain, 1.4x,
+    taken out)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, spread=lambda s, repeat: 1.0 if s.mode == "eager" else
+                         1.4 / (1.05 if repeat == 0 else 0.8), **kwargs)
+
+    def measure(self, s, repeat, timeout_s, tag):
+        if s.mode == "eager" and repeat >= 1:
+            return super().measure(s, repeat, 0.0, tag)        # past any limit: timeout
+        return super().measure(s, repeat, timeout_s, tag)
+
+
+def test_a_reference_cut_short_by_the_tune_still_counts(tmp_path):
+    # Seen on a loaded 2-core CPU (benchmarks/README.md, section n): the reference ran at 645
+    # tokens/s, its second process timed out at the budget's end, and the tune named compiled
+    # sdpa, whose two processes averaged 566. A timeout under the tune's own shortened limit
+    # leaves a setup that ran in another process in the running, by its processes that ran.
+    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
+                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    runner = CutShortRunner(ResultsFile(tmp_path / "cut.jsonl"), Clock())
+    result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=space, repeats=2)
+    timeouts = [t.record for t in result.tried if t.record.status == "timeout"]
+    assert timeouts and {r.setup.mode for r in timeouts} == {"eager"}
+    assert result.winner.setup.mode == "eager" and result.winner.ok
+    compiled = [t.record for t in result.tried if t.record.setup.mode == "compile"]
+    assert len(compiled) == 2 and all(r.ok for r in compiled)
+    assert result.winner.tokens_per_s > mean_tokens(compiled)
+
+
 def tune_saying(tmp_path, gains, name: str):
     """A tune of eager and compiled sdpa on the fake GPU with `gains` as the committed table:
     (result, the lines it said)."""
@@ -889,6 +922,25 @@ def test_a_reference_that_fails_with_an_error_ends_the_search_in_one_line(tmp_pa
     assert [(t.stage, t.record.status) for t in result.tried] == [("ladder", "error")]
     assert result.winner is None
     assert any("nothing else was measured" in text for text in result.skipped)
+
+
+def test_the_verdict_compares_no_disturbed_measurement():
+    # Issue 37: a runner-up or reference whose timed steps were disturbed (‡) gets no ratio in
+    # the verdict; it is named with the mark and its tokens/s as measured.
+    from stepbench.report.tune import verdict
+    from stepbench.search.tune import TuneResult
+
+    calm = TuneResult.from_dict(json.loads(STORED.read_text()))
+    calm_text = " ".join(verdict(calm))
+    assert names(calm_text, "the winner is", "x the tokens/s of")
+    data = json.loads(STORED.read_text())
+    data["runner_up"]["noise_flags"] = ["busy_cpu"]
+    data["reference"]["noise_flags"] = ["busy_cpu"]
+    lines = verdict(TuneResult.from_dict(data))
+    runner_up = next(line for line in lines if line.startswith("Runner-up"))
+    assert names(runner_up, "not compared", "‡") and "the winner is" not in runner_up
+    against_reference = next(line for line in lines if "the loss guard's reference" in line)
+    assert names(against_reference, "not compared", "‡") and "x the tokens/s" not in against_reference
 
 
 def test_a_failed_compile_scope_blames_the_scope_not_compilation():

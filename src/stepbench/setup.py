@@ -48,6 +48,11 @@ def _applies(axis: Axis, fields: Mapping) -> bool:
     return axis.applies is None or axis.applies(fields)
 
 
+# The axes that name a setup, in their name's order (Setup.name).
+_NAME_PARTS = [a for _, _, a in sorted((a.name_slot, i, a) for i, a in enumerate(AXES)
+                                       if a.name_slot is not None)]
+
+
 class SetupMethods:
     """Setup's behaviour; its fields come from the registry (below)."""
 
@@ -131,8 +136,7 @@ class SetupMethods:
         return self._kept("_name", self._make_name)
 
     def _make_name(self) -> str:
-        parts = [a for _, _, a in sorted((a.name_slot, i, a) for i, a in enumerate(AXES)
-                                         if a.name_slot is not None)]
+        parts = _NAME_PARTS
         head, tail = "", []
         fields = self.fields_all()
         for axis in parts:
@@ -232,11 +236,14 @@ class SetupMethods:
 
     def workload(self):
         """This setup with its variant fields (how the step runs) blanked: setups with equal
-        workloads train the same model on the same tokens and can be compared."""
-        blank = {a.name: "" for a in AXES if a.variant}
+        workloads train the same model on the same tokens and can be compared. Made once per
+        Setup: a report asks it of every row several times."""
+        return self._kept("_workload", self._make_workload)
+
+    def _make_workload(self):
         copy = object.__new__(type(self))     # no __post_init__: blanks are not values
         for axis in AXES:
-            object.__setattr__(copy, axis.name, blank.get(axis.name, getattr(self, axis.name)))
+            object.__setattr__(copy, axis.name, "" if axis.variant else getattr(self, axis.name))
         return copy
 
     def to_dict(self) -> dict:

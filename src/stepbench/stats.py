@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from stepbench.hierarchical import _TIE, _hierarchical_ratios, _quantile, _ranks
+from stepbench.hierarchical import _TIE, _hierarchical_ratios, _kth, _quantile, _ranks
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -101,14 +101,14 @@ def _mean_quantiles(x: np.ndarray, n_boot: int, seed: int, ends: np.ndarray) -> 
     np.mean adds the resampled values, one resample at a time."""
     drawn, = _draws((x.size,), n_boot, seed)
     approx = (x @ _draw_weights(x.size, n_boot, seed)) / x.size
-    ranked = np.sort(approx)
     j, jp1, g = _ranks(n_boot, tuple(ends))
+    ranked = np.partition(approx, _kth(n_boot, tuple(ends)))    # as sorted at the ranks read
     slack = 2 * _TIE * float(np.abs(x).max())
     low, high = np.empty(len(j)), np.empty(len(j))
     for i, (a, b) in enumerate(zip(j.tolist(), jp1.tolist())):
         # The resamples that may be the a-th to b-th smallest, and how many surely come before.
         start, end = ranked[a] - slack, ranked[b] + slack
-        below = int(np.searchsorted(ranked, start, side="left"))
+        below = int(np.count_nonzero(approx < start))
         near = np.flatnonzero((approx >= start) & (approx <= end))
         exact = np.sort(np.mean(x[drawn[near]], axis=-1))
         low[i], high[i] = exact[a - below], exact[b - below]

@@ -63,9 +63,9 @@ AXIS_DOCS: dict[str, tuple[str | None, str]] = {
                    "give different weights for one seed, so `init` is part of the setup: records "
                    "of 0.1 read as `cpu`, and `--init cpu` resumes or reproduces them"),
     "memory_limit_gb": ("none", "cap each child's memory to see what fits a smaller card (GPU: a "
-                                "fraction of the card; CPU: what the process may add to its "
-                                "address space after its imports, the same for a forked and a "
-                                "fresh process)"),
+                                "fraction of the card; CPU: what the process may allocate "
+                                "after its imports, the same for a forked and a fresh process "
+                                "and whatever it ran before)"),
     "parallel": (None, "comma list of `none`, `ddp`, `fsdp2`: each setup as one torchrun job of "
                        "`--nproc` processes with DistributedDataParallel or FSDP2 (`none`: one "
                        "process, the baseline of scaling efficiency)"),

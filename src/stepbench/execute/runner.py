@@ -363,7 +363,9 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
         measured["phases"] = {**measured["phases"], "exit": round(outcome.exit_s, 3)}
     # A tune stops a process at what its budget has left, or at --timeout.
     fix = "--budget or --timeout" if (search or {}).get("kind") == "tune" else "--timeout"
-    status, error = classify(outcome, measured["phase"], timeout_s, fix)
+    status, error = classify(outcome, measured["phase"], timeout_s,
+                             capped_cpu=job.setup.device == "cpu"
+                             and job.setup.memory_limit_gb is not None, fix=fix)
     start = outcome.start or {}
     machine = Machine.from_dict(start.get("machine") or {"gpu": gpu or "unknown GPU"})
     software = Software.from_dict(start.get("software"))
@@ -399,9 +401,16 @@ def scaling_against(scaling: dict, baseline: Record) -> dict:
                          "started_at": baseline.started_at}}
 
 
+# A native library that dereferences the null its refused allocation returned (oneDNN's
+# primitives in a process forked by the server did): under a CPU memory cap, an oom.
+CAPPED_OOM_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
+
+
 def classify(outcome: Outcome, phase: str, timeout_s: float,
-             fix: str = "--timeout") -> tuple[str, str | None]:
-    """Status from the clock, the child's own verdict, or its exit."""
+             capped_cpu: bool = False, fix: str = "--timeout") -> tuple[str, str | None]:
+    """Status from the clock, the child's own verdict, or its exit; `capped_cpu`: a CPU setup
+    under --memory-limit-gb, whose death by a memory fault after its imports is an oom; `fix`:
+    the flag a timeout's line says to raise."""
     detail = f"; {outcome.detail}" if outcome.detail else ""
     if outcome.timed_out:
         # A tune's timeout is what its budget has left (1.03071 s): three digits, no exponent.
@@ -423,6 +432,9 @@ def classify(outcome: Outcome, phase: str, timeout_s: float,
         how = f"exited with code {rc} and no result"
     said = (f"stderr ends with:\n{outcome.stderr_tail}" if outcome.stderr_tail
             else "it wrote nothing to stderr")
+    if capped_cpu and rc is not None and -rc in CAPPED_OOM_SIGNALS and phase != "starting":
+        return "oom", (f"{how} under its --memory-limit-gb cap (last phase: {phase}): a native "
+                       f"library's allocation the cap refused{detail}; {said}")
     return "crashed", f"{how} (last phase: {phase}){detail}; {said}"
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import traceback
 
@@ -23,6 +22,9 @@ from stepbench.workload.spec import is_factory
 # std::bad_alloc: C++ code (torch's, under --memory-limit-gb on a CPU) that could not allocate.
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
 # Messages that mean "this combination cannot run here", not "stepbench has a bug".
+# oneDNN's words when it could not make a primitive: under a CPU memory cap, an allocation of
+# its own that the cap refused (a step that needs more than the cap, like a tensor's that fails).
+CAPPED_OOM_MARKERS = ("could not create a primitive",)
 UNSUPPORTED_MARKERS = ("does not support backward on cpu", "not supported", "is not available",
                        "requires the package", "not installed", "flash_attn", "flash attention")
 
@@ -93,7 +95,8 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure is a result, never a lost setup
         if isinstance(exc, KeyboardInterrupt):
             raise
-        status, error = classify_exception(exc)
+        status, error = classify_exception(exc, capped=setup.device == "cpu"
+                                           and "memory_cap" in channel.measured)
         if status == "oom":
             channel.measured["oom_memory_gb"] = memory_in_use_gb(setup.device)
         if status == "error":
@@ -130,8 +133,9 @@ def matmul_peak(setup, channel: Channel, index: int = 0, cached_only: bool = Fal
     return tflops
 
 
-def classify_exception(exc: BaseException) -> tuple[str, str]:
-    """(status, message) for an exception raised while building or stepping a setup.
+def classify_exception(exc: BaseException, capped: bool = False) -> tuple[str, str]:
+    """(status, message) for an exception raised while building or stepping a setup; `capped`:
+    under a CPU memory cap, where a library's own allocation that the cap refused is an oom too.
 
     torch.compile wraps errors raised inside the compiler, so the whole cause chain is searched.
     """
@@ -140,7 +144,8 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         chain.append(exc)
         exc = exc.__cause__ or exc.__context__
     for link in chain:
-        if _is_oom(link, str(link).lower()):
+        text = str(link).lower()
+        if _is_oom(link, text) or (capped and any(m in text for m in CAPPED_OOM_MARKERS)):
             return "oom", f"{type(link).__name__}: {_first_line(link)}"
     for link in chain:
         text = str(link).lower()
@@ -165,20 +170,12 @@ def _first_line(exc: BaseException) -> str:
 
 def limit_memory(setup, measured: dict | None = None) -> None:
     """Apply --memory-limit-gb: a fraction of the GPU, or on the CPU what the process may
-    allocate from here on (after its imports, before the model is built); `measured` (the
-    record body) keeps how (`memory_cap`).
-
-    On a CPU the cap is RLIMIT_DATA over the process's data memory now (VmData: its heap and
-    private writable mappings, what malloc and torch's allocator take). RLIMIT_AS, used
-    before, counts every reservation as well: the address space glibc reserves for each
-    thread's malloc arena (64 MB, mapped PROT_NONE and made writable only as it is used), which
-    threads reserve in an order that varies from run to run, so a cap near the step's need
-    ended oom in one run and ok in the next five (issue 37). Writable memory is counted once
-    it is mapped, whatever the threads do, so a step that allocates more than the cap always
-    fails to (a plain `can't allocate memory`: oom) and one that needs less never does. A
-    cgroup's memory.max would count the same, but only a process placed in a cgroup before it
-    starts can be held by one (the cgroup v2 rule that a cgroup with processes delegates no
-    controller), which is not this process's to do."""
+    allocate from here on (after its imports, before the model is built: measure/memcap.py,
+    RLIMIT_DATA where the kernel counts mappings against it, else the address space on one
+    malloc arena); `measured` (the record body) keeps how (`memory_cap`). A cgroup's memory.max
+    would count the same, but only a process placed in a cgroup before it starts can be held by
+    one (the cgroup v2 rule that a cgroup with processes delegates no controller), which is not
+    this process's to do."""
     if setup.memory_limit_gb is None:
         return
     limit_bytes = int(setup.memory_limit_gb * 1e9)
@@ -189,21 +186,11 @@ def limit_memory(setup, measured: dict | None = None) -> None:
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total))
         cap = {"mechanism": "cuda_memory_fraction", "limit_gb": setup.memory_limit_gb}
     else:
-        baseline = data_memory_bytes()
-        resource.setrlimit(resource.RLIMIT_DATA, (baseline + limit_bytes, baseline + limit_bytes))
-        cap = {"mechanism": "rlimit_data", "limit_gb": setup.memory_limit_gb,
-               "baseline_gb": round(baseline / 1e9, 4)}
+        from stepbench.measure import memcap
+
+        cap = {"limit_gb": setup.memory_limit_gb, **memcap.cap_cpu(limit_bytes)}
     if measured is not None:
         measured["memory_cap"] = cap
-
-
-def data_memory_bytes() -> int:
-    """This process's data memory (VmData of /proc/self/status: what RLIMIT_DATA counts)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("no VmData in /proc/self/status")
 
 
 def compile_cache_label(setup) -> str | None:

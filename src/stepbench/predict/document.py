@@ -90,6 +90,15 @@ def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Meas
         note = gpus.table()[gpu].notes
         if note:
             out.append(f"{gpu}: {' '.join(note.split())}.")
+    out += rate_notes(rows)
+    compiled = sorted({s.torch or "unknown" for s in steps if s.mode == "compile"})
+    if compiled:
+        out.append("Compiled setups scale the source's compiled kernels (torch "
+                   + ", ".join(compiled) + "): what compile gains is a property of the torch "
+                   "version and the GPU's architecture that the prediction cannot know; where "
+                   "another version compiles a slower step (the published H100 PCIe "
+                   f"compile+sdpa, torch {POST_TORCH}, was slower than its eager+sdpa), the "
+                   "prediction is too fast.")
     for reason in sorted({p.no_basis for p in rows if p.no_basis}):
         out.append(f"Not predicted: {reason}.")
     unpriced = sorted({p.gpu for p in rows if p.price_per_hour is None})
@@ -99,6 +108,20 @@ def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Meas
     for m in failed:
         out.append(f"{m.setup} on {m.gpu}: {m.status}, nothing to scale"
                    + (" (no profile of its kernels)" if m.status == "ok" else "") + ".")
+    return out
+
+
+def rate_notes(rows: list[model.Prediction]) -> list[str]:
+    """One line per target whose tensor classes scaled by measured matmul rates."""
+    out = []
+    for gpu in dict.fromkeys(p.gpu for p in rows):
+        used = {(p.source.gpu, rates) for p in rows if p.gpu == gpu and p.step_ms is not None
+                and (rates := model.measured_rates(p.source, gpus.table()[gpu]))}
+        cited = gpus.table()[gpu].measured_sources.get("bf16_matmul_tflops", "")
+        for source, (src, tgt) in sorted(used):
+            out.append(f"{gpu}: matmul and attention scaled by measured bf16 matmul rates, "
+                       f"{src:.1f} TFLOP/s on {source} (measured in its run) over {tgt:.1f} "
+                       f"published ({cited.split(': ')[0]}), not by datasheet peaks.")
     return out
 
 

@@ -19,6 +19,9 @@ from stepbench.errors import UserError
 FIELDS = ("bf16_tflops", "fp16_tflops", "fp8_tflops", "tf32_tflops", "memory_bandwidth_gbs",
           "memory_gib", "l2_mb", "sms", "power_w", "pcie_gen", "pcie_gbs", "nvlink_gbs",
           "compute_capability")
+# Published measurements of a card (not vendor figures), each with its URL in the entry's
+# `measured_sources`: what a GPU reaches, where its datasheet peak is known to be off.
+MEASURED_FIELDS = ("bf16_matmul_tflops",)
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class Gpu:
     sources: dict = field(default_factory=dict)    # field -> where the number comes from
     aliases: tuple = ()
     notes: str | None = None                       # said with every prediction for it
+    measured: dict = field(default_factory=dict)   # MEASURED_FIELDS -> published number
+    measured_sources: dict = field(default_factory=dict)
 
     def get(self, name: str) -> float | None:
         return self.specs.get(name)
@@ -54,8 +59,11 @@ def table() -> dict[str, Gpu]:
     gpus = {}
     for name, entry in tomllib.loads(text)["gpus"].items():
         specs = {k: entry[k] for k in FIELDS if k in entry}
+        measured = entry.get("measured", {})
         gpus[name] = Gpu(name, specs, dict(entry.get("sources", {})),
-                         tuple(entry.get("aliases", ())), entry.get("notes"))
+                         tuple(entry.get("aliases", ())), entry.get("notes"),
+                         {k: measured[k] for k in MEASURED_FIELDS if k in measured},
+                         dict(entry.get("measured_sources", {})))
     return gpus
 
 

@@ -119,11 +119,25 @@ CSV_KEYS = ["gpu", "setup", "predicted", "step_ms", "step_ms_low", "step_ms_high
             "source_step_ms", "source_torch", "model", "batch", "seq"]
 
 
-def bound_ratio(cls: str, source: Gpu, target: Gpu, dtype: str) -> tuple[float | None, str]:
+def measured_rates(step: Measured, target: Gpu) -> tuple[float, float] | None:
+    """The source's matmul rate measured in its run and the target's published one
+    (gpus.toml `measured`), for a step whose matrix products run in bf16; else None (and on
+    the GPU it was measured on, whose own figures scale by 1)."""
+    if MATMUL_DTYPE.get(step.dtype) != "bf16" or step.gpu == target.name:
+        return None
+    src, tgt = step.matmul_tflops_measured, target.measured.get("bf16_matmul_tflops")
+    return (src, tgt) if src and tgt else None
+
+
+def bound_ratio(cls: str, source: Gpu, target: Gpu, dtype: str,
+                rates: tuple[float, float] | None = None) -> tuple[float | None, str]:
     """Source over target of the figure that bounds `cls`; None and the figure's name where
-    either GPU lacks it."""
+    either GPU lacks it. `rates`: measured bf16 matmul rates (source, target) that replace
+    the datasheet peaks for the tensor classes, both in bf16 (measured_rates)."""
     if cls in TENSOR_CLASSES:
         kinds = MATMUL_DTYPE if cls == "matmul" else ATTENTION_DTYPE
+        if rates and kinds.get(dtype) == "bf16":
+            return rates[0] / rates[1], "measured bf16 matmul rate"
         figure = f"{kinds.get(dtype, dtype)}_tflops"
     elif cls == "communication":
         figure = "nvlink_gbs" if source.get("nvlink_gbs") and target.get("nvlink_gbs") \
@@ -188,9 +202,10 @@ def predict(source: Measured, src_gpu: Gpu, target: Gpu, price: float | None = N
                else 0.0)
     l2 = memory.l2_factors(source.memory_kernels, src_gpu, target)
     waves = wave_factor(source.gemms, src_gpu, target)
+    rates = measured_rates(source, target)
     low = high = mid = 0.0
     for cls, ms in classes.items():
-        ratio, figure = bound_ratio(cls, src_gpu, target, source.dtype)
+        ratio, figure = bound_ratio(cls, src_gpu, target, source.dtype, rates)
         if ratio is None:
             p.no_basis = (f"{cls} on {target.name} has no basis: the GPU table has no "
                           f"{figure} for {_lacking(figure, src_gpu, target)}")

@@ -43,6 +43,10 @@ class Measured:
     repeats: int
     memory_kernels: list | None = None   # memory-bound kernels by duration (measure/kernels.py)
     gemms: list | None = None            # the GEMMs by shape, where recorded
+    # The source GPU's matmul rate in the setup's dtype as measured in its run (the record's
+    # peak_tflops_measured, median over the processes), TFLOP/s; None without one.
+    matmul_tflops_measured: float | None = None
+    mode: str | None = None              # eager or compile (the setup's mode axis)
 
     @property
     def idle_ms(self) -> float | None:
@@ -125,6 +129,7 @@ def _combine(items) -> Measured:
                                 if r.tokens_per_s) if ok else None)
     peaks = [r.peak_memory_gb for r in records if r.peak_memory_gb is not None]
     reserved = [r.peak_reserved_gb for r in records if r.peak_reserved_gb is not None]
+    rates = [r.peak_tflops_measured for r in records if r.peak_tflops_measured]
     return Measured(
         setup=setup.name, model=setup.model, batch=setup.batch, seq=setup.seq,
         dtype=setup.dtype, gpu=first.machine.gpu or "cpu", torch=first.software.torch,
@@ -132,7 +137,8 @@ def _combine(items) -> Measured:
         peak_memory_gb=max(peaks) if peaks else None,
         peak_reserved_gb=max(reserved) if reserved else None,
         classes_ms=classes, busy_ms=busy, kernel_floor_ms=floor, class_kernels=counts,
-        repeats=len(records), memory_kernels=memory_bins, gemms=gemms)
+        repeats=len(records), memory_kernels=memory_bins, gemms=gemms,
+        matmul_tflops_measured=statistics.median(rates) if rates else None, mode=setup.mode)
 
 
 def _median_of(dicts: list[dict]) -> dict:

@@ -29,7 +29,7 @@ def status_note(status: str, rows: list[Row]) -> str:
     if any(r.setup.memory_limit_gb is not None and r.setup.device == "cuda" for r in rows):
         places.append("its --memory-limit-gb cap")
     if any(r.setup.memory_limit_gb is not None and r.setup.device == "cpu" for r in rows):
-        places.append("its --memory-limit-gb cap on address space")
+        places.append("its --memory-limit-gb cap on allocated memory")
     if any(r.setup.memory_limit_gb is None and r.setup.device == "cuda" for r in rows):
         places.append("the GPU's memory")
     if any(r.setup.memory_limit_gb is None and r.setup.device == "cpu" for r in rows):

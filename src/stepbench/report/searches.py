@@ -20,6 +20,7 @@ from stepbench import stats
 from stepbench.report import table
 from stepbench.report.findings import BIG_RATIO, Finding, compiler
 from stepbench.report.layout import Table
+from stepbench.report.marks import DISTURBED, noise_marks
 from stepbench.report.rows import Row, status_text
 
 MAX_BATCH = "max_batch"
@@ -227,7 +228,13 @@ def _finding(comp: Row, eager: Row, base: Row | None, start: int) -> Finding:
 
 def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     """"raises tokens/s by 18% over X" (short: "18% over X"), "reaches 2.1x the tokens/s of X",
-    "lowers tokens/s by 5% against X", or within the noise of X."""
+    "lowers tokens/s by 5% against X", or within the noise of X; "not compared with X" where
+    either row's steps were disturbed (marks.DISTURBED: no claim rests on such a row)."""
+    marks = disturbed_marks(new, old)
+    if marks:
+        return (f"not compared with {against} ({marks}: disturbed steps)" if short
+                else f"is not compared with {against}: a side's timed steps were disturbed "
+                     f"({marks})")
     result = compare_throughput(new, old)
     if result is not None and result.significant is False:
         return (f"within the noise of {against}, p = {result.p_value:.2f}" if short else
@@ -241,6 +248,13 @@ def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     if ratio >= 1:
         return f"{size} over {against}" if short else f"raises tokens/s by {size} over {against}"
     return f"{size} below {against}" if short else f"lowers tokens/s by {size} against {against}"
+
+
+def disturbed_marks(*rows) -> str:
+    """The marks of what disturbed any of `rows`' timed steps (rows or records: their
+    noise_flags; marks.DISTURBED), "" where nothing did."""
+    return "".join(dict.fromkeys(m for row in rows for m in noise_marks(
+        f for f in row.noise_flags if f in DISTURBED)))
 
 
 def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:

@@ -113,9 +113,12 @@ def verdict(result: TuneResult) -> list[str]:
     else:
         out += _winner(result)
         if second is not None:
+            marks = searches.disturbed_marks(winner, second)
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "
                        f"{second.units or 'tokens'}/s"
-                       f"{versus(result.comparison)}.")
+                       + (f"; not compared with the winner: a side's timed steps were "
+                          f"disturbed ({marks})" if marks else versus(result.comparison))
+                       + ".")
         out += _ratios(result)
         out.append(f"Reproduce: {result.command}")
     if result.ladder and result.ladder.get("batches"):
@@ -188,33 +191,37 @@ def _ratios(result: TuneResult) -> list[str]:
     out = []
     winner, ref = result.winner, result.reference
     if ref is not None and ref.ok and ref.setup.key() != winner.setup.key():
-        out.append(f"Measured in full at batch {winner.setup.batch}, the winner ran at "
-                   f"{_against(result, winner, ref)} of {label(ref.setup)}, the loss guard's "
+        out.append(f"Measured in full at batch {winner.setup.batch}, the winner "
+                   f"{_against(result, winner, ref)} {label(ref.setup)}, the loss guard's "
                    f"reference ({winner.tokens_per_s:,.0f} against {ref.tokens_per_s:,.0f}).")
     first = next((t.record for t in result.tried if t.stage == "ladder"), None)
     if first is not None and first.ok and first.setup.key() not in (
             winner.setup.key(), ref.setup.key() if ref is not None else None):
-        out.append(f"It ran at {_against(result, winner, first)} of {label(first.setup)}, the "
+        out.append(f"It {_against(result, winner, first)} {label(first.setup)}, the "
                    f"plainest setup at the start batch ({winner.tokens_per_s:,.0f} against "
                    f"{first.tokens_per_s:,.0f}).")
     plain, probe = plainest(result), probe_of(result, winner.setup)
     if plain is not None and probe is not None and plain.ok and probe is not plain:
-        out.append(f"In the short probes the winner ran at {_against(result, probe, plain)} of "
+        out.append(f"In the short probes the winner {_against(result, probe, plain)} "
                    f"{label(plain.setup)}, the plainest setup "
                    f"({probe.tokens_per_s:,.0f} against {plain.tokens_per_s:,.0f}).")
     return out
 
 
 def _against(result: TuneResult, a: Record, b: Record) -> str:
-    """"1.95x the tokens/s" of a against b, or "the tokens/s, within the noise (p = 0.31)"
-    where the report's test on their processes (or steps) cannot tell them apart."""
+    """"ran at 1.95x the tokens/s of" b, "ran at the tokens/s, within the noise (p = 0.31),
+    of" where the report's test on their processes (or steps) cannot tell them apart, or "was
+    not compared (...) with" where either side's steps were disturbed."""
     def runs(record):
         return [t.record for t in result.tried if t.record.setup == record.setup] or [record]
 
+    marks = searches.disturbed_marks(a, b)
+    if marks:   # no claim rests on a disturbed row (report/marks.py DISTURBED)
+        return f"was not compared (a side's timed steps were disturbed, {marks}) with"
     test = stats.compare_records(runs(a), runs(b), per_token=True)
     if test is not None and test.significant is False:
-        return f"the {unit_of(result)}/s, within the noise (p = {test.p_value:.2f}),"
-    return f"{a.tokens_per_s / b.tokens_per_s:.2f}x the {unit_of(result)}/s"
+        return f"ran at the {unit_of(result)}/s, within the noise (p = {test.p_value:.2f}), of"
+    return f"ran at {a.tokens_per_s / b.tokens_per_s:.2f}x the {unit_of(result)}/s of"
 
 
 def peak(record: Record) -> str:

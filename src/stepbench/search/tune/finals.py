@@ -116,7 +116,7 @@ def wanted(tuner, pair: list[Setup]) -> list[Setup]:
         return short
     result = seen.compare(*pair)
     unsettled = result is None or not result.significant or \
-        any(processes_disagree(seen.processes(s)) for s in pair)
+        any(processes_disagree(seen.ran(s)) for s in pair)
     if not unsettled:
         return []
     return [s for s in pair if len(seen.processes(s)) < tuner.repeats]
@@ -124,8 +124,8 @@ def wanted(tuner, pair: list[Setup]) -> list[Setup]:
 
 def result(tuner, order: list[Setup]) -> TuneResult:
     seen = tuner.seen
-    winner = representative(seen.processes(order[0])) if order else None
-    runner_up = representative(seen.processes(order[1])) if len(order) > 1 else None
+    winner = representative(seen.ran(order[0])) if order else None
+    runner_up = representative(seen.ran(order[1])) if len(order) > 1 else None
     comparison = None
     if len(order) > 1:
         found = seen.compare(order[0], order[1])

@@ -36,6 +36,10 @@ class Measurements:
         self._measured: list[Setup] | None = None
         self._peaks: dict[Setup, dict[int, float]] | None = None   # family -> {batch: peak}
         self._kept: dict = {}
+        # Timeouts under a limit the tune shortened (the budget's remainder, or a few times the
+        # process's price) rather than the run's --timeout: the tune ran out of time, which
+        # says nothing against a setup that ran in another process (ids of the records).
+        self.shortened: set[int] = set()
 
     def add(self, stage: str, record: Record) -> None:
         self.tried.append(Tried(stage, record))
@@ -83,7 +87,12 @@ class Measurements:
         return next((r.units for r in self.records() if r.units), "tokens")
 
     def mean_tokens(self, setup: Setup) -> float:
-        return statistics.fmean(r.tokens_per_s for r in self.processes(setup))
+        """The mean tokens/s of the setup's processes that ran."""
+        return statistics.fmean(r.tokens_per_s for r in self.processes(setup) if r.ok)
+
+    def ran(self, setup: Setup) -> list[Record]:
+        """The setup's processes that ran (status ok)."""
+        return [r for r in self.processes(setup) if r.ok]
 
     def table(self, gains: GainTable) -> GainTable:
         """The gain table with this machine's observations (the tune's records so far) and its
@@ -101,10 +110,14 @@ class Measurements:
         return self._verdicts.get((setup.key(), runs[0].machine.gpu)) if runs else None
 
     def explorable(self, setup: Setup) -> bool:
-        """Ran, and its losses do not depart: a setup to build on and to measure against."""
+        """Ran, and its losses do not depart: a setup to build on and to measure against. A
+        process the tune's shortened limit stopped (`shortened`, marked before the record is
+        added, so the cache below is cleared after it) is left out, where another ran: under a
+        busy machine a reference's second process timed out at the budget's end, and the tune
+        named a setup slower than that reference's first (issue 37)."""
         found = self._explorable.get(setup)
         if found is None:
-            runs = self.processes(setup)
+            runs = [r for r in self.processes(setup) if id(r) not in self.shortened]
             verdict = self.verdict(setup)
             found = self._explorable[setup] = bool(runs) and all(r.ok for r in runs) and \
                 not (verdict and verdict.departs)
@@ -120,7 +133,7 @@ class Measurements:
 
     def compare(self, a: Setup, b: Setup) -> stats.Comparison | None:
         """a's time per token against b's, as the report tests two setups."""
-        runs_a, runs_b = self.processes(a), self.processes(b)
+        runs_a, runs_b = self.ran(a), self.ran(b)
         key = (a, b, len(runs_a), len(runs_b))
         if key not in self._compared:
             self._compared[key] = stats.compare_records(runs_a, runs_b, per_token=True)

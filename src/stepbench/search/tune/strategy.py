@@ -169,6 +169,8 @@ class Tuner:
         record = next((r for r in records if r.repeat == repeat), None)
         if record is None:          # stopped before a record was kept
             raise KeyboardInterrupt("stopped")
+        if record.status == "timeout" and timeout < self.timeout_s:
+            self.seen.shortened.add(id(record))
         self.use(record, stage)
         return record
 
@@ -490,10 +492,9 @@ def prior(gain) -> str:
 
 def outcome(record: Record) -> str:
     if record.ok:
-        unit = record.units or "tokens"
-        text = f"{record.tokens_per_s:,.0f} {unit}/s, {record.step_ms:.1f} ms"
+        text = f"{record.tokens_per_s:,.0f} {record.units or 'tokens'}/s, {record.step_ms:.1f} ms"
         if abs(rate(record) / record.tokens_per_s - 1) > 0.05:
-            text += (f" (a mean over an uneven run: {rate(record):,.0f} {unit}/s by its median "
-                     "step, which the search goes by)")
+            text += (f" (a mean over an uneven run: {rate(record):,.0f} {record.units or 'tokens'}"
+                     "/s by its median step, which the search goes by)")
         return text
     return record.status
