@@ -401,6 +401,7 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
     # Its FLOPs are FlopCounterMode's count, not the transformers convention (no attention).
     assert "FlopCounterMode counted one step" in text and "non-causal" not in text
+    assert "same model, parameters, seed and batch" in text and "sequence length" not in text
     # The plots' labels count its unit too.
     from stepbench.report.plots import plot_captions
     from stepbench.report.rows import build_rows

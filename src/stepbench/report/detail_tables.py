@@ -114,6 +114,14 @@ LOSS_GUARD_NOTE = (
     "the first loss is compared.")
 
 
+def loss_guard_note(rows: list[Row]) -> str:
+    """LOSS_GUARD_NOTE; without "sequence length" where no row has one (a user's model without
+    seq_len)."""
+    if any(r.setup.has_seq for r in rows):
+        return LOSS_GUARD_NOTE
+    return LOSS_GUARD_NOTE.replace("seed, batch and sequence length", "parameters, seed and batch")
+
+
 def _scaling_note(rows: list[Row]) -> str | None:
     rate = unit_headers(["Tokens/s"], rows)[0]         # a user's workload's own unit
     return (f"{rate} per GPU: the job's {rate.lower()} over its GPUs (processes). Scaling "
@@ -234,7 +242,7 @@ DETAIL_TABLES = [
       "First step warm (s)"],
      lambda rows: []),
     ("Details: the GPU or the host", ["GPU busy (profiled)"], lambda rows: [GPU_BUSY_NOTE]),
-    ("Details: losses", ["Loss guard"], lambda rows: [LOSS_GUARD_NOTE]),
+    ("Details: losses", ["Loss guard"], lambda rows: [loss_guard_note(rows)]),
     ("Details: scaling",
      ["Processes", "Wrapping", "Tokens/s per GPU", "Rank spread", "Scaling efficiency",
       "Baseline"],
