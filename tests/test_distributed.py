@@ -286,7 +286,8 @@ GPT = Path(__file__).resolve().parent.parent / "examples/gpt.py"
 
 
 @pytest.mark.slow
-def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process_model(tmp_path):
+def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process_model(tmp_path,
+                                                                                      capsys):
     # gpt.py draws its batch from a generator of its own: every rank trains the same batch, so
     # the averaged gradients are the single process's and so are the losses, step by step.
     tiny = ["--param", "n_layer=2", "--param", "n_embd=32", "--param", "n_head=2",
@@ -307,6 +308,23 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
     # The Workload names its block (gpt.Block): one FSDP2 unit per block, then the root.
     assert names(fsdp2["scaling"]["wrapping"].split(", ")[0], "per Block + root")
     assert "reshard" in fsdp2["scaling"]["wrapping"].split(", ")[1]
+    # A factory that names no block, compiled: FSDP2 shards the root alone, compiled whole.
+    (tmp_path / "mlp.py").write_text(MLP)
+    proc = run_cli("run", "--model", f"{tmp_path / 'mlp.py'}:make", "--device", "cpu",
+                   "--batch", "4", "--precision", "fp32", "--modes", "compile", "--warmup", "1",
+                   "--steps", "2", "--repeats", "1", "--nproc", "2", "--parallel", "fsdp2",
+                   "--compile-cache", tmp_path / "inductor", "--out", tmp_path / "root.jsonl",
+                   "--format", "json", check_json=True)
+    (root,) = proc.records
+    assert root["status"] == "ok", proc.stderr
+    assert root["scaling"]["wrapping"].startswith("root alone (no block class named)")
+    first, second = root["ranks"]
+    assert first["loss_first"] == pytest.approx(second["loss_first"], rel=1e-5)
+    assert root["setup"]["mode"] == "compile" and root["compile"]["graphs"] >= 1
+    # Its report's scaling table counts its own unit.
+    assert main(["report", str(tmp_path / "root.jsonl")]) == 0
+    text = capsys.readouterr().out
+    assert "Samples/s per GPU" in text and "Tokens/s" not in text
 
 
 MLP = """

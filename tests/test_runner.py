@@ -101,6 +101,10 @@ def test_classify_prefers_the_childs_own_verdict():
     assert classify(outcome, "warmup", 10) == ("oom", "OutOfMemoryError: x")
     outcome.timed_out = True
     assert classify(outcome, "warmup", 10)[0] == "timeout"
+    # A tune's timeout is what its budget has left: said in three digits.
+    assert names(classify(outcome, "warmup", 1.03071)[1], "after 1.03 s", "phase: warmup")
+    assert names(classify(outcome, "warmup", 1800)[1], "after 1800 s", "raise --timeout")
+    assert names(classify(outcome, "warmup", 9, fix="--budget or --timeout")[1], "--budget")
 
 
 def test_the_parents_words_for_a_timeout_an_oom_kill_and_a_crash():

@@ -951,3 +951,17 @@ def test_the_verdict_compares_no_disturbed_measurement():
     assert names(runner_up, "not compared", "‡") and "the winner is" not in runner_up
     against_reference = next(line for line in lines if "the loss guard's reference" in line)
     assert names(against_reference, "not compared", "‡") and "x the tokens/s" not in against_reference
+
+
+def test_a_failed_compile_scope_blames_the_scope_not_compilation():
+    # A model without repeated blocks: compile/layer is unsupported, compiling whole is not.
+    from stepbench.search.tune.measured import Measurements
+
+    seen = Measurements(set())
+    eager = BASE.replace(batch=8)
+    layer = BASE.replace(mode="compile", compile_scope="layer")
+    seen.add("explore", Record(run_id="r", repeat=0, setup=layer, status="unsupported",
+                               error="Unsupported: no repeated block", machine=Machine(gpu="cpu")))
+    assert seen.failed_change(eager, BASE.replace(mode="compile", batch=8)) is None
+    why = seen.failed_change(eager, layer.replace(batch=8))
+    assert names(why, "compile", "unsupported", "compile/layer")

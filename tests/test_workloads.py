@@ -188,6 +188,49 @@ def test_checkpointing_wraps_the_blocks_and_trains_the_same_model():
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
 
 
+def flop_fields(setup, count=True) -> dict:
+    """The FLOP fields a setup's process would record, built and counted in this process."""
+    import torch
+
+    from stepbench.measure import step
+
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    return work.flop_fields(setup, 100.0, None, count=count)
+
+
+def test_a_factorys_flop_count_is_cached_for_its_code_and_setup(mlp, tmp_path, monkeypatch):
+    from stepbench.measure import cache
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    path = tmp_path / "cache" / "factory_flops.json"
+    eager, compiled, wide, _ = plan(model=f"{mlp}:make", param=["width=4,8"],
+                                    modes="eager,compile")
+    assert "flops_per_step" not in flop_fields(eager, count=False)   # a probe counts nothing
+    first = flop_fields(eager)
+    counted = first["flops_per_step"]
+    assert counted > 0 and first["flops_source"] == "flop_counter"
+    data = json.loads(path.read_text())
+    data["entries"][0]["value"] = 12345.0          # a value no count gives: read, not counted
+    path.write_text(json.dumps(data))
+    for setup, count in ((eager, True), (compiled, True), (eager, False)):
+        assert flop_fields(setup, count)["flops_per_step"] == 12345.0
+    assert flop_fields(wide)["flops_per_step"] > counted    # another parameter: counted
+    # The file changed since it was imported: counted, and not stored under either content.
+    mlp.write_text(MLP + "\n# changed\n")
+    assert flop_fields(eager)["flops_per_step"] == counted
+    assert len(json.loads(path.read_text())["entries"]) == 2
+    # Imported again (a new process): another key, counted and stored.
+    for name in [n for n, m in sys.modules.items() if getattr(m, "__file__", None) == str(mlp)]:
+        del sys.modules[name]
+    assert flop_fields(eager)["flops_per_step"] == counted
+    assert len(json.loads(path.read_text())["entries"]) == 3
+    # A factory without a source file to key by: no key (counted, never stored), no failure.
+    import functools
+
+    from stepbench.workload import flopcache
+    assert flopcache.key(eager, functools.partial(print), None, None) is None
+
+
 def test_a_model_without_a_repeated_block_cannot_be_checkpointed(mlp):
     import torch
 
@@ -225,13 +268,25 @@ def test_the_resnet_example_runs_and_counts_images(tmp_path):
 
 @pytest.mark.slow
 def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
+    import torch
+
     from stepbench import api
+    from stepbench.measure import step
+    from stepbench.workload import flopcache
 
     out = tmp_path / "api.jsonl"
+    # The FLOP cache across processes: batch 2's count stored by this process (a value no count
+    # gives) is what its setup's process reads; batch 3's is another key, counted there.
+    setup = plan(model=f"{mlp}:make", modes="eager", batch="2", warmup="1", steps="2",
+                 param=["width=4"])[0]
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    flopcache._cache().put(flopcache.key(setup, work.factory, work.work, work.inputs), 12345.0)
     results = api.run(model=f"{mlp}:make", device="cpu", modes=["eager"], batch=[2, 3],
                             warmup=1, steps=2, repeats=1, param={"width": 4}, out=out)
     assert [(r["status"], r["setup"]["batch"], r["units"]) for r in results] == [
         ("ok", 2, "samples"), ("ok", 3, "samples")]
+    assert results[0]["flops_per_step"] == 12345.0
+    assert results[1]["flops_per_step"] not in (None, 12345.0)
     assert len(out.read_text().splitlines()) == 2
     frame = results.frame()
     assert list(frame["setup.params"]) == ["width=4"] * 2
@@ -264,6 +319,22 @@ def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies
     assert base.params == "fail=no;width=8"
     with pytest.raises(UserError, match="takes no parameter 'depth'"):
         tuned("--param", "width=8", "--param", "depth=2")
+
+
+@pytest.mark.slow
+def test_a_real_tune_measures_each_param_value_against_its_own_reference(mlp, tmp_path):
+    # Two widths: two models, each guarded against an eager run of its own width; the lines
+    # and the table count the factory's unit, samples.
+    proc = run_cli("tune", "--model", f"{mlp}:make", "--param", "width=4,64", "--device", "cpu",
+                   "--modes", "eager", "--optimizer", "fused", "--checkpointing", "off",
+                   "--repeats", "1", "--warmup", "1", "--steps", "2", "--budget", "40s",
+                   "--format", "json", "--out", tmp_path / "tune.jsonl", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    tried = {t["setup"]["params"] for t in result["tried"] if t["status"] == "ok"}
+    assert tried == {"width=4", "width=64"}, result["tried"]
+    assert result["winner"]["setup"]["params"] in tried
+    assert "tokens/s" not in proc.stderr and "samples/s" in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -328,6 +399,17 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     assert main(["report", str(MLP_RECORDS)]) == 0
     text = capsys.readouterr().out
     assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
+    # Its FLOPs are FlopCounterMode's count, not the transformers convention (no attention).
+    assert "FlopCounterMode counted one step" in text and "non-causal" not in text
+    assert "same model, parameters, seed and batch" in text and "sequence length" not in text
+    # The plots' labels count its unit too.
+    from stepbench.report.plots import plot_captions
+    from stepbench.report.rows import build_rows
+    from stepbench.record import ResultsFile
+
+    captions = plot_captions(build_rows(ResultsFile(MLP_RECORDS).read(), {}))
+    assert captions["tokens_per_s"].startswith("Samples/s") and \
+        captions["tokens_per_dollar"].startswith("M samples per $")
     # A transformers model's rows count tokens.
     assert main(["report", str(MLP_RECORDS.parent / "h200-matrix.jsonl"), "--format", "json"]) == 0
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
@@ -347,13 +429,68 @@ def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
     text = render(run_document([failed]), "table")
     assert lines_naming(text, "eager", "error", "ValueError: the factory says no")
     assert "stderr tail" not in text
+    # Nothing ran: the rate column still counts a factory's unit (its default), not tokens.
+    assert "Samples/s" in text and "Tokens/s" not in text
 
 
 def test_tunes_table_counts_a_factorys_own_unit():
     from stepbench.record import ResultsFile
-    from stepbench.report.tune import tried_table
+    from stepbench.report.tune import gains_table, ladder_text, tried_table
 
     records = ResultsFile(MLP_RECORDS).read()
     table = tried_table([("ladder", r) for r in records])
     assert "Samples/s" in table.columns and "Tokens/s" not in table.columns
     assert [row[1] for row in table.cells] == ["eager (width=16)", "eager (width=32)"]
+    ladder = {"batches": [4, 8], "tokens_per_s": [100, 180], "saturating_batch": 8,
+              "stopped": "the budget", "gb_per_sequence": 0.01}
+    assert names(ladder_text(ladder, "samples"), "4 (100 samples/s)", "GB a sample")
+    assert "tokens" not in ladder_text(ladder, "samples")
+    gain = {"kind": "optimizer fused -> foreach", "smallest": 0.9, "largest": 1.1,
+            "source": "this machine"}
+    assert "multiply samples/s by" in gains_table([gain], "samples").notes[0]
+
+
+def test_compare_counts_a_factorys_own_unit(capsys, tmp_path):
+    from stepbench.cli import main
+
+    after = tmp_path / "after.jsonl"
+    after.write_text(MLP_RECORDS.read_text())
+    assert main(["compare", str(MLP_RECORDS), str(after)]) == 0
+    text = capsys.readouterr().out
+    assert "Samples/s ratio" in text and "Tokens/s" not in text
+
+
+def test_findings_on_a_factory_name_no_attention_and_count_its_unit(tmp_path, capsys):
+    # A compiled twin of a real record (step time halved): the findings on an MLP speak of
+    # torch.compile, not of "sdpa attention" it does not have, and of samples, not tokens.
+    from stepbench.cli import main
+
+    eager = json.loads(MLP_RECORDS.read_text().splitlines()[0])
+    compiled = json.loads(json.dumps(eager))
+    compiled["setup"].update(name="compile", mode="compile")
+    compiled["step_times_ms"] = [t / 2 for t in eager["step_times_ms"]]
+    for field in ("step_ms", "step_ms_median", "step_ms_min", "step_ms_max"):
+        compiled[field] = eager[field] / 2
+    compiled["tokens_per_s"] = eager["tokens_per_s"] * 2
+    path = tmp_path / "pair.jsonl"
+    path.write_text(json.dumps(eager) + "\n" + json.dumps(compiled) + "\n")
+    assert main(["report", str(path), "--format", "json"]) == 0
+    texts = [f["text"] for f in json.loads(capsys.readouterr().out)["findings"]]
+    assert texts and not any("attention" in t or "tokens" in t for t in texts), texts
+    assert any("samples per dollar" in t for t in texts), texts   # its steps were disturbed
+
+
+def test_a_factorys_max_batch_search_table_shows_no_seq():
+    # A real record of the MLP as a max-batch probe: the search's table has no Seq column
+    # (the factory takes no seq_len), a transformers model's keeps it.
+    import dataclasses
+
+    from stepbench.record import ResultsFile
+    from stepbench.report.searches import details_table
+
+    probe = dataclasses.replace(ResultsFile(MLP_RECORDS).read()[0], search={
+        "kind": "max_batch", "role": "probe", "start_batch": 4, "step": "start"})
+    assert "Seq" not in details_table([probe]).columns
+    hf = dataclasses.replace(probe, setup=probe.setup.replace(model="llama-tiny", params=None,
+                                                              seq=64))
+    assert "Seq" in details_table([hf]).columns

@@ -361,9 +361,11 @@ def make_record(job: Job, outcome: Outcome, *, run_id: str, timeout_s: float,
     measured.setdefault("phase", outcome.progress.get("phase", "starting"))
     if measured.get("phases") is not None and outcome.exit_s is not None:
         measured["phases"] = {**measured["phases"], "exit": round(outcome.exit_s, 3)}
+    # A tune stops a process at what its budget has left, or at --timeout.
+    fix = "--budget or --timeout" if (search or {}).get("kind") == "tune" else "--timeout"
     status, error = classify(outcome, measured["phase"], timeout_s,
                              capped_cpu=job.setup.device == "cpu"
-                             and job.setup.memory_limit_gb is not None)
+                             and job.setup.memory_limit_gb is not None, fix=fix)
     start = outcome.start or {}
     machine = Machine.from_dict(start.get("machine") or {"gpu": gpu or "unknown GPU"})
     software = Software.from_dict(start.get("software"))
@@ -405,13 +407,16 @@ CAPPED_OOM_SIGNALS = (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
 
 
 def classify(outcome: Outcome, phase: str, timeout_s: float,
-             capped_cpu: bool = False) -> tuple[str, str | None]:
+             capped_cpu: bool = False, fix: str = "--timeout") -> tuple[str, str | None]:
     """Status from the clock, the child's own verdict, or its exit; `capped_cpu`: a CPU setup
-    under --memory-limit-gb, whose death by a memory fault after its imports is an oom."""
+    under --memory-limit-gb, whose death by a memory fault after its imports is an oom; `fix`:
+    the flag a timeout's line says to raise."""
     detail = f"; {outcome.detail}" if outcome.detail else ""
     if outcome.timed_out:
-        return "timeout", (f"no result after {timeout_s:g} s (last phase: {phase}); the process "
-                           f"group was killed; raise --timeout if it needs longer{detail}")
+        # A tune's timeout is what its budget has left (1.03071 s): three digits, no exponent.
+        limit = f"{timeout_s:.3g}" if timeout_s < 100 else f"{timeout_s:.0f}"
+        return "timeout", (f"no result after {limit} s (last phase: {phase}); the process "
+                           f"group was killed; raise {fix} if it needs longer{detail}")
     if outcome.result is not None:
         status, error = outcome.result.get("status", "error"), outcome.result.get("error")
         if status == "error" and outcome.stderr_tail:

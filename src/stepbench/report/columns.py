@@ -5,6 +5,7 @@ report and `stepbench run`'s end-of-run table share them (report/document.py).
 
 from __future__ import annotations
 from stepbench.errors import first_line
+from stepbench.workload.spec import is_factory
 from stepbench.report import table
 from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, MEMORY_FLAG, MEMORY_MARK,
                                     NOISE_MARKS, mark_notes, noise_marks)
@@ -68,10 +69,16 @@ def unit_headers(columns: list[str], rows: list[Row]) -> list[str]:
     counts the same one ("Images/s", "M images per $"); tokens stay tokens, and rows of several
     units keep the token headers (their records say each row's unit)."""
     units = {r.units for row in rows for r in row.records if r.ok}
+    if not units:
+        # Nothing ran: the unit a failed record names, else a factory's default, samples.
+        records = [r for row in rows for r in row.records]
+        units = {r.units or ("samples" if is_factory(r.setup.model) else "tokens")
+                 for r in records}
     if len(units) != 1 or None in units or units == {"tokens"}:
         return list(columns)
     unit = units.pop()
-    names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $"}
+    names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $",
+             "Tokens/s per GPU": f"{unit.capitalize()}/s per GPU"}
     return [names.get(c, c) for c in columns]
 
 
@@ -123,10 +130,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      "the peak allocated during the timed steps; First step includes "
                      "compilation.")
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
-        notes.append('"M tokens per $" is training tokens per dollar of GPU time, in millions, '
+        per_dollar = unit_headers(["M tokens per $"], rows)[0]
+        unit = per_dollar[2:-6]                       # "tokens", or a workload's own unit
+        notes.append(f'"{per_dollar}" is training {unit} per dollar of GPU time, in millions, '
                      "at each machine's hourly price.")
     if any(r.setup.distributed for r in rows):
-        notes.append(DISTRIBUTED_NOTE)
+        notes.append(distributed_note(rows))
     labels = setup_labels(rows)
     notes += [f"{DEPARTS_MARK} loss guard: {r.loss_guard.describe(labels[id(r)])}; "
               "do not take its speed as a way to train this model." for r in rows if r.departs]
@@ -158,7 +167,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
-        notes.append("No price for " + ", ".join(missing) + ": M tokens per $ is left blank.")
+        per_dollar = unit_headers(["M tokens per $"], rows)[0]
+        notes.append("No price for " + ", ".join(missing) + f": {per_dollar} is left blank.")
     rented = sorted({(r.gpu, r.price_source) for r in rows
                      if r.price_source not in (None, "given")})
     if rented:
@@ -209,3 +219,15 @@ DISTRIBUTED_NOTE = (
     "slowest rank's mean, Tokens/s counts the global batch (batch x sequence x processes), Peak "
     "memory is the largest of any rank (per GPU), and its cost per token pays for every GPU of "
     "the job.")
+
+
+def distributed_note(rows: list[Row]) -> str:
+    """DISTRIBUTED_NOTE in a user's workload's own unit where the rows share one."""
+    rate = unit_headers(["Tokens/s"], rows)[0]
+    if rate == "Tokens/s":
+        return DISTRIBUTED_NOTE
+    unit = rate[:-2].lower()
+    return (DISTRIBUTED_NOTE.replace("Tokens/s counts the global batch (batch x sequence x "
+                                     "processes)", f"{rate} counts the global batch ({unit} per "
+                                     "batch x processes)")
+            .replace("cost per token", f"cost per million {unit}"))

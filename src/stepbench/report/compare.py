@@ -28,6 +28,7 @@ from stepbench import stats
 from stepbench.errors import UserError
 from stepbench.report import meta as about
 from stepbench.report import searches, table
+from stepbench.report.columns import unit_headers
 from stepbench.report.document import marks, warn
 from stepbench.report.findings import TESTS, Finding, change, every, join
 from stepbench.report.layout import Document, Table
@@ -273,8 +274,10 @@ def _cell(value: float | None, ci: tuple[float, float] | None) -> str:
 def _main_table(changes: list[Change], labels: tuple[str, str],
                 fail_above: float | None) -> Table:
     b, a = labels
+    rows = [r for c in changes for r in (c.before, c.after)]
+    rate = unit_headers(["Tokens/s"], rows)[0]        # a user's workload's own unit
     columns = ["GPU", "Setup", f"{b} (ms)", f"{a} (ms)", f"{a} / {b} (95% CI)",
-               "Tokens/s ratio", "Verdict"]
+               f"{rate} ratio", "Verdict"]
     cells = []
     for c in changes:
         ci = c.result.ci if c.result else None
@@ -285,12 +288,11 @@ def _main_table(changes: list[Change], labels: tuple[str, str],
     notes = [f"{a} / {b}: {a}'s step time over {b}'s, below 1 faster; where both ran 2 or more "
              "processes, the ratio of their means of per-process means with a hierarchical "
              "bootstrap's 95% interval, else of medians (docs/report.md, \"How differences are "
-             "tested\"). Tokens/s ratio is its inverse. A change is slower or faster only "
+             f"tested\"). {rate} ratio is its inverse. A change is slower or faster only "
              "outside the noise: p < 0.05 and the interval excludes 1.",
              "Setups are matched by every setting but warm-up and timed steps, on the same GPU; "
              "each side's processes are combined as the report combines them (ms: the median of "
              "per-process means)."]
-    rows = [r for c in changes for r in (c.before, c.after)]
     notes += mark_notes((r.noise_flags for r in rows),
                         compiled=any(r.compile_marked for r in rows))
     if any(c.verdict == DISTURBED_VERDICT for c in changes):
@@ -312,7 +314,8 @@ def _step(row: Row) -> str:
 def _only_table(rows: list[Row], label: str, names: dict[int, str]) -> Table:
     cells = [[r.gpu, names[id(r)], _step(r), table.num(r.tokens_per_s, 0, thousands=True)]
              for r in rows]
-    return Table(["GPU", "Setup", "Step (ms)", "Tokens/s"], cells, "llrr", f"Only in {label}",
+    return Table(unit_headers(["GPU", "Setup", "Step (ms)", "Tokens/s"], rows), cells, "llrr",
+                 f"Only in {label}",
                  ["Setups of one side that the other did not run (unmatched)."])
 
 

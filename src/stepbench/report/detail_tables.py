@@ -8,6 +8,7 @@ import statistics
 from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import LAYER_GRAPHS
 from stepbench.report import table
+from stepbench.report.columns import unit_headers
 from stepbench.report.layout import Table
 from stepbench.report.rows import Row, setup_labels
 from stepbench.units import percent
@@ -31,6 +32,13 @@ def _flops_note(rows: list[Row]) -> str | None:
     if not counted:
         return None
     conventions = list(dict.fromkeys(r.flops_convention for r in counted if r.flops_convention))
+    sources = {r.flops_source for row in counted for r in row.records if r.ok}
+    if not conventions and sources and sources <= {"flop_counter", "workload"}:
+        # A user's factory: its FLOPs per step as it gave them, or as FlopCounterMode counted.
+        said = {"flop_counter": "as torch's FlopCounterMode counted one step (matrix products "
+                                "only)", "workload": "as the workload gave them (flops_per_step)"}
+        return "TFLOP/s and MFU count the FLOPs per step " + " or ".join(
+            said[s] for s in sorted(sources)) + "."
     note = ("TFLOP/s and MFU count the model's FLOPs "
             + ("as " + "; ".join(conventions) if conventions else "by a convention the records "
                "do not name") + ". Attention is counted non-causal, the full score matrix")
@@ -106,9 +114,19 @@ LOSS_GUARD_NOTE = (
     "the first loss is compared.")
 
 
+def loss_guard_note(rows: list[Row]) -> str:
+    """LOSS_GUARD_NOTE; without "sequence length" where no row has one (a user's model without
+    seq_len)."""
+    if any(r.setup.has_seq for r in rows):
+        return LOSS_GUARD_NOTE
+    return LOSS_GUARD_NOTE.replace("seed, batch and sequence length", "parameters, seed and batch")
+
+
 def _scaling_note(rows: list[Row]) -> str | None:
-    return ("Tokens/s per GPU: the job's tokens/s over its GPUs (processes). Scaling efficiency: "
-            "that over the tokens/s of the same setup on one GPU without a wrapper (the "
+    rate = unit_headers(["Tokens/s"], rows)[0]         # a user's workload's own unit
+    return (f"{rate} per GPU: the job's {rate.lower()} over its GPUs (processes). Scaling "
+            f"efficiency: that over the {rate.lower()} of the same setup on one GPU without a "
+            "wrapper (the "
             "baseline named: compiled whole, and in bf16 for FSDP2's mixed precision); 100% is "
             "perfect data-parallel scaling. Wrapping: how the job wrapped the model (FSDP2: its "
             "units, whether layers reshard after the forward, prefetching, the weights' dtype; "
@@ -224,7 +242,7 @@ DETAIL_TABLES = [
       "First step warm (s)"],
      lambda rows: []),
     ("Details: the GPU or the host", ["GPU busy (profiled)"], lambda rows: [GPU_BUSY_NOTE]),
-    ("Details: losses", ["Loss guard"], lambda rows: [LOSS_GUARD_NOTE]),
+    ("Details: losses", ["Loss guard"], lambda rows: [loss_guard_note(rows)]),
     ("Details: scaling",
      ["Processes", "Wrapping", "Tokens/s per GPU", "Rank spread", "Scaling efficiency",
       "Baseline"],
@@ -248,7 +266,7 @@ def details(rows: list[Row]) -> list[Table]:
         if not used:
             continue
         shown = [r for r in rows if any(c[2](r) for c in used)]
-        tables.append(Table(["GPU", "Setup"] + [c[0] for c in used],
+        tables.append(Table(unit_headers(["GPU", "Setup"] + [c[0] for c in used], shown),
                             [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown],
                             "ll" + "".join(c[1] for c in used), title,
                             [n for n in notes(shown) if n]))

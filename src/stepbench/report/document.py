@@ -156,7 +156,8 @@ def peak_document(result: dict) -> Document:
 def _warn_prices(rows: list[Row], prices: dict[str, float]) -> None:
     missing = list(dict.fromkeys(r.gpu_name for r in rows if r.price_per_hour is None))
     if missing:
-        warn("no price for " + ", ".join(f"'{g}'" for g in missing) + "; its M tokens per $ "
+        per_dollar = unit_headers(["M tokens per $"], rows)[0]
+        warn("no price for " + ", ".join(f"'{g}'" for g in missing) + f"; its {per_dollar} "
              "is left blank (add --price \"GPU NAME=DOLLARS\" or a --prices file)")
     for key in unused_keys(prices, [r.gpu_name for r in rows]):
         warn(f"price for '{key}' matches no GPU in the results (GPU names are as the driver "

@@ -56,11 +56,22 @@ def figures(rows: list[Row]) -> dict[str, bytes]:
     `plotted` keeps)."""
     shown = plotted(rows)
     labels = bar_labels(rows)
+    captions = plot_captions(rows)
     out = {}
-    for stem, label, value, interval in PLOTS:
+    for stem, _, value, interval in PLOTS:
         if any(value(r) is not None for r in shown):
-            out[stem] = _bar_chart(shown, labels, label, value, interval)
+            out[stem] = _bar_chart(shown, labels, captions[stem], value, interval)
     return out
+
+
+def plot_captions(rows: list[Row]) -> dict[str, str]:
+    """{stem: axis label}, counting a user's workload's own unit where the rows share one
+    ("Images/s", "M images per $"), as the tables' headers do."""
+    from stepbench.report.columns import unit_headers
+
+    rate, per_dollar = unit_headers(["Tokens/s", "M tokens per $"], rows)
+    return {stem: label.replace("Tokens/s", rate).replace("M tokens per $", per_dollar)
+            for stem, label, _, _ in PLOTS}
 
 
 def plotted(rows: list[Row]) -> list[Row]:

@@ -240,7 +240,7 @@ def _html_table(t: Table) -> str:
 
 def render_html(doc: Document) -> str:
     """The whole page as a string."""
-    from stepbench.report.plots import PLOTS
+    from stepbench.report.plots import plot_captions
 
     title = html.escape(doc.title or "stepbench report")
     parts = ["<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
@@ -267,7 +267,7 @@ def render_html(doc: Document) -> str:
         parts.append("<h2>Plots</h2>\n")
         if doc.plots_note:
             parts.append(f'<p class="note">{html.escape(doc.plots_note)}</p>\n')
-        captions = {stem: label for stem, label, _, _ in PLOTS}
+        captions = plot_captions(doc.rows)
         for stem, png in doc.pngs.items():
             data = base64.b64encode(png).decode("ascii")
             parts.append(f'<figure><img alt="{html.escape(captions[stem])}" '

@@ -104,6 +104,10 @@ def details_table(records: list[Record]):
              "search measured the next smaller batch that fit."]
     notes += [summary(r) for r in _last_finals(listed)]
     notes += [_unfinished(r) for r in _last_probes_without_final(listed)]
+    if not any(r.setup.has_seq for r in listed):      # a user's model without seq_len
+        at = COLUMNS.index("Seq")
+        return Table(COLUMNS[:at] + COLUMNS[at + 1:], [c[:at] + c[at + 1:] for c in cells],
+                     "lllrrlrrr", "Details: searches", notes)
     return Table(COLUMNS, cells, "lllrrrlrrr", "Details: searches", notes)
 
 

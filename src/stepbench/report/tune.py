@@ -95,7 +95,7 @@ def tune_document(result: TuneResult) -> Document:
     tried.notes += verdict(result)
     first = entries[0][1] if entries else None
     tunes = [tune_dict(first, entries)] if first is not None else []
-    tables = [tried] + ([gains_table(result.gains)] if result.gains else [])
+    tables = [tried] + ([gains_table(result.gains, unit_of(result))] if result.gains else [])
     return Document("Tried", tables, tunes=tunes)
 
 
@@ -122,25 +122,32 @@ def verdict(result: TuneResult) -> list[str]:
         out += _ratios(result)
         out.append(f"Reproduce: {result.command}")
     if result.ladder and result.ladder.get("batches"):
-        out.append(ladder_text(result.ladder))
+        out.append(ladder_text(result.ladder, unit_of(result)))
     out += result.skipped
     out.append(f"Budget {duration(result.budget_s, exact=True)}, spent "
                f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurements.")
     return out
 
 
-def ladder_text(ladder: dict) -> str:
-    """The reference ladder in a sentence."""
-    rungs = ", ".join(f"{b} ({t:,} tokens/s)" for b, t in zip(ladder["batches"],
-                                                            ladder["tokens_per_s"]))
-    memory = (f"; about {ladder['gb_per_sequence']:.2g} GB a sequence"
+def unit_of(result: TuneResult) -> str:
+    """What the tune's throughput counts: the records' own unit ("images"), else tokens."""
+    return next((t.record.units for t in result.tried if t.record.units), "tokens")
+
+
+def ladder_text(ladder: dict, unit: str = "tokens") -> str:
+    """The reference ladder in a sentence, counting `unit`."""
+    rungs = ", ".join(f"{b} ({t:,} {unit}/s)" for b, t in zip(ladder["batches"],
+                                                             ladder["tokens_per_s"]))
+    # One batch element: a sequence of tokens, else one of the workload's samples.
+    element = "sequence" if unit == "tokens" else "sample"
+    memory = (f"; about {ladder['gb_per_sequence']:.2g} GB a {element}"
               if ladder.get("gb_per_sequence") else "")
     return (f"Reference ladder (the loss guard's eager reference, measured in full) at batch "
             f"{rungs}: saturates at batch {ladder['saturating_batch']}, where it stopped "
             f"because {ladder['stopped']}{memory}.")
 
 
-GAINS_NOTE = ("What each change was taken to multiply tokens/s by, from the smallest to the "
+GAINS_NOTE = ("What each change was taken to multiply {unit}/s by, from the smallest to the "
               "largest ratio observed (this machine's records where they held one, else "
               "committed H200 results; the tune's JSON lists every observation and its file): "
               "a candidate whose largest gain could not beat the best so far was not measured.")
@@ -150,15 +157,15 @@ FOREIGN_NOTE = ("A gain measured on another machine class (\"orders only\") orde
                 "candidates and skipped none: measurements on this machine decide.")
 
 
-def gains_table(gains: list[dict]) -> Table:
+def gains_table(gains: list[dict], unit: str = "tokens") -> Table:
     """The gains the tune chose and pruned candidates by, each with where it came from; a
     gain of another machine class (`may_skip` false: an older tune's JSON lacks the key) is
     marked as one that only ordered the candidates."""
     cells = [[g["kind"], f"{g['smallest']:.2f}x", f"{g['largest']:.2f}x",
               source_kind(g["source"]) + ("" if g.get("may_skip", True) else
                                           ", another machine: orders only")] for g in gains]
-    notes = [GAINS_NOTE] + ([FOREIGN_NOTE] if any(not g.get("may_skip", True) for g in gains)
-                            else [])
+    foreign = any(not g.get("may_skip", True) for g in gains)
+    notes = [GAINS_NOTE.format(unit=unit)] + ([FOREIGN_NOTE] if foreign else [])
     return Table(["Change", "Smallest", "Largest", "From"], cells, "lrrl",
                  "Gains the tune went by", notes)
 
@@ -213,8 +220,8 @@ def _against(result: TuneResult, a: Record, b: Record) -> str:
         return f"was not compared (a side's timed steps were disturbed, {marks}) with"
     test = stats.compare_records(runs(a), runs(b), per_token=True)
     if test is not None and test.significant is False:
-        return f"ran at the tokens/s, within the noise (p = {test.p_value:.2f}), of"
-    return f"ran at {a.tokens_per_s / b.tokens_per_s:.2f}x the tokens/s of"
+        return f"ran at the {unit_of(result)}/s, within the noise (p = {test.p_value:.2f}), of"
+    return f"ran at {a.tokens_per_s / b.tokens_per_s:.2f}x the {unit_of(result)}/s of"
 
 
 def peak(record: Record) -> str:

@@ -16,6 +16,7 @@ import functools
 import inspect
 import sys
 
+from stepbench.workload import flopcache
 from stepbench.workload.contract import Workload
 from stepbench.workload.base import Built, tensors_in
 from stepbench.workload.loader import load_function
@@ -126,10 +127,13 @@ class FactoryBuilt(Built):
 
         fields: dict = {"notes": []}
         per_step, source = self.work.flops_per_step, "workload"
-        if per_step is None and not setup.distributed and count:
+        if per_step is None and not setup.distributed:
             try:
                 with torch.compiler.set_stance("force_eager"), options.forward_context(setup):
-                    per_step = self.count_flops()
+                    # Cached per machine (flopcache.py): the first process of a setup counts.
+                    per_step = flopcache.counted(
+                        flopcache.key(setup, self.factory, self.work, self.inputs),
+                        self.count_flops, count)
                 source = "flop_counter"
                 fields["flop_counter_per_step"] = per_step
             except Exception as exc:  # noqa: BLE001 - MFU must not cost the measurement
@@ -137,8 +141,9 @@ class FactoryBuilt(Built):
                 fields["notes"].append(f"FLOPs not counted: FlopCounterMode failed "
                                        f"({type(exc).__name__}); no MFU")
                 per_step = None
-        elif per_step is None:
-            fields["notes"].append("FLOPs not counted in a search's probe; no MFU")
+            if per_step is None and not count and not fields["notes"]:
+                fields.pop("flop_counter_per_step", None)
+                fields["notes"].append("FLOPs not counted in a search's probe; no MFU")
         if not per_step:
             if per_step is not None:
                 fields["notes"].append("FlopCounterMode counted no FLOPs; no MFU")

@@ -7,6 +7,7 @@ it may import modules beside it; a package module is imported as itself.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import re
@@ -46,6 +47,9 @@ def load_module(where: str):
     if spec is None or spec.loader is None:
         raise UserError(f"cannot import {where}; pass a Python file")
     module = importlib.util.module_from_spec(spec)
+    # What was imported, for the FLOP cache (flopcache.py): a file changed since is not keyed.
+    module.__stepbench_sha256__ = hashlib.sha256(str(path).encode() + b"\0" + path.read_bytes()
+                                                 + b"\0").hexdigest()
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
@@ -62,3 +66,9 @@ def load_function(model: str):
     if function is None or not callable(function):
         raise UserError(f"{where} has no function {name!r}; fix --model {where}:FUNCTION")
     return function
+
+
+def loaded_digest(module) -> str | None:
+    """The digest of a factory file as it was imported (flopcache.digest's form); None for a
+    package module, imported as itself."""
+    return getattr(module, "__stepbench_sha256__", None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from stepbench.guard import OK
 from stepbench.report.findings.words import (WRONG_LOSS, Finding, best_per_gpu, attention_pairs,
                                              every, join, memory_told, steady, told,
-                                             variants)
+                                             unit_of, variants)
 from stepbench.report.marks import DISTURBED, NOISE_MARKS
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
@@ -130,8 +130,9 @@ def untested(rows: list[Row]) -> list[Finding]:
                            "notes): " + join(items) + "."))
     left = [r for r in rows if r.ok and not r.departs and not steady(r)]
     if left:
-        out.append(Finding("untested", "Left out of the fastest setup and GPU, tokens per "
-                           "dollar, MFU, energy, compile time and where the host set the pace, "
+        out.append(Finding("untested", "Left out of the fastest setup and GPU, "
+                           f"{unit_of(rows)} per dollar, MFU, energy, compile time and where the "
+                           "host set the pace, "
                            f"because their timed steps were disturbed ({_marks([left])}): "
                            + join([f"{r.name} on {r.gpu} ({sig(r.step_ms)} ms)" for r in left])
                            + "; measure them again on a quiet machine."))

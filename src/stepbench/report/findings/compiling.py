@@ -7,7 +7,8 @@ import math
 
 from stepbench.report.findings.words import (FITS_ONLY_COMPILED, NOISE, Finding, change,
                                              compiler, every, join, memory_told, on_gpus, one,
-                                             secs, span, steady, told, variants, verdict)
+                                             secs, span, steady, told, variants, verdict,
+                                             with_attn)
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
 from stepbench.units import duration
@@ -29,8 +30,8 @@ def compile_speed(rows: list[Row]) -> list[Finding]:
             elif direction == "noise":
                 tags.add(NOISE)
         lead = _speed_lead(moved, len(pairs), compiler(mode))
-        out.append(Finding("compile_speed", f"With {attn} attention, {lead}compiled against "
-                           f"eager step time: {join(items)}.", frozenset(tags)))
+        out.append(Finding("compile_speed", with_attn(attn, pairs, f"{lead}compiled against "
+                           f"eager step time: {join(items)}."), frozenset(tags)))
     return out
 
 
@@ -82,7 +83,7 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
             parts.append(f"left {'it' if parts else 'peak memory'} unchanged on " + join(same))
         text = "; ".join(parts)
         out.append(Finding("compile_memory",
-                           f"With {attn} attention, {compiler(mode)} {text}."))
+                           with_attn(attn, pairs, f"{compiler(mode)} {text}.")))
     return out
 
 
@@ -191,7 +192,7 @@ def compile_payback(rows: list[Row]) -> list[Finding]:
                            + f"{join(noise)}, where the difference was within the noise")
             tags.add(NOISE)
         if clauses:
-            parts.append(f"With {attn} attention, {compiler(mode)} " + "; ".join(clauses) + ".")
+            parts.append(with_attn(attn, pairs, f"{compiler(mode)} " + "; ".join(clauses) + "."))
     return [Finding("compile_payback", " ".join(parts), frozenset(tags))] if parts else []
 
 
@@ -224,7 +225,7 @@ def fit(rows: list[Row]) -> list[Finding]:
             parts.append(f"{'it' if parts else 'the step'} ran out of memory either way on "
                          f"{join(_with_memory(neither))}")
         if parts:
-            out.append(Finding("fit", f"With {attn} attention, " + "; ".join(parts) + ".",
+            out.append(Finding("fit", with_attn(attn, pairs, "; ".join(parts) + "."),
                                frozenset({FITS_ONLY_COMPILED} if only_compiled else ())))
     return out
 

@@ -13,6 +13,7 @@ from stepbench import stats
 from stepbench.report.marks import MEMORY_FLAG, disturbed
 from stepbench.report.rows import Row, eager_twins
 from stepbench.report.table import sig
+from stepbench.workload.spec import is_factory
 
 
 BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
@@ -137,6 +138,21 @@ def on_gpus(gpus: list[str], total: int) -> str:
 
 def compiler(compile_mode: str) -> str:
     return "torch.compile" if compile_mode == "default" else f"torch.compile ({compile_mode})"
+
+
+def with_attn(attn: str, pairs: list[tuple[Row, Row]], rest: str) -> str:
+    """"With sdpa attention, " + rest; `rest` alone (capitalized) where the rows are a user's
+    factory's, whose attention (held at its default) means nothing."""
+    if all(is_factory(row.model) for pair in pairs for row in pair):
+        return rest[:1].upper() + rest[1:] if not rest.startswith("torch") else rest
+    return f"With {attn} attention, {rest}"
+
+
+def unit_of(rows: list[Row]) -> str:
+    """What the rows' throughput counts: one user's unit ("images") where all count it, else
+    tokens."""
+    units = {r.units for row in rows for r in row.records if r.ok}
+    return units.pop() if len(units) == 1 and None not in units else "tokens"
 
 
 def variants(rows: list[Row], both_ok: bool = True) -> dict[tuple, list[tuple[Row, Row]]]:

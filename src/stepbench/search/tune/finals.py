@@ -43,7 +43,7 @@ def final(tuner) -> TuneResult:
         if order and tuner.seen.faster(s, order[0]):
             mean, best = tuner.seen.mean_tokens(s), tuner.seen.mean_tokens(order[0])
             tuner.skip(f"{label(s)}: not the winner though its steps test faster, by the median: "
-                       f"its mean is {mean:,.0f} tokens/s against the winner's {best:,.0f} (a "
+                       f"its mean is {mean:,.0f} {tuner.seen.unit}/s against the winner's {best:,.0f} (a "
                        "few slow steps); a tune never names a winner slower than a setup it "
                        "measured")
     return result(tuner, order)

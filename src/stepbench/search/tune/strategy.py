@@ -404,7 +404,7 @@ class Tuner:
             said.unmeasured.pop(pick.setup, None)
             self.note_gain(pick.gain)
             self.say(f"{stage}: next {label(pick.setup)}: about {pick.price.total:.0f} s, "
-                     f"up to {pick.parent_rate * pick.gain.hi:,.0f} tokens/s{prior(pick.gain)}"
+                     f"up to {pick.parent_rate * pick.gain.hi:,.0f} {self.seen.unit}/s{prior(pick.gain)}"
                      if pick.gain else f"{stage}: next {label(pick.setup)}")
             self.measure(pick.setup, stage)
 
@@ -446,7 +446,7 @@ class Tuner:
                     and not is_factory(setup.model):
                 c.why = "pruned"
                 c.reason = (f"its largest gain cannot beat the best so far: at most "
-                            f"{top:,.0f} tokens/s ({gain.hi:.2f}x {label(parent)}: "
+                            f"{top:,.0f} {self.seen.unit}/s ({gain.hi:.2f}x {label(parent)}: "
                             f"{gain.kind}, {source_kind(gain.source)}), against "
                             f"{best:,.0f} ({label(best_setup)})")
                 return c
@@ -494,7 +494,7 @@ def outcome(record: Record) -> str:
     if record.ok:
         text = f"{record.tokens_per_s:,.0f} {record.units or 'tokens'}/s, {record.step_ms:.1f} ms"
         if abs(rate(record) / record.tokens_per_s - 1) > 0.05:
-            text += (f" (a mean over an uneven run: {rate(record):,.0f} tokens/s by its median "
-                     "step, which the search goes by)")
+            text += (f" (a mean over an uneven run: {rate(record):,.0f} {record.units or 'tokens'}"
+                     "/s by its median step, which the search goes by)")
         return text
     return record.status
