@@ -130,6 +130,10 @@ def test_exceptions_are_classified():
     assert classify_exception(NotImplementedError("FlexAttention does not support backward on CPU")) == (
         "unsupported", "NotImplementedError: FlexAttention does not support backward on CPU")
     assert classify_exception(ImportError("flash_attn is not installed"))[0] == "unsupported"
+    # stepbench's own Unsupported is its reason alone, said once (not "Unsupported: ...").
+    from stepbench.errors import Unsupported
+    assert classify_exception(Unsupported("--compile-scope layer: no repeated block")) == (
+        "unsupported", "--compile-scope layer: no repeated block")
     assert classify_exception(ValueError("shapes do not match")) == ("error", "ValueError: shapes do not match")
     # torch.compile wraps errors from inside the compiler: the cause chain decides.
     try:

@@ -88,3 +88,9 @@ def show_warnings(command: str) -> None:
         print(warning_line(command, text), file=file or sys.stderr)
 
     warnings.showwarning = show
+
+
+class Unsupported(NotImplementedError):
+    """This setup cannot run here (a missing package, a device feature); the reason says why.
+    Raised in the measuring process (measure/options.py); the worker records the setup as
+    `unsupported` with the reason alone."""

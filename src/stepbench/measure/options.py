@@ -17,6 +17,7 @@ import functools
 import torch
 
 from stepbench.axes import AXES
+from stepbench.errors import Unsupported  # noqa: F401 - raised here, imported from here
 from stepbench.setup import Setup
 
 # Weights (and so gradients and optimizer state) per precision: autocast-bf16 and mixed-bf16
@@ -27,8 +28,6 @@ WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.fl
                  "mixed-bf16": torch.float32}
 
 
-class Unsupported(NotImplementedError):
-    """This setup cannot run here (a missing package, a device feature); the reason says why."""
 
 
 def check_supported(setup: Setup) -> None:

@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from stepbench import protocol
-from stepbench.errors import first_line
+from stepbench.errors import Unsupported, first_line
 from stepbench.workload.spec import is_factory
 
 # std::bad_alloc: C++ code (torch's, under --memory-limit-gb on a CPU) that could not allocate.
@@ -151,7 +151,10 @@ def classify_exception(exc: BaseException, capped: bool = False) -> tuple[str, s
         text = str(link).lower()
         if isinstance(link, (NotImplementedError, ImportError)) or \
                 any(m in text for m in UNSUPPORTED_MARKERS):
-            return "unsupported", f"{type(link).__name__}: {_first_line(link)}"
+            # stepbench's own Unsupported is the reason itself ("unsupported: Unsupported: ..."
+            # would say it twice); another library's exception keeps its name.
+            named = "" if isinstance(link, Unsupported) else f"{type(link).__name__}: "
+            return "unsupported", named + _first_line(link)
     return "error", f"{type(chain[0]).__name__}: {_first_line(chain[0])}"
 
 
