@@ -358,6 +358,11 @@ def test_a_record_says_its_format_by_name_and_old_files_read_back_unchanged(tmp_
     path.write_text(text)
     [back] = ResultsFile(path).read()
     assert back.format == FORMAT_V1 and json.dumps(back.to_dict()) + "\n" == text
+    # A transformers model's record holds no `blocks`; a factory's (issue 35) reads back.
+    assert "blocks" not in old.to_dict()
+    factory = dataclasses.replace(eager, blocks={"count": 3, "class": "Block"})
+    path.write_text(json.dumps(factory.to_dict()) + "\n")
+    assert [r.blocks for r in ResultsFile(path).read()] == [{"count": 3, "class": "Block"}]
 
 
 # ---------------------------------------------------------------- values of the wrong type (issue 37)
@@ -427,6 +432,11 @@ def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_pa
     ("step_times_ms", [10.0, -1.0], "step_times_ms is [10.0, -1.0], not a list of numbers >= 0"),
     ("peak_memory_gb", -0.5, "peak_memory_gb is -0.5"),
     ("setup.batch", 0, "setup.batch is 0, not an integer >= 1"),
+    # tune reads blocks.count (issue 35): an object of another shape is no record either
+    ("blocks", {"count": "12"}, 'blocks is {"count": "12"}, not an object {"count": an integer'),
+    ("blocks", {"count": -1}, 'blocks is {"count": -1}, not an object'),
+    ("blocks", {"class": "Block"}, 'blocks is {"class": "Block"}, not an object'),
+    ("blocks", {"count": 2, "class": 7}, "blocks is"),
 ])
 def test_an_impossible_value_is_a_skipped_line(tmp_path, capsys, field, value, why):
     from stepbench.cli import main

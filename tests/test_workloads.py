@@ -184,6 +184,7 @@ def test_checkpointing_wraps_the_blocks_and_trains_the_same_model():
     for checkpointing in (False, True):
         work, run, _ = step.build_workload(gpt_setup(checkpointing=checkpointing), torch.device("cpu"))
         assert len(work.layers("test")) == 2 and type(work.layers("test")[0]).__name__ == "Block"
+        assert work.record_fields()["blocks"] == {"count": 2, "class": "Block"}
         losses[checkpointing] = [run().item() for _ in range(3)]
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
 
@@ -242,6 +243,8 @@ def test_a_model_without_a_repeated_block_cannot_be_checkpointed(mlp):
     with pytest.raises(options.Unsupported, match="has no repeated block; return "
                                                   "stepbench.Workload"):
         step.build_workload(setup, torch.device("cpu"))
+    work, _, _ = step.build_workload(setup.replace(checkpointing=False), torch.device("cpu"))
+    assert work.record_fields()["blocks"] == {"count": 0}      # what tune reads (issue 35)
 
 
 def _torchvision_works() -> bool:
@@ -333,6 +336,8 @@ def test_a_real_tune_measures_each_param_value_against_its_own_reference(mlp, tm
     result = json.loads(proc.stdout)
     tried = {t["setup"]["params"] for t in result["tried"] if t["status"] == "ok"}
     assert tried == {"width=4", "width=64"}, result["tried"]
+    # Each process found the MLP's blocks: none (one Sequential of leaf layers; issue 35).
+    assert [t.get("blocks") for t in result["tried"]] == [{"count": 0}] * len(result["tried"])
     assert result["winner"]["setup"]["params"] in tried
     assert "tokens/s" not in proc.stderr and "samples/s" in proc.stderr, proc.stderr[-2000:]
 

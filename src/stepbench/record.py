@@ -144,6 +144,11 @@ class Record:
     units_per_step: int | None = None
     flops_per_step: float | None = None
     flops_source: str | None = None
+    # A user's workload: its repeated blocks, found once after the build (workload/factory.py
+    # find_blocks), {"count": 12, "class": "Block"} or {"count": 0}: what per-layer compile and
+    # checkpointing act on; tune tries neither on a model without one. None for a transformers
+    # model.
+    blocks: dict | None = None
     # What could not be had without failing the measurement (FLOPs, MFU), one sentence each.
     notes: list[str] = field(default_factory=list)
     # A user's workload that failed in its process: the traceback (the error is its last line).

@@ -62,7 +62,18 @@ def _checks(cls) -> dict[str, tuple[Callable[[object], bool], str]]:
             wanted = wanted.replace("a number", "a number >= 0").replace("of numbers",
                                                                      "of numbers >= 0")
         out[name] = (fits, wanted)
+    out.update({name: check for name, check in _SHAPES.items() if name in out})
     return out
+
+
+def _blocks_fit(value) -> bool:
+    return value is None or (isinstance(value, dict) and type(value.get("count")) is int
+                             and value["count"] >= 0 and isinstance(value.get("class", ""), str))
+
+
+# Objects whose contents a reader goes by (tune reads `blocks.count`): their shape checked too.
+_SHAPES = {"blocks": (_blocks_fit, 'an object {"count": an integer >= 0, "class": a string} '
+                                   "or null")}
 
 
 @functools.cache

@@ -20,6 +20,7 @@ from stepbench.workload import flopcache
 from stepbench.workload.contract import Workload
 from stepbench.workload.base import Built, tensors_in
 from stepbench.workload.loader import load_function
+from stepbench.workload.plan import no_blocks
 from stepbench.workload.spec import params_of, typed
 
 
@@ -50,7 +51,9 @@ class FactoryBuilt(Built):
         check_devices(inputs, device, setup.model)
         # autocast-bf16 keeps fp32 weights and inputs: autocast casts inside the forward.
         self.inputs = cast_floats(inputs, None if setup.dtype == "autocast-bf16" else dtype)
-        self._blocks = None
+        # Found once, before any option wraps the model (FSDP2 and compile replace classes):
+        # what layers() gives and the record's `blocks` says.
+        self._blocks = find_blocks(self.model, work.block)
 
     def kwargs(self, setup) -> dict:
         sig = inspect.signature(self.factory).parameters
@@ -81,20 +84,17 @@ class FactoryBuilt(Built):
         return checked_loss(loss, self.setup.model)
 
     def layers(self, needed_by: str):
-        if self._blocks is None:
-            self._blocks = find_blocks(self.model, self.work.block)
         if not self._blocks:
             from stepbench.measure.options import Unsupported
 
-            raise Unsupported(f"{needed_by}: {self.setup.model}'s model has no repeated block; "
-                              "return stepbench.Workload(block=YourBlockClass)")
+            raise Unsupported(no_blocks(needed_by, self.setup.model))
         return self._blocks
 
     def shard_units(self):
         """The blocks of the class the Workload names (`block`), else none: FSDP2 then shards
         the root alone, as one unit (guessing the block could split what must stay whole)."""
         block = self.work.block
-        return (find_blocks(self.model, block) if block is not None else [],
+        return (list(self._blocks) if block is not None else [],
                 block.__name__ if block is not None else None)
 
     def enable_checkpointing(self) -> None:
@@ -114,7 +114,11 @@ class FactoryBuilt(Built):
         return super().make_optimizer(setup)
 
     def record_fields(self) -> dict:
-        return {"units": self.units, "units_per_step": self.units_per_batch}
+        """The unit, and the repeated blocks found: their count and class (the one the
+        Workload names, else the one found; none where neither)."""
+        block = self.work.block or (type(self._blocks[0]) if self._blocks else None)
+        blocks = {"count": len(self._blocks), **({"class": block.__name__} if block else {})}
+        return {"units": self.units, "units_per_step": self.units_per_batch, "blocks": blocks}
 
     def flop_fields(self, setup, units_per_s: float, peak_tflops_measured, count: bool) -> dict:
         """FLOPs per step from the workload, else FlopCounterMode's count of one step;

@@ -7,7 +7,9 @@ to the user's model, what is passed to the factory, and the user's own axes (`--
 - attention kernels and fused kernels are a transformers model's: a factory that declares a
   keyword of that name (`attn`, `kernels`) gets the values through its parameters, any other
   refuses them in one line;
-- torchrun jobs (`--parallel ddp,fsdp2`) wrap any module (measure/parallel.py).
+- torchrun jobs (`--parallel ddp,fsdp2`) wrap any module (measure/parallel.py);
+- per-layer compile and activation checkpointing act on each of the model's repeated blocks
+  (`per_block`): a model without one cannot take them, which its records say (`blocks`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from stepbench.workload.spec import (DECLARABLE_AXES, check_params, combos, pars
 
 # Axes given through the factory's own keywords where it declares one -> the keyword.
 FLAGS = {"attn": "--attn", "kernels": "--kernels", "seq": "--seq"}
+
+BLOCK_FIX = "return stepbench.Workload(block=YourBlockClass)"
 
 
 def factory_values(values: Mapping[str, object]) -> dict:
@@ -86,3 +90,20 @@ def one_setup_values(fields: Mapping[str, object]) -> dict:
         raise UserError("tune searches one model: give each --param one value")
     return {k: (v[0] if isinstance(v, tuple) and k in fields and not isinstance(fields[k], tuple)
                 else v) for k, v in settled.items()}
+
+
+def per_block(setup) -> list[str]:
+    """The options of `setup` that act on each of the model's repeated blocks, by flag: per-layer
+    compile (but under FSDP2, which shards a model without a named block as its root alone and
+    compiles it whole: measure/parallel.py) and activation checkpointing."""
+    found = []
+    if setup.mode == "compile" and setup.compile_scope == "layer" and setup.parallel != "fsdp2":
+        found.append("--compile-scope layer")
+    if setup.checkpointing:
+        found.append("--checkpointing on")
+    return found
+
+
+def no_blocks(needed_by: str, model: str) -> str:
+    """Why an option that acts on each repeated block cannot run on `model`, with the fix."""
+    return f"{needed_by}: {model}'s model has no repeated block; {BLOCK_FIX}"
