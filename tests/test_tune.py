@@ -81,13 +81,16 @@ class FakeRunner:
     start once, then per process OTHER_S outside the steps, a compile of COLD_S the first time a
     setup compiles and WARM_S after, and the steps; records carry their phases and compile
     counters as a real process's do. `spread(setup, repeat)` multiplies a process's step times
-    (identical processes by default)."""
+    (identical processes by default); `blocks`: the repeated blocks every record says its model
+    has (a factory's), where the model was built."""
 
-    def __init__(self, store: ResultsFile, clock: Clock, run_id: str = "fake", spread=None):
+    def __init__(self, store: ResultsFile, clock: Clock, run_id: str = "fake", spread=None,
+                 blocks: dict | None = None):
         self.store, self.clock, self.run_id = store, clock, run_id
         self.new: list[Record] = []
         self.compiled: set[str] = set()
         self.spread = spread or (lambda setup, repeat: 1.0)
+        self.blocks = blocks
 
     def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
         done = {r.resume_key(): r for r in self.store.latest()}
@@ -137,7 +140,7 @@ class FakeRunner:
             phases={"build": OTHER_S, "first_step": first,
                     "warmup": sum(steps) / 1e3 * s.warmup / s.steps,
                     "timed": sum(steps) / 1e3} if ok else None,
-            wall_s=wall, placement=placement, search=tag,
+            wall_s=wall, placement=placement, search=tag, blocks=self.blocks,
             machine=Machine(gpu="fake GPU", gpu_memory_gb=CAPACITY_GB))
 
 
@@ -965,3 +968,64 @@ def test_a_failed_compile_scope_blames_the_scope_not_compilation():
     assert seen.failed_change(eager, BASE.replace(mode="compile", batch=8)) is None
     why = seen.failed_change(eager, layer.replace(batch=8))
     assert names(why, "compile", "unsupported", "compile/layer")
+
+
+
+def blocks_tune(tmp_path, blocks, objective: str = "tokens", batch: int = 4, **space):
+    """A tune of a factory whose every record says `blocks` (FakeRunner), over eager and
+    compiled setups and the `space` given."""
+    factory = tmp_path / "net.py"
+    factory.write_text("def make(batch_size, device):\n    return None\n")
+    base = dataclasses.replace(BASE, model=f"{factory}:make", batch=batch)
+    full = {name: values[:1] for name, values in SPACE.items()}
+    full.update(mode=["eager", "compile"], **space)
+    name = f"{(blocks or {}).get('count')}-{objective}.jsonl"
+    runner = FakeRunner(ResultsFile(tmp_path / name), Clock(), blocks=blocks)
+    result, _ = tune_with(tmp_path, 3600, base=base, runner=runner, space=full,
+                          objective=objective)
+    said = [text for text in result.skipped if "no repeated block" in text]
+    dropped = [entry for entry in result.not_measured if entry["why"] == "blocks"]
+    return result, said, dropped, f"{factory}:make"
+
+
+@pytest.mark.parametrize("blocks", [{"count": 0}, {"count": 12, "class": "Block"}, None],
+                         ids=["none", "twelve", "not said"])
+def test_a_model_without_repeated_blocks_is_not_compiled_per_layer(tmp_path, blocks):
+    # Issue 35: a factory's records say how many repeated blocks its model has. Where the first
+    # (the eager reference) counts none, compile/layer takes no process: the tune says so once,
+    # with the fix. A model with blocks, or records that do not say (a transformers model's,
+    # an older stepbench's), keeps the candidates.
+    result, said, dropped, model = blocks_tune(tmp_path, blocks, compile_scope=["model", "layer"])
+    layered = [t for t in result.tried if t.record.setup.compile_scope == "layer"]
+    if blocks and blocks["count"] == 0:
+        assert result.tried[0].record.blocks == {"count": 0}
+        assert layered == [] and result.winner is not None
+        # every compile/layer candidate (one on each compiled setup) left with its reason
+        assert len(dropped) >= 2 and all(names(e["setup"]["name"], "compile/layer") and
+                                         names(e["reason"], "--compile-scope layer")
+                                         for e in dropped)
+        [line] = said                           # one line, not one per candidate
+        assert names(line, "not tried", "--compile-scope layer", model, "Workload(block=")
+    else:
+        assert len(layered) >= 2 and said == [] and dropped == []
+
+
+@pytest.mark.parametrize("count", [0, 12])
+def test_a_model_without_repeated_blocks_is_not_checkpointed_where_it_does_not_fit(tmp_path,
+                                                                                   count):
+    # Fit at batch 48 needs checkpointing (144 GB and more against 100): on a model with blocks
+    # the ladder's reference and the compiled setup run checkpointed; without, neither takes a
+    # process (the ladder's checkpointed reference is not a candidate: it is asked for alone).
+    result, said, dropped, model = blocks_tune(tmp_path, {"count": count}, "fit", 48,
+                                               checkpointing=[False, True])
+    ran = [(t.record.setup.mode, t.record.setup.checkpointing, t.record.status)
+           for t in result.tried]
+    if count:
+        assert ("eager", True, "ok") in ran and result.winner.setup.checkpointing
+        assert said == [] and dropped == []
+    else:
+        assert ran == [("eager", False, "oom"), ("compile", False, "oom")]
+        assert result.winner is None
+        [line] = said
+        assert names(line, "not tried", "--checkpointing on", model, "Workload(block=")
+        assert {e["setup"]["name"] for e in dropped} == {"eager+ckpt", "compile+ckpt"}

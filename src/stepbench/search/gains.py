@@ -171,6 +171,15 @@ def source_kind(source: str) -> str:
     return " + ".join(kinds)
 
 
+def prior(gain) -> str:
+    """Where a gain measured on another machine class came from, said where it ordered a
+    candidate (it never skips one); "" for a gain that may decide."""
+    if gain.decides:
+        return ""
+    return (f" (by {source_kind(gain.source)}, another machine's: it orders the candidates, "
+            "measurements here decide)")
+
+
 def machine_name(gpu: str | None) -> str:
     """A machine class as a source names it: "H200" for "NVIDIA H200", "CPU" for "cpu"."""
     if gpu is None:

@@ -61,7 +61,7 @@ class Candidate:
     price: Price | None = None
     value: float = 0.0
     reason: str | None = None
-    why: str | None = None      # pruned, budget, memory or failed
+    why: str | None = None      # pruned, budget, memory, failed or blocks
 
     @property
     def per_second(self) -> float:

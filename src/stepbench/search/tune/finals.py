@@ -154,8 +154,8 @@ def say_unmeasured(tuner, leaders: list[Setup]) -> None:
     with their reasons, are in the result's `not_measured`)."""
     rest = 0
     for c in tuner.said.unmeasured.values():
-        if tuner.seen.processes(c.setup):
-            continue
+        if tuner.seen.processes(c.setup) or c.why == "blocks":
+            continue        # a model without repeated blocks: said once (Tuner.blockless)
         tuner.note_gain(c.gain)
         if c.why == "budget" or (c.parent in leaders and c.parent is not None):
             tuner.skip(f"{label(c.setup)}: not measured, {c.reason}")

@@ -13,6 +13,7 @@ from stepbench.record import Record
 from stepbench.search.gains import GainTable, differences, observations, rate
 from stepbench.search.tune.results import Tried, label
 from stepbench.setup import Setup
+from stepbench.workload.plan import no_blocks, per_block
 
 BATCH_LIMIT = 4096     # no batch beyond this
 
@@ -164,6 +165,22 @@ class Measurements:
                         f"{label(r.setup)}")
         return None
 
+    def blockless(self, setup: Setup) -> str | None:
+        """Why `setup` is not worth a process: it asks for an option that acts on each repeated
+        block (workload/plan.py `per_block`) and a record of its model (a factory, with its
+        parameters) found none; None otherwise, and always for a transformers model, whose
+        records say nothing of blocks."""
+        needs = per_block(setup)
+        if not needs:
+            return None
+        none = self.kept("blockless", lambda: {(r.setup.model, r.setup.params)
+                                               for r in self.records()
+                                               if r.blocks is not None and r.blocks["count"] == 0})
+        if (setup.model, setup.params) in none:
+            params = f" ({setup.params})" if setup.params else ""
+            return no_blocks(" and ".join(needs), setup.model + params)
+        return None
+
     def capacity_gb(self, setup: Setup) -> float | None:
         if setup.device != "cuda":
             return None     # a CPU's cap is address space, which resident memory does not show
@@ -206,3 +223,15 @@ def representative(records: list[Record]) -> Record:
     """The process with the median tokens/s (the lower median for an even count)."""
     ordered = sorted(records, key=lambda r: r.tokens_per_s or 0.0)
     return ordered[(len(ordered) - 1) // 2]
+
+
+def outcome(record: Record) -> str:
+    """A measurement in a few words, as the tune's lines say it: its rate and step, or its
+    status."""
+    if record.ok:
+        text = f"{record.tokens_per_s:,.0f} {record.units or 'tokens'}/s, {record.step_ms:.1f} ms"
+        if abs(rate(record) / record.tokens_per_s - 1) > 0.05:
+            text += (f" (a mean over an uneven run: {rate(record):,.0f} {record.units or 'tokens'}"
+                     "/s by its median step, which the search goes by)")
+        return text
+    return record.status

@@ -18,11 +18,12 @@ from typing import Callable
 
 from stepbench.axes import AXES, axis, canonical_params
 from stepbench.record import Record
-from stepbench.search.gains import GainTable, committed, differences, rate, source_kind
+from stepbench.search.gains import (GainTable, committed, differences, prior, rate,
+                                    source_kind)
 from stepbench.search.prices import Price, Prices
 from stepbench.search.tune.budget import BEAT, LADDER_SHARE, Budget, Candidate, expected_gain
 from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final
-from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line
+from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line, outcome
 from stepbench.search.tune.results import TuneResult, is_earlier, label
 from stepbench.search.tune.space import Space
 from stepbench.setup import Setup
@@ -181,6 +182,14 @@ class Tuner:
         which = f" #{record.repeat + 1}" if record.repeat else ""
         self.say(f"{stage}: {label(record.setup)}{which}: {outcome(record)}")
 
+    def blockless(self, setup: Setup) -> str | None:
+        """Why `setup` takes no process: an option of it acts on each repeated block of a
+        model whose records found none (said once)."""
+        why = self.seen.blockless(setup)
+        if why is not None:
+            self.skip(f"not tried: {why}")
+        return why
+
     def skip(self, text: str) -> None:
         if text not in self.said.skipped:
             self.said.skipped.append(text)
@@ -241,8 +250,9 @@ class Tuner:
             return found
         plain = self.reference_setup(batch, like)
         record = self.once(plain, stage, role="reference")
-        if record is not None and record.status == "oom":
-            self.once(plain.replace(checkpointing=True), stage, role="reference")
+        checkpointed = plain.replace(checkpointing=True)
+        if record is not None and record.status == "oom" and not self.blockless(checkpointed):
+            self.once(checkpointed, stage, role="reference")
         return self.reference_at(batch, like)
 
     def once(self, setup: Setup, stage: str, role: str = "candidate") -> Record | None:
@@ -418,7 +428,10 @@ class Tuner:
         even its largest gain cannot beat the best so far by BEAT, by a gain that may decide
         (measured here or on this machine's class: another machine's gain only orders it, at
         no value, after every candidate that may gain)."""
-        c = Candidate(setup)
+        c = Candidate(setup, reason=self.blockless(setup))
+        if c.reason is not None:
+            c.why = "blocks"
+            return c
         family = setup.replace(batch=1).key()
         oom = self.seen.oom
         if oom.get(family, BATCH_LIMIT + 1) <= setup.batch:
@@ -479,22 +492,3 @@ class Tuner:
             return None, None
         _, parent, gain = max(options, key=lambda item: item[0])
         return parent, gain
-
-
-def prior(gain) -> str:
-    """Where a gain measured on another machine class came from, said where it ordered a
-    candidate (it never skips one); "" for a gain that may decide."""
-    if gain.decides:
-        return ""
-    return (f" (by {source_kind(gain.source)}, another machine's: it orders the candidates, "
-            "measurements here decide)")
-
-
-def outcome(record: Record) -> str:
-    if record.ok:
-        text = f"{record.tokens_per_s:,.0f} {record.units or 'tokens'}/s, {record.step_ms:.1f} ms"
-        if abs(rate(record) / record.tokens_per_s - 1) > 0.05:
-            text += (f" (a mean over an uneven run: {rate(record):,.0f} {record.units or 'tokens'}"
-                     "/s by its median step, which the search goes by)")
-        return text
-    return record.status
