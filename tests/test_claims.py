@@ -9,10 +9,16 @@ test_run_outcomes.py runs two real `stepbench run`s on one file.
 import json
 import os
 import threading
+import time
+
+import pytest
 
 from stepbench import claims
+from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
+from stepbench.setup import Setup
 
+from fakes import InProcess
 from says import names
 from test_record_store import a_record
 
@@ -53,3 +59,94 @@ def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
     store.claims.release(key)
     assert not store.claims.folder.exists()      # the last claim gone, its folder too
+
+
+def test_a_setup_another_run_stored_after_this_run_read_the_file_is_not_measured_again(
+        tmp_path, monkeypatch):
+    """CI's failure: the second run read which setups were done, then the first appended batch
+    1's record and released its claim, then the second claimed batch 1, found no claim and
+    measured it again. Holding the claim, a run looks for a record appended since its read."""
+    out = tmp_path / "r.jsonl"
+    plan = [Setup(model="llama-tiny", mode="eager", attn="sdpa", batch=b, seq=64, device="cpu")
+            for b in (1, 2)]
+    first, second = InProcess(lambda job: [10.0]), InProcess(lambda job: [20.0])
+    store = ResultsFile(out)
+    read = store.latest
+
+    def read_then_the_first_run_stores_batch_1(*args, **kwargs):
+        records = read(*args, **kwargs)
+        Runner(first, ResultsFile(out), run_id="first").run(plan[:1], timeout_s=60)
+        return records
+
+    monkeypatch.setattr(store, "latest", read_then_the_first_run_stores_batch_1)
+    records = Runner(second, store, run_id="second").run(plan, timeout_s=60)
+    assert first.ran == [(1, 0)] and second.ran == [(2, 0)]
+    assert [(r.setup.batch, r.run_id) for r in records] == [(1, "first"), (2, "second")]
+    stored = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["setup"]["batch"], r["run_id"]) for r in stored) == [(1, "first"),
+                                                                         (2, "second")]
+    assert not store.claims.folder.exists()
+
+
+def test_a_rerun_waiting_for_another_runs_record_takes_the_new_one_not_the_old(
+        tmp_path, monkeypatch):
+    """Two `--rerun`s at once: the one that waits takes the other's new record, not the record
+    both were told to measure again (it lies before where the waiting run read the file)."""
+    monkeypatch.setattr(claims, "CLAIM_POLL_S", 0.05)
+    store = ResultsFile(tmp_path / "r.jsonl")
+    store.append(a_record(run_id="old"))
+    since = store.end()
+    key = a_record().resume_key()
+    _claim_of(store, key, os.getppid())
+    later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(a_record(run_id="new")))
+    later.start()
+    found = store.claims.claim(key, lambda text: None, since=since)
+    later.join()
+    assert found is not None and found.run_id == "new"
+    # Nothing after `since` and no claim: this run measures it (the old record does not count).
+    store.claims._path(key).unlink()
+    assert store.claims.claim(key, lambda text: None, since=store.end()) is None
+    store.claims.release(key)
+
+
+def test_a_claim_whose_folder_another_run_removed_after_mkdir_is_made_again(tmp_path,
+                                                                           monkeypatch):
+    """The other run's release removes the emptied claims folder between this run's mkdir and
+    its O_EXCL open: the claim is made again, not given up (measuring unclaimed)."""
+    store = ResultsFile(tmp_path / "r.jsonl")
+    key = a_record().resume_key()
+
+    class VanishingFolder:      # claims.py's os, whose first open finds the folder gone
+        first = True
+
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def open(self, path, *args):
+            if VanishingFolder.first:
+                VanishingFolder.first = False
+                store.claims.folder.rmdir()
+            return os.open(path, *args)
+
+    monkeypatch.setattr(claims, "os", VanishingFolder())
+    assert store.claims.claim(key, lambda text: None) is None
+    monkeypatch.undo()
+    assert not VanishingFolder.first
+    assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
+    store.claims.release(key)
+
+
+@pytest.mark.timeout(30)
+def test_a_claim_file_left_empty_is_taken_over_once_it_is_old(tmp_path):
+    """A run that died between making its claim file and writing it (or a full disk) leaves it
+    empty: once older than UNWRITTEN_S it is stale, not waited on for ever."""
+    store = ResultsFile(tmp_path / "r.jsonl")
+    key = a_record().resume_key()
+    path = store.claims._path(key)
+    path.parent.mkdir()
+    path.touch()
+    then = time.time() - claims.UNWRITTEN_S - 5
+    os.utime(path, (then, then))
+    assert store.claims.claim(key, lambda text: None) is None
+    assert json.loads(path.read_text())["pid"] == os.getpid()
+    store.claims.release(key)

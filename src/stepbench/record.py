@@ -19,6 +19,7 @@ import dataclasses
 import errno
 import fcntl
 import functools
+import io
 import json
 import os
 import threading
@@ -386,23 +387,34 @@ class ResultsFile:
             f"cannot append to {self.path}: {cause} (the file is as it was before this record; "
             f"{fix} and run the same command again to resume)")
 
-    def read(self, warn: Callable[[str], None] | None = None) -> list[Record]:
-        """Every record, in file order; bad lines and unknown schema versions are warned about
-        (with file and line) and skipped."""
-        return [record for _, record in self._numbered(warn)]
+    def end(self) -> int:
+        """Where the file ends now, in bytes (0 before it exists), between appends: a record
+        appended later lies past it (`read(since=...)`; claims.py)."""
+        try:
+            with _FILE_LOCK, open(self.path, "rb") as f:
+                _shared_lock(f.fileno())
+                return os.fstat(f.fileno()).st_size
+        except OSError:
+            return 0            # not there yet (or not a file: reading it says so)
 
-    def _numbered(self, warn) -> list[tuple[int, Record]]:   # read's, with line numbers
+    def read(self, warn: Callable[[str], None] | None = None, since: int = 0) -> list[Record]:
+        """Every record, in file order (those after byte `since`, an `end()`); bad lines and
+        unknown schema versions are warned about (with file and line) and skipped."""
+        return [record for _, record in self._numbered(warn, since)]
+
+    def _numbered(self, warn, since: int = 0) -> list[tuple[int, Record]]:   # with line numbers
         warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
         if not self.path.exists():
             return []
         records = []
-        # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
         try:
-            f = open(self.path, encoding="utf-8", errors="replace")
+            raw = open(self.path, "rb")
         except OSError as exc:      # a folder, no permission
             raise UserError(f"cannot read results file {self.path} ({exc.strerror}); pass a "
                             "results file to --out") from None
-        with _FILE_LOCK, f:
+        raw.seek(since)     # line numbers count from there (claims.py's read, which is silent)
+        # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
+        with _FILE_LOCK, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
             _shared_lock(f.fileno())
             for number, line in enumerate(f, 1):
                 if line.strip():

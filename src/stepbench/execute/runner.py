@@ -130,7 +130,9 @@ class Runner:
     def _run_jobs(self, jobs: list[Job], call: "_Call", offset: int = 0) -> list[Record]:
         """Run `jobs` (after `offset` jobs of this plan) except those the results file has;
         their records, old and new, in the jobs' order."""
-        # Per-layer compile from before every layer had its graph is measured again.
+        # Per-layer compile from before every layer had its graph is measured again. Records
+        # appended after `since` (another run's) count when a job is claimed (claims.py).
+        since = self.store.end()
         stored, stale = [], []
         for r in [] if self.rerun else self.store.latest():
             (stale if r.compiled_too_few_layers else stored).append(r)
@@ -160,7 +162,8 @@ class Runner:
         with stop_signals():
             probe = before_finals(call.tag)
             self._run_all([(i, Job(j.setup, j.repeat, self.measure_peak, self.profile_stem(j),
-                                   probe, self.pin_cpus)) for i, j in todo], records, call)
+                                   probe, self.pin_cpus)) for i, j in todo], records, call,
+                          since)
         return [records[i] for i in sorted(records)]
 
     def profile_stem(self, job: Job) -> str | None:
@@ -179,16 +182,17 @@ class Runner:
             self._kept[record.setup, record.repeat] = record
 
     def _run_all(self, todo: list[tuple[int, Job]], records: dict[int, Record],
-                 call: "_Call") -> None:
+                 call: "_Call", since: int) -> None:
         slots = SlotPool(self.executor.slots)
         running: dict[int, dict] = {}     # index -> placement of each job in flight
 
         def one(index: int, job: Job, slot: str) -> None:
-            # Another live run measuring this into the same file: wait for its record (claims.py).
+            # Another run measured this into the same file since `since`, or a live one is
+            # measuring it: take (or wait for) its record instead (claims.py).
             key = resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, slot),
                              self.host)
             try:
-                theirs = self.store.claims.claim(key, call.display.note, _label(job))
+                theirs = self.store.claims.claim(key, call.display.note, _label(job), since)
                 if theirs is not None:
                     records[index] = theirs
                     self._keep(theirs)
