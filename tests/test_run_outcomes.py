@@ -261,5 +261,8 @@ def test_two_runs_on_one_results_file_measure_each_setup_once(tmp_path):
     assert sorted(r["setup"]["name"] for r in records) == ["eager+eager", "eager+sdpa"]
     waited = [line for line in (first_err + second.stderr).splitlines()
               if "waiting for its record" in line]
-    assert waited and all(names(line, "(pid ", str(out)) for line in waited)
+    # Whether the second run waited depends on timing (on a loaded machine the first can store
+    # both setups before the second has imported): the line itself is test_claims.py's, here
+    # only that what was said names the other run and the file.
+    assert all(names(line, "(pid ", str(out)) for line in waited)
     assert not claims.exists()
