@@ -249,6 +249,22 @@ def test_medians_from_draw_counts_are_numpys(decimals):
     assert stats.median_ci([1.0, float("nan"), 2.0]) is not None    # the partition's path
 
 
+def test_intervals_of_many_samples_are_each_ones_to_the_bit():
+    """bootstrap_cis (a report's rows resampled together: one product and one sort per slice)
+    gives each sample's bootstrap_ci to the last bit: mixed sizes, ties (step times rounded),
+    more samples of one size than a slice, and samples that take another path (NaN, infinity,
+    too few values, a median of more than 3)."""
+    rng = np.random.default_rng(11)
+    samples = [np.round(rng.normal(90, spread, size), decimals).tolist()
+               for size in (2, 3, 4, 20) for spread in (0.01, 3.0) for decimals in (3, 0)
+               for _ in range(3)]
+    samples += [np.round(rng.normal(50, 2, 20), 2).tolist() for _ in range(stats._SLICE + 9)]
+    samples += [[1.0, float("nan"), 3.0], [2.0, float("inf")] * 3, [7.0], [], [5.0, 5.0]]
+    for many, one in ((stats.mean_cis, stats.mean_ci), (stats.median_cis, stats.median_ci)):
+        # repr: a NaN end equals itself
+        assert repr(many(samples)) == repr([one(x) for x in samples]), many.__name__
+
+
 def test_mann_whitney_is_scipys():
     """stats' Mann-Whitney p-value is scipy's to the last bit: the normal approximation (both
     sides over 8 values, or ties) computed here, the exact test of small samples by scipy."""

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from stepbench.hierarchical import _TIE, _hierarchical_ratios, _kth, _quantile, _ranks
+from stepbench.hierarchical import _TIE, _hierarchical_ratios, _quantile, _ranks
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -62,23 +62,49 @@ def _bootstrap(samples: tuple, statistic: Callable, confidence: float, n_boot: i
     medians) of the resamples is read from how often each value was drawn (`_resampled_medians`)
     rather than by partitioning every resample, and a mean from a product with those counts
     (`_mean_quantiles`); both give the same bits as the resampled values would."""
-    alpha = (1 - confidence) / 2
-    ends = np.array([alpha, 1 - alpha])
+    ends = _ends(confidence)
     sizes = tuple(x.size for x in samples)
+    if len(samples) == 1 and _together(samples[0], statistic, n_boot):
+        (low, high), = _quantiles_together(samples[0][None], statistic, n_boot, seed, ends)
+        return float(low), float(high)
     quick = (n_boot * max(sizes) <= _MAX_COUNTS
              and all(np.isfinite(x).all() for x in samples))
     if quick and statistic in _MEDIANS and min(sizes) > 3:    # _median is quicker below
         values = [_medians(x.tobytes(), sizes[:i + 1], n_boot, seed)
                   for i, x in enumerate(samples)]
         boot = values[0] if len(values) == 1 else values[0] / values[1]
-    elif quick and statistic is np.mean and len(samples) == 1:
-        low, high = _mean_quantiles(samples[0], n_boot, seed, ends)
-        return float(low), float(high)
     else:
         boot = statistic(*[x[..., i] for x, i in zip(samples, _draws(sizes, n_boot, seed))],
                          axis=-1)
     low, high = _quantile(boot, ends)
     return float(low), float(high)
+
+
+def _ends(confidence: float) -> np.ndarray:
+    alpha = (1 - confidence) / 2
+    return np.array([alpha, 1 - alpha])
+
+
+def _together(x: np.ndarray, statistic: Callable, n_boot: int) -> np.ndarray:
+    """Per row of `x` (samples of one size), whether its interval takes `_quantiles_together`'s
+    path, which `bootstrap_cis` takes for many samples of one size at once: a mean (its draws
+    counted, no value NaN or infinite) or a median of 2 or 3 values (`_median`)."""
+    size = x.shape[-1]
+    if (statistic is np.mean and n_boot * size <= _MAX_COUNTS
+            or statistic is _median and size <= 3):
+        return np.isfinite(x).all(axis=-1)
+    return np.zeros(x.shape[:-1], dtype=bool)
+
+
+def _quantiles_together(samples: np.ndarray, statistic: Callable, n_boot: int, seed: int,
+                        ends: np.ndarray) -> np.ndarray:
+    """The `ends` quantiles of the resampled `statistic` of each row of `samples` (rows of one
+    size, `_together`'s), one row of quantiles per sample: the numbers `_bootstrap` gives each
+    row alone, from the same draws."""
+    if statistic is np.mean:
+        return _mean_quantiles(samples, n_boot, seed, ends)
+    drawn, = _draws((samples.shape[1],), n_boot, seed)
+    return _quantile(statistic(samples[:, drawn], axis=-1), ends)
 
 
 @functools.lru_cache(maxsize=512)
@@ -94,24 +120,33 @@ def _medians(data: bytes, sizes: tuple[int, ...], n_boot: int, seed: int) -> np.
 
 
 def _mean_quantiles(x: np.ndarray, n_boot: int, seed: int, ends: np.ndarray) -> np.ndarray:
-    """`_quantile` of the resamples' means of `x` (`_draws((x.size,), n_boot, seed)`), to the
-    bit: every mean is taken from the draw counts (a matrix product, which adds in another
-    order and may differ in the last bits), and those that could be the order statistics the
-    quantiles read (within `_TIE` of them, relative to the largest value) are taken again as
-    np.mean adds the resampled values, one resample at a time."""
-    drawn, = _draws((x.size,), n_boot, seed)
-    approx = (x @ _draw_weights(x.size, n_boot, seed)) / x.size
+    """`_quantile` of the resamples' means of each row of `x` (`_draws((size,), n_boot, seed)`),
+    to the bit: every mean is taken from the draw counts (a matrix product, which adds in
+    another order and may differ in the last bits), and those that could be the order
+    statistics the quantiles read (within `_TIE` of them, relative to the row's largest value)
+    are taken again as np.mean adds the resampled values, one resample at a time: which
+    resamples those are depends on the product only through errors far below `_TIE`, so all
+    rows' products at once give the same numbers as one row's."""
+    rows, size = x.shape
+    drawn, = _draws((size,), n_boot, seed)
+    # einsum rather than a matrix product: OpenBLAS would spread this one over threads that
+    # then spin, costing more CPU time than the product itself.
+    approx = np.einsum("ij,jk->ik", x, _draw_weights(size, n_boot, seed)) / size
     j, jp1, g = _ranks(n_boot, tuple(ends))
-    ranked = np.partition(approx, _kth(n_boot, tuple(ends)))    # as sorted at the ranks read
-    slack = 2 * _TIE * float(np.abs(x).max())
-    low, high = np.empty(len(j)), np.empty(len(j))
+    ranked = np.sort(approx, axis=-1)
+    slack = 2 * _TIE * np.abs(x).max(axis=-1, keepdims=True)
+    low, high = np.empty((rows, len(j))), np.empty((rows, len(j)))
+    every = np.arange(rows)
     for i, (a, b) in enumerate(zip(j.tolist(), jp1.tolist())):
-        # The resamples that may be the a-th to b-th smallest, and how many surely come before.
-        start, end = ranked[a] - slack, ranked[b] + slack
-        below = int(np.count_nonzero(approx < start))
-        near = np.flatnonzero((approx >= start) & (approx <= end))
-        exact = np.sort(np.mean(x[drawn[near]], axis=-1))
-        low[i], high[i] = exact[a - below], exact[b - below]
+        # Per row, the resamples that may be the a-th to b-th smallest, and how many surely
+        # come before them.
+        start, end = ranked[:, a:a + 1] - slack, ranked[:, b:b + 1] + slack
+        below = np.count_nonzero(approx < start, axis=-1)
+        row, near = np.nonzero((approx >= start) & (approx <= end))   # by row, in order
+        exact = np.mean(x[row[:, None], drawn[near]], axis=-1)
+        exact = exact[np.lexsort((exact, row))]          # each row's, sorted, rows in order
+        first = np.searchsorted(row, every) - below
+        low[:, i], high[:, i] = exact[first + a], exact[first + b]
     return (1 - g) * low + g * high
 
 
@@ -191,6 +226,47 @@ def bootstrap_ci(values: Sequence[float], stat: Callable = np.median, *,
     if x.size < 2:
         return None
     return _bootstrap((x,), stat, confidence, n_boot, seed)
+
+
+def bootstrap_cis(samples: Sequence[Sequence[float]], stat: Callable = np.median, *,
+                  confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
+                  seed: int = SEED) -> list[tuple[float, float] | None]:
+    """`bootstrap_ci` of each of `samples`, the same numbers: the samples of one size whose
+    intervals take one path (`_together`: a mean, a median of 2 or 3 values) are resampled
+    together, in slices of `_SLICE` (one product and one sort for a slice of a report's rows
+    rather than one per row)."""
+    out: list[tuple[float, float] | None] = [None] * len(samples)
+    sizes: dict[int, list[int]] = {}
+    for i, values in enumerate(samples):
+        sizes.setdefault(len(values), []).append(i)
+    for size, found in sizes.items():
+        if size < 2:
+            continue
+        values = np.array([samples[i] for i in found], dtype=float)
+        together = _together(values, stat, n_boot)
+        for k in np.flatnonzero(~together).tolist():
+            out[found[k]] = _bootstrap((values[k],), stat, confidence, n_boot, seed)
+        ready = np.flatnonzero(together)
+        for first in range(0, ready.size, _SLICE):
+            part = ready[first:first + _SLICE]
+            ends = _quantiles_together(values[part], stat, n_boot, seed, _ends(confidence))
+            for k, (low, high) in zip(part.tolist(), ends.tolist()):
+                out[found[k]] = (low, high)
+    return out
+
+
+# Samples resampled at once by `bootstrap_cis`: 256 x 4,000 resampled means are 8 MB.
+_SLICE = 256
+
+
+def median_cis(samples: Sequence[Sequence[float]]) -> list[tuple[float, float] | None]:
+    """`median_ci` of each of `samples` (`bootstrap_cis`)."""
+    return bootstrap_cis(samples, _median)
+
+
+def mean_cis(samples: Sequence[Sequence[float]]) -> list[tuple[float, float] | None]:
+    """`mean_ci` of each of `samples` (`bootstrap_cis`)."""
+    return bootstrap_cis(samples, np.mean)
 
 
 def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
