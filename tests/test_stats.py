@@ -241,11 +241,11 @@ def test_medians_from_draw_counts_are_numpys(decimals):
     """The resamples' medians read from draw counts are np.median of the resampled values, to
     the last bit, for odd and even sizes and with ties (step times rounded)."""
     rng = np.random.default_rng(decimals)
-    for size in (2, 5, 20, 21, 64):
+    for size in (2, 5, 20, 21, 64, 255, 256):       # counts in a byte up to 255 values
         x = np.round(rng.normal(90, 5, size), decimals)
         (drawn,), (counts,) = stats._draws((size,), 500, 3), stats._draw_counts((size,), 500, 3)
         assert np.array_equal(stats._resampled_medians(x, counts),
-                              np.median(x[..., drawn], axis=-1))
+                              np.median(x[..., drawn], axis=-1)), size
     assert stats.median_ci([1.0, float("nan"), 2.0]) is not None    # the partition's path
 
 
