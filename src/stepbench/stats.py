@@ -387,9 +387,13 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> float:
     spread = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
     numerator = u - n1 * n2 / 2
     numerator -= 0.5                                     # scipy's continuity correction
-    with np.errstate(divide="ignore", invalid="ignore"):   # all values equal: no spread
-        z = np.float64(numerator) / np.float64(spread)
-    return float(np.clip(ndtr(-z) * 2, 0.0, 1.0))
+    if spread:
+        z = np.float64(numerator / spread)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):   # all values equal: no spread
+            z = np.float64(numerator) / np.float64(spread)
+    # np.clip's bounds without its cost for one number (a NaN stays NaN)
+    return min(max(float(ndtr(-z) * 2), 0.0), 1.0)
 
 
 def _plain_median(x: np.ndarray) -> float:
