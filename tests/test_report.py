@@ -386,3 +386,21 @@ def test_plots_of_many_setups_show_the_first_and_say_so(tmp_path, capsys, monkey
     assert {r.name for r in plots.plotted(rows)} == {"eager+sdpa"}
     monkeypatch.setattr(plots, "MAX_BARS", 16)
     assert plots.plots_note(rows) is None and plots.plotted(rows) == rows
+
+
+def test_report_leaves_the_garbage_collector_as_it_found_it(capsys, tmp_path):
+    """The report runs with the cyclic garbage collector off (cli/report.py) and gives it back
+    as it was: on after a report, an error too, and off where the caller had it off."""
+    import gc
+
+    assert gc.isenabled()
+    assert report(capsys, POST, "--format", "json")[0] == 0
+    assert gc.isenabled()
+    assert report(capsys, tmp_path / "none.jsonl", "--format", "json")[0] != 0
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert report(capsys, POST, "--format", "json")[0] == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

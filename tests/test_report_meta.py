@@ -7,8 +7,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from stepbench.cli import main
-from stepbench.report import meta
+from stepbench.report import jsontext, meta
 from says import names
 from test_report_stats import rec
 
@@ -99,3 +101,22 @@ def test_json_writes_a_diverged_loss_as_null(capsys, tmp_path):
     rows = json.loads(text, parse_constant=refuse)["rows"]
     assert [(r["setup"], r["loss_last"]) for r in rows] == [("eager+sdpa", None),
                                                            ("compile+sdpa", 2.5)]
+
+
+def test_json_text_is_json_dumps_indent_2(capsys):
+    """The JSON report is written as json.dumps(indent=2) writes it (report/jsontext.py: runs
+    of one-line values by the C encoder): the post's report, and values whose writing has
+    rules of its own, character for character; a NaN and an unknown type refused alike."""
+    text = report(capsys, POST, "--format", "json")
+    assert text == json.dumps(json.loads(text), indent=2) + "\n"
+    tricky = {"a": [], "b": {}, "c": (1, 2.5, -0.0, 1e-300, 10**30), "é ☃": "\"\\\n\x00✓",
+              1: None, 2.5: True, None: False, "d": [[], {}, [[3]], {"x": ()}, "s"],
+              "e": {"nested": {"deeper": [1, {"z": [None]}]}}, "f": [{}] * 2}
+    for value in (tricky, [tricky, 1], {3: [1]}, [], {}, "plain", 7, None, ([1], [2, [3]])):
+        assert jsontext.dumps(value) == json.dumps(value, indent=2, allow_nan=False), value
+    for bad, error in ((float("nan"), ValueError), ({"x": [float("inf")]}, ValueError),
+                       ({"x": object()}, TypeError), ([{1: [object()]}], TypeError)):
+        with pytest.raises(error):
+            jsontext.dumps(bad)
+        with pytest.raises(error):
+            json.dumps(bad, indent=2, allow_nan=False)

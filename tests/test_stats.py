@@ -241,12 +241,28 @@ def test_medians_from_draw_counts_are_numpys(decimals):
     """The resamples' medians read from draw counts are np.median of the resampled values, to
     the last bit, for odd and even sizes and with ties (step times rounded)."""
     rng = np.random.default_rng(decimals)
-    for size in (2, 5, 20, 21, 64):
+    for size in (2, 5, 20, 21, 64, 255, 256):       # counts in a byte up to 255 values
         x = np.round(rng.normal(90, 5, size), decimals)
         (drawn,), (counts,) = stats._draws((size,), 500, 3), stats._draw_counts((size,), 500, 3)
         assert np.array_equal(stats._resampled_medians(x, counts),
-                              np.median(x[..., drawn], axis=-1))
+                              np.median(x[..., drawn], axis=-1)), size
     assert stats.median_ci([1.0, float("nan"), 2.0]) is not None    # the partition's path
+
+
+def test_intervals_of_many_samples_are_each_ones_to_the_bit():
+    """bootstrap_cis (a report's rows resampled together: one product and one sort per slice)
+    gives each sample's bootstrap_ci to the last bit: mixed sizes, ties (step times rounded),
+    more samples of one size than a slice, and samples that take another path (NaN, infinity,
+    too few values, a median of more than 3)."""
+    rng = np.random.default_rng(11)
+    samples = [np.round(rng.normal(90, spread, size), decimals).tolist()
+               for size in (2, 3, 4, 20) for spread in (0.01, 3.0) for decimals in (3, 0)
+               for _ in range(3)]
+    samples += [np.round(rng.normal(50, 2, 20), 2).tolist() for _ in range(stats._SLICE + 9)]
+    samples += [[1.0, float("nan"), 3.0], [2.0, float("inf")] * 3, [7.0], [], [5.0, 5.0]]
+    for many, one in ((stats.mean_cis, stats.mean_ci), (stats.median_cis, stats.median_ci)):
+        # repr: a NaN end equals itself
+        assert repr(many(samples)) == repr([one(x) for x in samples]), many.__name__
 
 
 def test_mann_whitney_is_scipys():

@@ -429,9 +429,10 @@ class ResultsFile:
         measured at the same time (two runs on one file), the later counts as well, with a
         warning naming both lines: no record is dropped unsaid."""
         shown = warn or (lambda message: warnings.warn(message, stacklevel=2))
-        by_key: dict[str, tuple[int, Record]] = {}
+        by_key: dict[tuple, tuple[int, Record]] = {}
         for number, record in self._numbered(warn):
-            key = record.resume_key()
+            # resume_key's parts, without making its JSON for every record
+            key = (record.setup.key(), record.repeat, record.machine.gpu, record.host)
             if key in by_key and overlap(by_key[key][1], record):
                 s = record.setup
                 shown(f"{self.path}:{number}: a second record of {s.name} (batch {s.batch} x "

@@ -6,8 +6,10 @@ further on. What fits comes from the dataclasses' field types and the axis regis
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
+import operator
 import types
 import typing
 from pathlib import Path
@@ -32,9 +34,13 @@ def wrong_value(data: dict, record, machine, software) -> str | None:
              (data.get("machine"), _checks(machine), "machine."),
              (data.get("software") or {}, _checks(software), "software."))
     for values, checks, prefix in parts:
-        for name, (fits, wanted) in checks.items():
-            if name in values and not fits(values[name]):
-                return f"{prefix}{name} is {_shown(values[name])}, not {wanted}"
+        # The fields the record has (a set, quicker than asking of each field it may have);
+        # where some are wrong, the first in the fields' order is named.
+        wrong = {name for name in checks.keys() & values.keys()
+                 if not checks[name][0](values[name])}
+        if wrong:
+            name = next(n for n in checks if n in wrong)
+            return f"{prefix}{name} is {_shown(values[name])}, not {checks[name][1]}"
     return None
 
 
@@ -101,6 +107,9 @@ def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]
         return (lambda v: any(fits(v) for fits, _ in options)), wanted
     if typing.get_origin(kind) is list:
         item, wanted = _check_of(typing.get_args(kind)[0], finite)
+        if typing.get_args(kind)[0] is float:     # step times, losses: tens a record
+            item = functools.partial(_numbers, finite=finite, each=item)
+            return item, f"a list of {wanted.removeprefix('a ').removeprefix('an ')}s"
         return (lambda v: isinstance(v, list) and all(item(x) for x in v),
                 f"a list of {wanted.removeprefix('a ').removeprefix('an ')}s")
     if kind is type(None):
@@ -118,9 +127,30 @@ def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]
     return (lambda v: isinstance(v, dict)), "an object"
 
 
+def _numbers(v, finite: bool, each) -> bool:
+    """Whether `v` is a list of numbers (finite ones with `finite`): `each` number's check, as
+    C loops over the list rather than a call per value."""
+    if not isinstance(v, list) or not all(map(_NUMBER_TYPES.__contains__, map(type, v))):
+        return False
+    try:
+        return not finite or all(map(math.isfinite, v))
+    except OverflowError:           # an integer too large for a float is still an integer
+        return all(map(each, v))
+
+
+_NUMBER_TYPES = frozenset((int, float))
+
+
 def _non_negative(fits):
-    return lambda v: fits(v) and all(x >= 0 for x in (v if isinstance(v, list) else [v])
-                                     if isinstance(x, (int, float)))
+    def check(v) -> bool:
+        if not fits(v):
+            return False
+        values = v if isinstance(v, list) else [v]
+        # x >= 0 of each number (a C loop): NaN fails it.
+        return all(map(operator.ge, (x for x in values if isinstance(x, (int, float)))
+                       if not all(map(_NUMBER_TYPES.__contains__, map(type, values)))
+                       else values, itertools.repeat(0)))
+    return check
 
 
 def _at_least(fits, least: float):

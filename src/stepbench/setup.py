@@ -48,6 +48,12 @@ def _applies(axis: Axis, fields: Mapping) -> bool:
     return axis.applies is None or axis.applies(fields)
 
 
+# The axes whose value a Setup may change as it is made (__post_init__), each with the default
+# it then holds; and every axis as (name, later, legacy), what Setup.fields reads.
+_ADJUSTED = [(a, field_default(a)) for a in AXES
+             if a.applies is not None or a.normalize is not None]
+_FIELDS = [(a.name, a.later, a.legacy) for a in AXES]
+
 # The axes that name a setup, in their name's order (Setup.name).
 _NAME_PARTS = [a for _, _, a in sorted((a.name_slot, i, a) for i, a in enumerate(AXES)
                                        if a.name_slot is not None)]
@@ -59,11 +65,11 @@ class SetupMethods:
     def __post_init__(self):
         # Canonical values, so that equal settings give equal keys: a field that means nothing
         # here (a compile mode without compilation) holds its default; 3 and 3.0 GB are one.
-        fields = {a.name: getattr(self, a.name) for a in AXES}    # asdict() would deep-copy
-        for axis in AXES:
+        fields = dict(self.__dict__)       # the fields as given (asdict() would deep-copy)
+        for axis, default in _ADJUSTED:
             value = fields[axis.name]
             if not _applies(axis, fields):
-                value = field_default(axis)
+                value = default
             elif axis.normalize is not None:
                 value = axis.normalize(value, fields)
             if value is not fields[axis.name]:
@@ -77,12 +83,14 @@ class SetupMethods:
 
     def fields(self) -> dict:
         """Every field, less the later ones that hold their legacy value."""
-        return {a.name: getattr(self, a.name) for a in AXES
-                if not (a.later and getattr(self, a.name) == a.legacy)}
+        values = self.__dict__
+        return {name: values[name] for name, later, legacy in _FIELDS
+                if not (later and values[name] == legacy)}
 
     def key(self) -> str:
         """THE identity of what was measured: every field, canonical JSON."""
-        return self._kept("_key", lambda: json.dumps(self.fields(), sort_keys=True))
+        return self.__dict__.get("_key") or self._kept(
+            "_key", lambda: json.dumps(self.fields(), sort_keys=True))
 
     def match_key(self) -> str:
         """The identity less the axes that only say how long the setup was measured
@@ -133,7 +141,7 @@ class SetupMethods:
     def name(self) -> str:
         """"compile+sdpa"; the registry's name parts: "compile:max-autotune/layer+sdpa" (glued
         to the mode), "eager+sdpa+liger+ckpt+foreach" (after the attention)."""
-        return self._kept("_name", self._make_name)
+        return self.__dict__.get("_name") or self._kept("_name", self._make_name)
 
     def _make_name(self) -> str:
         parts = _NAME_PARTS

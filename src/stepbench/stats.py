@@ -12,7 +12,6 @@ report/ and search/, so that a search decides with the same test the report then
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from stepbench.hierarchical import _TIE, _hierarchical_ratios, _kth, _quantile, _ranks
+from stepbench.hierarchical import _TIE, _hierarchical_ratios, _quantile, _ranks
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -62,23 +61,49 @@ def _bootstrap(samples: tuple, statistic: Callable, confidence: float, n_boot: i
     medians) of the resamples is read from how often each value was drawn (`_resampled_medians`)
     rather than by partitioning every resample, and a mean from a product with those counts
     (`_mean_quantiles`); both give the same bits as the resampled values would."""
-    alpha = (1 - confidence) / 2
-    ends = np.array([alpha, 1 - alpha])
+    ends = _ends(confidence)
     sizes = tuple(x.size for x in samples)
+    if len(samples) == 1 and _together(samples[0], statistic, n_boot):
+        (low, high), = _quantiles_together(samples[0][None], statistic, n_boot, seed, ends)
+        return float(low), float(high)
     quick = (n_boot * max(sizes) <= _MAX_COUNTS
              and all(np.isfinite(x).all() for x in samples))
     if quick and statistic in _MEDIANS and min(sizes) > 3:    # _median is quicker below
         values = [_medians(x.tobytes(), sizes[:i + 1], n_boot, seed)
                   for i, x in enumerate(samples)]
         boot = values[0] if len(values) == 1 else values[0] / values[1]
-    elif quick and statistic is np.mean and len(samples) == 1:
-        low, high = _mean_quantiles(samples[0], n_boot, seed, ends)
-        return float(low), float(high)
     else:
         boot = statistic(*[x[..., i] for x, i in zip(samples, _draws(sizes, n_boot, seed))],
                          axis=-1)
     low, high = _quantile(boot, ends)
     return float(low), float(high)
+
+
+def _ends(confidence: float) -> np.ndarray:
+    alpha = (1 - confidence) / 2
+    return np.array([alpha, 1 - alpha])
+
+
+def _together(x: np.ndarray, statistic: Callable, n_boot: int) -> np.ndarray:
+    """Per row of `x` (samples of one size), whether its interval takes `_quantiles_together`'s
+    path, which `bootstrap_cis` takes for many samples of one size at once: a mean (its draws
+    counted, no value NaN or infinite) or a median of 2 or 3 values (`_median`)."""
+    size = x.shape[-1]
+    if (statistic is np.mean and n_boot * size <= _MAX_COUNTS
+            or statistic is _median and size <= 3):
+        return np.isfinite(x).all(axis=-1)
+    return np.zeros(x.shape[:-1], dtype=bool)
+
+
+def _quantiles_together(samples: np.ndarray, statistic: Callable, n_boot: int, seed: int,
+                        ends: np.ndarray) -> np.ndarray:
+    """The `ends` quantiles of the resampled `statistic` of each row of `samples` (rows of one
+    size, `_together`'s), one row of quantiles per sample: the numbers `_bootstrap` gives each
+    row alone, from the same draws."""
+    if statistic is np.mean:
+        return _mean_quantiles(samples, n_boot, seed, ends)
+    drawn, = _draws((samples.shape[1],), n_boot, seed)
+    return _quantile(statistic(samples[:, drawn], axis=-1), ends)
 
 
 @functools.lru_cache(maxsize=512)
@@ -94,25 +119,47 @@ def _medians(data: bytes, sizes: tuple[int, ...], n_boot: int, seed: int) -> np.
 
 
 def _mean_quantiles(x: np.ndarray, n_boot: int, seed: int, ends: np.ndarray) -> np.ndarray:
-    """`_quantile` of the resamples' means of `x` (`_draws((x.size,), n_boot, seed)`), to the
-    bit: every mean is taken from the draw counts (a matrix product, which adds in another
-    order and may differ in the last bits), and those that could be the order statistics the
-    quantiles read (within `_TIE` of them, relative to the largest value) are taken again as
-    np.mean adds the resampled values, one resample at a time."""
-    drawn, = _draws((x.size,), n_boot, seed)
-    approx = (x @ _draw_weights(x.size, n_boot, seed)) / x.size
+    """`_quantile` of the resamples' means of each row of `x` (`_draws((size,), n_boot, seed)`),
+    to the bit: every mean is taken from the draw counts (a matrix product, which adds in
+    another order and may differ in the last bits), and those that could be the order
+    statistics the quantiles read (within `_TIE` of them, relative to the row's largest value)
+    are taken again as np.mean adds the resampled values, one resample at a time: which
+    resamples those are depends on the product only through errors far below `_TIE`, so all
+    rows' products at once give the same numbers as one row's."""
+    rows, size = x.shape
+    drawn, = _draws((size,), n_boot, seed)
+    # einsum rather than a matrix product: OpenBLAS would spread this one over threads that
+    # then spin, costing more CPU time than the product itself.
+    approx = np.einsum("ij,jk->ik", x, _draw_weights(size, n_boot, seed)) / size
     j, jp1, g = _ranks(n_boot, tuple(ends))
-    ranked = np.partition(approx, _kth(n_boot, tuple(ends)))    # as sorted at the ranks read
-    slack = 2 * _TIE * float(np.abs(x).max())
-    low, high = np.empty(len(j)), np.empty(len(j))
+    ranked = np.sort(approx, axis=-1)
+    slack = 2 * _TIE * np.abs(x).max(axis=-1, keepdims=True)
+    low, high = np.empty((rows, len(j))), np.empty((rows, len(j)))
+    every = np.arange(rows)
     for i, (a, b) in enumerate(zip(j.tolist(), jp1.tolist())):
-        # The resamples that may be the a-th to b-th smallest, and how many surely come before.
-        start, end = ranked[a] - slack, ranked[b] + slack
-        below = int(np.count_nonzero(approx < start))
-        near = np.flatnonzero((approx >= start) & (approx <= end))
-        exact = np.sort(np.mean(x[drawn[near]], axis=-1))
-        low[i], high[i] = exact[a - below], exact[b - below]
+        # Per row, the resamples that may be the a-th to b-th smallest, and how many surely
+        # come before them.
+        start, end = ranked[:, a:a + 1] - slack, ranked[:, b:b + 1] + slack
+        below = _below(ranked, approx, a, start)
+        # by row, in order (a 2-D nonzero costs 20 times this)
+        row, near = np.divmod(np.flatnonzero((approx >= start) & (approx <= end)), n_boot)
+        exact = np.mean(x[row[:, None], drawn[near]], axis=-1)
+        exact = exact[np.lexsort((exact, row))]          # each row's, sorted, rows in order
+        first = np.searchsorted(row, every) - below
+        low[:, i], high[:, i] = exact[first + a], exact[first + b]
     return (1 - g) * low + g * high
+
+
+def _below(ranked: np.ndarray, approx: np.ndarray, a: int, start: np.ndarray) -> np.ndarray:
+    """Per row, how many of `approx` (`ranked`: each row sorted) are below its `start`, which
+    is at most its a-th smallest: counted among the 16 values before the a-th where the first
+    of them is below (then all before it are too), else over the whole row."""
+    first = max(0, a - 16)
+    below = first + np.count_nonzero(ranked[:, first:a] < start, axis=-1)
+    if first:
+        whole = np.flatnonzero(ranked[:, first] >= start[:, 0])
+        below[whole] = np.count_nonzero(approx[whole] < start[whole], axis=-1)
+    return below
 
 
 # Resamples of at most this many draws in all (n_boot x the sample's size) are counted
@@ -136,8 +183,8 @@ def _resampled_medians(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
     def kth(k: int) -> np.ndarray:       # the k-th smallest (1-based) of each resample
         # Counted in int16 (a count never exceeds the size): a sum of booleans into intp
-        # costs four times as much.
-        return ranked[np.add.reduce((running < k).view(np.uint8), axis=0, dtype=np.int16)]
+        # costs four times as much; take(), since indexing with int16 costs twice as much.
+        return ranked.take(np.add.reduce((running < k).view(np.uint8), axis=0, dtype=np.int16))
 
     if n % 2:
         return kth(n // 2 + 1)
@@ -161,7 +208,8 @@ def _draw_counts(sizes: tuple[int, ...], n_boot: int, seed: int) -> tuple[np.nda
     for size, drawn in zip(sizes, _draws(sizes, n_boot, seed)):
         at = (drawn * n_boot + np.arange(n_boot)[:, None]).ravel()
         counted = np.bincount(at, minlength=n_boot * size).reshape(size, n_boot)
-        counted = counted.astype(np.int16)       # a running count up to the size fits
+        # A running count up to the size fits (in a byte: half the memory to add and compare).
+        counted = counted.astype(np.uint8 if size < 256 else np.int16)
         counted.flags.writeable = False
         out.append(counted)
     return tuple(out)
@@ -191,6 +239,47 @@ def bootstrap_ci(values: Sequence[float], stat: Callable = np.median, *,
     if x.size < 2:
         return None
     return _bootstrap((x,), stat, confidence, n_boot, seed)
+
+
+def bootstrap_cis(samples: Sequence[Sequence[float]], stat: Callable = np.median, *,
+                  confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
+                  seed: int = SEED) -> list[tuple[float, float] | None]:
+    """`bootstrap_ci` of each of `samples`, the same numbers: the samples of one size whose
+    intervals take one path (`_together`: a mean, a median of 2 or 3 values) are resampled
+    together, in slices of `_SLICE` (one product and one sort for a slice of a report's rows
+    rather than one per row)."""
+    out: list[tuple[float, float] | None] = [None] * len(samples)
+    sizes: dict[int, list[int]] = {}
+    for i, values in enumerate(samples):
+        sizes.setdefault(len(values), []).append(i)
+    for size, found in sizes.items():
+        if size < 2:
+            continue
+        values = np.array([samples[i] for i in found], dtype=float)
+        together = _together(values, stat, n_boot)
+        for k in np.flatnonzero(~together).tolist():
+            out[found[k]] = _bootstrap((values[k],), stat, confidence, n_boot, seed)
+        ready = np.flatnonzero(together)
+        for first in range(0, ready.size, _SLICE):
+            part = ready[first:first + _SLICE]
+            ends = _quantiles_together(values[part], stat, n_boot, seed, _ends(confidence))
+            for k, (low, high) in zip(part.tolist(), ends.tolist()):
+                out[found[k]] = (low, high)
+    return out
+
+
+# Samples resampled at once by `bootstrap_cis`: 256 x 4,000 resampled means are 8 MB.
+_SLICE = 256
+
+
+def median_cis(samples: Sequence[Sequence[float]]) -> list[tuple[float, float] | None]:
+    """`median_ci` of each of `samples` (`bootstrap_cis`)."""
+    return bootstrap_cis(samples, _median)
+
+
+def mean_cis(samples: Sequence[Sequence[float]]) -> list[tuple[float, float] | None]:
+    """`mean_ci` of each of `samples` (`bootstrap_cis`)."""
+    return bootstrap_cis(samples, np.mean)
 
 
 def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
@@ -298,9 +387,13 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> float:
     spread = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
     numerator = u - n1 * n2 / 2
     numerator -= 0.5                                     # scipy's continuity correction
-    with np.errstate(divide="ignore", invalid="ignore"):   # all values equal: no spread
-        z = np.float64(numerator) / np.float64(spread)
-    return float(np.clip(ndtr(-z) * 2, 0.0, 1.0))
+    if spread:
+        z = np.float64(numerator / spread)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):   # all values equal: no spread
+            z = np.float64(numerator) / np.float64(spread)
+    # np.clip's bounds without its cost for one number (a NaN stays NaN)
+    return min(max(float(ndtr(-z) * 2), 0.0), 1.0)
 
 
 def _plain_median(x: np.ndarray) -> float:
@@ -372,8 +465,9 @@ def compare_step_times(a_means: Sequence[float], b_means: Sequence[float],
     for method, xa, xb in (("means", a_means, b_means), ("steps", *pooled)):
         if len(xa) >= 2 and len(xb) >= 2:
             result = compare([t / a_tokens for t in xa], [t / b_tokens for t in xb])
-            if result.significant is not None:
-                return dataclasses.replace(result, method=method)
+            if result.significant is not None:       # (dataclasses.replace costs 5 us)
+                return Comparison(result.ratio, result.ci, result.p_value, result.significant,
+                                  method)
     return None
 
 

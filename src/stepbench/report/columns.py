@@ -150,7 +150,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     used = sorted({r.status for r in rows if not r.ok} & set(STATUS_NOTES),
                   key=list(STATUS_NOTES).index)
     notes += [status_note(s, [r for r in rows if r.status == s]) for s in used]
-    names = _row_names(rows)
+    names = _row_names(rows, labels)
     notes += _combined_notes(rows, names)
     notes += mark_notes((r.noise_flags for r in rows),
                         compiled=any(r.compile_marked for r in rows))
@@ -184,10 +184,9 @@ def _error_line(row: Row) -> str:
     return first_line(row.error, limit=160, last=row.status != "error")
 
 
-def _row_names(rows: list[Row]) -> dict[int, str]:
-    """"GPU setup-label" per row, for notes: the label names the model (or batch, dtype...)
-    where rows differ in it, so that a note points at one row."""
-    labels = setup_labels(rows)
+def _row_names(rows: list[Row], labels: dict[int, str]) -> dict[int, str]:
+    """"GPU setup-label" per row (`labels`: setup_labels(rows)), for notes: the label names the
+    model (or batch, dtype...) where rows differ in it, so that a note points at one row."""
     return {id(r): f"{r.gpu} {labels[id(r)]}" for r in rows}
 
 

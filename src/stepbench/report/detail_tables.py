@@ -4,7 +4,10 @@ shown only where some row has data for it.
 """
 
 from __future__ import annotations
+
+import functools
 import statistics
+
 from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import LAYER_GRAPHS
 from stepbench.report import table
@@ -259,7 +262,6 @@ def details(rows: list[Row]) -> list[Table]:
     one table per theme of DETAIL_TABLES. A column appears only when some row has its number,
     a table only when it has a column, and a row only when it has one of its table's numbers."""
     by_header = {c[0]: c for c in DETAIL_COLUMNS}
-    labels = setup_labels(rows)
     tables = []
     for title, headers, notes in DETAIL_TABLES:
         used = [by_header[h] for h in headers if any(by_header[h][2](r) for r in rows)]
@@ -267,10 +269,16 @@ def details(rows: list[Row]) -> list[Table]:
             continue
         shown = [r for r in rows if any(c[2](r) for c in used)]
         tables.append(Table(unit_headers(["GPU", "Setup"] + [c[0] for c in used], shown),
-                            [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown],
+                            functools.partial(_cells, rows, shown, used),
                             "ll" + "".join(c[1] for c in used), title,
                             [n for n in notes(shown) if n]))
     return tables
+
+
+def _cells(rows: list[Row], shown: list[Row], used: list[tuple]) -> list[list[str]]:
+    """A details table's cells (made when read: JSON shows only the notes)."""
+    labels = setup_labels(rows)
+    return [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown]
 
 
 def wrapping(row) -> str:

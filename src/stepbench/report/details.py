@@ -15,6 +15,8 @@ from stepbench.record import LAYER_GRAPHS, Record
 
 def median(values) -> float | None:
     values = [v for v in values if v is not None]
+    if len(values) == 1:        # one process: its value (statistics.median's, without a sort)
+        return values[0]
     return statistics.median(values) if values else None
 
 

@@ -81,8 +81,8 @@ def rows_document(rows: list[Row], *, plots: bool = False,
     records among which those of searches are listed: each tune's in a "Tune" table
     (report/tune.py), the other probes and max-batch full measurements in "Details: searches"
     (report/searches.py)."""
-    tables = [Table(unit_headers(COLUMNS, rows), table_cells(rows, COLUMNS), align(COLUMNS), "Results",
-                    footnotes(rows))]
+    tables = [Table(unit_headers(COLUMNS, rows), lambda: table_cells(rows, COLUMNS),
+                    align(COLUMNS), "Results", footnotes(rows))]
     tables += details(rows)
     tables += tune.tune_tables(list(searched))
     search_table = searches.details_table(list(searched))

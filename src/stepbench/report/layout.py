@@ -8,11 +8,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from stepbench.report.findings import Finding
     from stepbench.report.rows import Row
+
+
+class _MadeWhenRead:
+    """A Table's cells, given as the list or as a function that makes it, called when the
+    cells are first read: JSON reads only a report's notes, and formatting thousands of rows'
+    cells for no one cost a twentieth of a large report's time. (A dataclass field whose default
+    is a descriptor is set and read through it; no default: its class read raises.)"""
+
+    def __get__(self, table, owner=None):
+        if table is None:
+            raise AttributeError("cells")
+        cells = table.__dict__["_cells"]
+        if callable(cells):
+            cells = table.__dict__["_cells"] = cells()
+        return cells
+
+    def __set__(self, table, cells) -> None:
+        table.__dict__["_cells"] = cells
 
 
 @dataclass
@@ -20,7 +38,7 @@ class Table:
     """A table of formatted cells, with its title and the notes printed under it."""
 
     columns: list[str]
-    cells: list[list[str]]
+    cells: list[list[str]] | Callable[[], list[list[str]]] = _MadeWhenRead()
     align: str
     title: str | None = None
     notes: list[str] = field(default_factory=list)

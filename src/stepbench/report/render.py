@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from pathlib import Path
 
 from stepbench.errors import UserError
-from stepbench.report import table
+from stepbench.report import jsontext, table
 from stepbench.report.layout import Document, Table
 
 FORMATS = ("table", "markdown", "csv", "json", "html")
@@ -187,9 +186,9 @@ def render_json(doc: Document) -> str:
     if doc.tunes:
         data["tunes"] = doc.tunes
     try:
-        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+        return jsontext.dumps(data) + "\n"
     except ValueError:          # a NaN or an infinity somewhere: walk the whole object for it
-        return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+        return jsontext.dumps(_finite(data)) + "\n"
 
 
 def _finite(value):

@@ -291,9 +291,10 @@ def build_rows(records: list[Record], prices: dict[str, float],
     rows = []
     for group in groups.values():
         price, source = row_price(prices, group)
-        rows.append(combine(group, price, energy_price, gpu=machine(group[0])))
+        rows.append(combine(group, price, energy_price, gpu=machine(group[0]), interval=False))
         rows[-1].price_source = source
         rows[-1].label = labels.get(id(group[0]))
+    add_intervals(rows)
     rows.sort(key=_order(records, machine))
     add_scaling(rows)
     if not labels:
@@ -362,9 +363,10 @@ def _order(records: list[Record], machine):
 
 
 def combine(records: list[Record], price: float | None, energy_price: float | None = None,
-            gpu: str | None = None) -> Row:
+            gpu: str | None = None, interval: bool = True) -> Row:
     """One row from the records of one setup on one GPU (one per repeat, from any runs);
-    `gpu` is the machine the row names (default: the GPU's name).
+    `gpu` is the machine the row names (default: the GPU's name); with `interval` False its
+    step time's interval is left to `add_intervals`.
 
     Step time: the median of the per-process means; with one process, its mean. Its 95% CI is
     a bootstrap over the per-process means, or over the step times when one process ran.
@@ -391,12 +393,8 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     row.process_step_times_ms = [list(r.step_times_ms) for r in ok]
     row.step_times_ms = [t for r in ok for t in r.step_times_ms]
     row.step_ms = statistics.median(row.repeat_step_ms)
-    if len(ok) >= 2:
-        row.step_ms_ci = stats.median_ci(row.repeat_step_ms)
-        row.ci_method = f"median of {len(ok)} per-process means, bootstrap over processes"
-    elif len(row.step_times_ms) >= 2:
-        row.step_ms_ci = stats.mean_ci(row.step_times_ms)
-        row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
+    if interval:
+        add_intervals([row])
     # A user's workload counts its own units (record.units_per_step, per process).
     per_step = (ok[0].units_per_step * row.setup.world_size if ok[0].units_per_step
                 else row.setup.tokens_per_step)
@@ -418,6 +416,21 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     combine_details(row, ok)
     combine_energy(row, ok, energy_price)
     return row
+
+
+def add_intervals(rows: list[Row]) -> None:
+    """Each row's 95% interval of its step time (`combine`'s), all rows' at once (the
+    bootstrap of rows of one size shares its work: stats.bootstrap_cis)."""
+    ran = [row for row in rows if row.ok]
+    medians = [row for row in ran if len(row.repeat_step_ms) >= 2]
+    means = [row for row in ran if len(row.repeat_step_ms) < 2 and len(row.step_times_ms) >= 2]
+    for row, ci in zip(medians, stats.median_cis([row.repeat_step_ms for row in medians])):
+        row.step_ms_ci = ci
+        row.ci_method = (f"median of {len(row.repeat_step_ms)} per-process means, bootstrap "
+                         "over processes")
+    for row, ci in zip(means, stats.mean_cis([row.step_times_ms for row in means])):
+        row.step_ms_ci = ci
+        row.ci_method = f"mean of {len(row.step_times_ms)} steps, bootstrap over steps"
 
 
 def add_scaling(rows: list[Row]) -> None:
