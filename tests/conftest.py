@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -171,6 +172,11 @@ def on_a_terminal(args: list[str], env: dict | None = None, timeout: float = 300
                             stdout=subprocess.PIPE, stderr=follower,
                             env={**(env or os.environ), "PYTHONPATH": SRC})
     os.close(follower)
+    # stdout is read beside the terminal: a tune's JSON outgrows the pipe's 64 KiB, and a child
+    # that waits to write it never closes the terminal that this waits on.
+    stdout = []
+    reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+    reader.start()
     seen = b""
     try:
         while True:     # read as it comes, so that a full terminal buffer never blocks it
@@ -183,8 +189,9 @@ def on_a_terminal(args: list[str], env: dict | None = None, timeout: float = 300
             seen += chunk
     finally:
         os.close(leader)
-    stdout = proc.stdout.read()
-    return proc.wait(timeout=timeout), seen, stdout
+    code = proc.wait(timeout=timeout)
+    reader.join(timeout)
+    return code, seen, stdout[0]
 
 
 def read_jsonl(path: Path) -> list[dict]:
