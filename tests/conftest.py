@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # time (docs/development.md). What the compiled setups' tests check is stepbench's (cache state,
 # counters, losses against eager), not the kernels' speed. Children inherit it.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+# The Ctrl-C tests send SIGINT to a command as a terminal sends it to its foreground job, whose
+# SIGINT has its default action. pytest started as a shell's background job (`.ci/run ... &`)
+# inherits SIGINT ignored; Python keeps it so, and so would every command a test starts: the
+# signal was lost (a tune ran to its end and exited 0, a rented run waited forever). Python's own
+# handler here, in the controller and in each xdist worker, makes the suite's processes what a
+# foreground run's are; the commands they start get the default action (exec resets a caught
+# signal, never an ignored one).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # stepbench's own caches (matmul peaks, FLOP counts; measure/cache.py) go to a folder of this
 # session, never to the user's ~/.cache: one folder for both xdist workers of a run (named by
 # the run's id; the cache's writers lock and replace atomically), a fresh one otherwise.
@@ -141,13 +151,6 @@ def with_hooks(env) -> dict:
     return dict(env, PYTHONPATH=os.pathsep.join(filter(None, path)))
 
 
-def default_sigint() -> None:
-    """A Popen preexec_fn: SIGINT's default action in the child, so that Python there turns it
-    into KeyboardInterrupt as a terminal's Ctrl-C does. A shell's background job (and so pytest
-    started as one, and everything it starts) inherits SIGINT ignored, and Python keeps it so."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def wait_for(proc: subprocess.Popen, text: str) -> str:
     """A running process's stderr up to its first line holding `text` (a line-by-line wait on a
     real subprocess: no sleeping, no polling)."""
@@ -169,6 +172,11 @@ def on_a_terminal(args: list[str], env: dict | None = None, timeout: float = 300
                             stdout=subprocess.PIPE, stderr=follower,
                             env={**(env or os.environ), "PYTHONPATH": SRC})
     os.close(follower)
+    # stdout is read beside the terminal: a tune's JSON outgrows the pipe's 64 KiB, and a child
+    # that waits to write it never closes the terminal that this waits on.
+    stdout = []
+    reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+    reader.start()
     seen = b""
     try:
         while True:     # read as it comes, so that a full terminal buffer never blocks it
@@ -181,8 +189,9 @@ def on_a_terminal(args: list[str], env: dict | None = None, timeout: float = 300
             seen += chunk
     finally:
         os.close(leader)
-    stdout = proc.stdout.read()
-    return proc.wait(timeout=timeout), seen, stdout
+    code = proc.wait(timeout=timeout)
+    reader.join(timeout)
+    return code, seen, stdout[0]
 
 
 def read_jsonl(path: Path) -> list[dict]:

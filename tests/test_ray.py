@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RAY_POLL_ENV, SMALL, SRC, default_sigint, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
+from conftest import RAY_POLL_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
 from says import error_line, names
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
@@ -200,9 +200,10 @@ def test_the_matrix_through_ray_ctrl_c_a_rerun_resumes_and_a_timeout(ray_cluster
     out = tmp_path / "r.jsonl"
     command = ray_cluster.client_argv([sys.executable, "-m", "stepbench", "run", "--ray",
                                        ray_cluster.address, *MATRIX, "--out", str(out)])
-    # SIGINT as a terminal's Ctrl-C sends it (a shell's background job would ignore it).
+    # SIGINT as a terminal's Ctrl-C sends it (conftest: with its default action, as a foreground
+    # job has it, however pytest was started).
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=client_env(), preexec_fn=default_sigint)
+                             env=client_env())
     # Stopped while the second setup's process runs in its job, as Ctrl-C would.
     wait_for(first, "[2/2] eager+eager batch 4 seq 64: building the model")
     first.send_signal(signal.SIGINT)

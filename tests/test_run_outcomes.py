@@ -14,7 +14,7 @@ import uuid
 import psutil
 import pytest
 
-from conftest import SMALL, SRC, default_sigint, read_jsonl, run_cli, wait_for
+from conftest import SMALL, SRC, read_jsonl, run_cli, wait_for
 from says import lines_naming, names
 
 pytestmark = pytest.mark.slow     # every test here starts child processes
@@ -177,6 +177,12 @@ def test_model_from_a_config_folder(tmp_path):
     assert names(again.stderr, "CUDA", "CPU", "--device cuda")
 
 
+def test_the_suites_commands_get_sigint_as_a_terminals_foreground_job_does():
+    # pytest started as a shell's background job inherits SIGINT ignored: conftest catches it
+    # again, or every command the Ctrl-C tests start would ignore their SIGINT too.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.parametrize("sig, code, said", [
     (signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM"),
     (signal.SIGHUP, 129, "stopped by SIGHUP")])
@@ -199,8 +205,7 @@ def test_a_signal_stops_the_run_keeps_finished_results_and_leaves_no_process(tmp
     proc = subprocess.Popen([sys.executable, "-m", "stepbench", "run", "--device", "cpu", "--seq", "64",
                              "--modes", "eager", "--attn", "sdpa", "--batch", "1,64" if fresh else "64",
                              "--warmup", "2", "--steps", "50", "--repeats", "1", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=default_sigint)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         seen = wait_for(proc, f"{'[2/2]' if fresh else '[1/1]'} eager+sdpa batch 64 seq 64: warm-up")
         marked = [p for p in psutil.process_iter() if _marked(p, mark) and p.pid != proc.pid]

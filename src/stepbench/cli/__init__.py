@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from stepbench import __version__
 from stepbench.cli import compare, predict, report, run, tune
-from stepbench.cli.base import EXIT_INTERRUPTED, EXIT_USER_ERROR, Parser, say
+from stepbench.cli.base import EXIT_INTERRUPTED, EXIT_USER_ERROR, Parser, forget_caught_interrupt, say
 from stepbench.errors import UserError, show_warnings
 
 
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say(args.command, "interrupted")
         return EXIT_INTERRUPTED
+    finally:
+        forget_caught_interrupt()
 
 
 __all__ = ["build_parser", "main"]

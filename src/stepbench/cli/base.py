@@ -52,6 +52,17 @@ def stopped(command: str, exc: KeyboardInterrupt, what: str) -> int:
     return 128 + exc.signum if isinstance(exc, Stopped) else EXIT_INTERRUPTED
 
 
+def forget_caught_interrupt() -> None:
+    """Let a command that caught Ctrl-C end with the exit code it chose.
+
+    CPython 3.11 marks a KeyboardInterrupt as never caught when it leaves an exec() or eval() of a
+    string (code that dataclasses, namedtuple and scipy's lazy imports run), even where a caller
+    catches it later; `python -m stepbench` then ends by killing itself with SIGINT (-2 to its
+    parent) in place of 130. Each exec of a string clears that mark first, so one that ends
+    normally leaves it cleared; an interrupt that does leave main() is marked again by CPython."""
+    exec("pass")
+
+
 def outcome(command: str, records, run_id: str, out) -> int:
     """The exit code of a command that ran setups: 0 when one of `records` (this plan's, old and
     new) is ok, or when none was run now (`run_id`'s: everything was in the results file `out`);
