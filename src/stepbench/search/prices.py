@@ -25,6 +25,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from stepbench.execute.local import FRESH, uses_server
 from stepbench.record import Record
 from stepbench.setup import Setup
 
@@ -91,7 +92,7 @@ class Price:
 
 
 def start_of(record: Record) -> str:
-    return (record.placement or {}).get("start") or "fresh"
+    return (record.placement or {}).get("start") or FRESH
 
 
 def is_warm(record: Record) -> bool:
@@ -183,7 +184,7 @@ class Prices:
         """`setup` measured once: `step_s` its expected step time, `warm` whether its compile
         will find the cache warm, `server` whether the process server still has to start."""
         parts, sources = {}, {}
-        if server and self.start == "server":
+        if server and uses_server(self.start):
             parts["server start"], sources["server start"] = self.server_start()
         parts["process"], sources["process"] = self.overhead(setup)
         extra, sources["first step"] = self.first_step(setup, warm)

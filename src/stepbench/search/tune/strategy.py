@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from stepbench.axes import AXES, axis, canonical_params
+from stepbench.execute.local import SERVER
 from stepbench.record import Record
 from stepbench.search.gains import (GainTable, committed, differences, prior, rate,
                                     source_kind)
@@ -53,7 +54,7 @@ class Tuner:
 
     def __init__(self, runner, base: Setup, space: Space, *, budget_s: float, objective: str,
                  timeout_s: float, repeats: int = 3, skipped: list[str] | None = None,
-                 start: str = "server", gains: list | None = None,
+                 start: str = SERVER, gains: list | None = None,
                  clock: Callable[[], float] = time.monotonic, display=None,
                  say: Callable[[str], None] = lambda text: None):
         # (Imported here: the report reads TuneResult and never runs anything.)
