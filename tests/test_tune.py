@@ -1010,6 +1010,22 @@ def test_a_model_without_repeated_blocks_is_not_compiled_per_layer(tmp_path, blo
         assert len(layered) >= 2 and said == [] and dropped == []
 
 
+def test_a_named_block_the_model_does_not_hold_is_named_in_the_reason():
+    # The Workload named a block class and the model holds none of it: the reason names that
+    # class and the fix (another class), not "no repeated block; name one".
+    from stepbench.search.tune.measured import Measurements
+
+    eager = BASE.replace(model="net.py:make", batch=8)
+    for blocks, expected in (({"count": 0, "class": "Block"}, ("holds no Block", "Workload names")),
+                             ({"count": 0}, ("no repeated block", "Workload(block="))):
+        seen = Measurements(set())
+        seen.add("ladder", Record(run_id="r", repeat=0, setup=eager, status="ok", blocks=blocks,
+                                  machine=Machine(gpu="cpu")))
+        why = seen.blockless(eager.replace(mode="compile", compile_scope="layer"))
+        assert names(why, "--compile-scope layer", "net.py:make", *expected)
+    assert seen.blockless(eager.replace(mode="compile")) is None
+
+
 @pytest.mark.parametrize("count", [0, 12])
 def test_a_model_without_repeated_blocks_is_not_checkpointed_where_it_does_not_fit(tmp_path,
                                                                                    count):

@@ -87,7 +87,8 @@ class FactoryBuilt(Built):
         if not self._blocks:
             from stepbench.measure.options import Unsupported
 
-            raise Unsupported(no_blocks(needed_by, self.setup.model))
+            named = self.work.block.__name__ if self.work.block is not None else None
+            raise Unsupported(no_blocks(needed_by, self.setup.model, named))
         return self._blocks
 
     def shard_units(self):

@@ -104,6 +104,10 @@ def per_block(setup) -> list[str]:
     return found
 
 
-def no_blocks(needed_by: str, model: str) -> str:
-    """Why an option that acts on each repeated block cannot run on `model`, with the fix."""
+def no_blocks(needed_by: str, model: str, block: str | None = None) -> str:
+    """Why an option that acts on each repeated block cannot run on `model`, with the fix;
+    `block`: the class its Workload named, of which the model holds none."""
+    if block:
+        return (f"{needed_by}: {model}'s model holds no {block}, the block its Workload names; "
+                "name a class the model repeats")
     return f"{needed_by}: {model}'s model has no repeated block; {BLOCK_FIX}"

@@ -173,12 +173,13 @@ class Measurements:
         needs = per_block(setup)
         if not needs:
             return None
-        none = self.kept("blockless", lambda: {(r.setup.model, r.setup.params)
+        none = self.kept("blockless", lambda: {(r.setup.model, r.setup.params): r.blocks.get("class")
                                                for r in self.records()
                                                if r.blocks is not None and r.blocks["count"] == 0})
         if (setup.model, setup.params) in none:
             params = f" ({setup.params})" if setup.params else ""
-            return no_blocks(" and ".join(needs), setup.model + params)
+            return no_blocks(" and ".join(needs), setup.model + params,
+                             none[setup.model, setup.params])
         return None
 
     def capacity_gb(self, setup: Setup) -> float | None:
