@@ -150,3 +150,29 @@ def test_a_claim_file_left_empty_is_taken_over_once_it_is_old(tmp_path):
     assert store.claims.claim(key, lambda text: None) is None
     assert json.loads(path.read_text())["pid"] == os.getpid()
     store.claims.release(key)
+
+
+def test_a_cluster_runs_claim_finds_the_record_by_the_executors_match(tmp_path):
+    """On Ray or Slurm the claim's key names the GPU type asked for (none: any), the record the
+    GPU the job got: the record is found by the executor's own match (clusters.find_done), so a
+    run that claims after another stored the setup takes that record instead of measuring."""
+    import dataclasses
+
+    from stepbench.execute.clusters import find_done
+    from stepbench.execute.protocol import Job
+    from stepbench.record import Machine, resume_key
+
+    store = ResultsFile(tmp_path / "r.jsonl")
+    since = store.end()
+    theirs = dataclasses.replace(a_record(), machine=Machine(gpu="NVIDIA H200"),
+                                 placement={"ray": {"gpu_type": None, "node": "n1"}})
+    ResultsFile(store.path).append(theirs)            # the other run's, since this one read
+    job = Job(theirs.setup, 0)
+    key = resume_key(job.setup, job.repeat, None)     # what a cluster run claims
+    assert key != theirs.resume_key()                 # by key alone it would be measured again
+    assert store.claims.claim(key, print, since=since) is None
+    store.claims.release(key)
+    found = store.claims.claim(key, print, since=since,
+                               match=lambda records: find_done(job, records, "ray", None))
+    assert found is not None and found.machine.gpu == "NVIDIA H200"
+    assert not store.claims.folder.exists()           # taken, and its claim released

@@ -192,7 +192,9 @@ class Runner:
             key = resume_key(job.setup, job.repeat, self.executor.gpu_name(job.setup, slot),
                              self.host)
             try:
-                theirs = self.store.claims.claim(key, call.display.note, _label(job), since)
+                theirs = self.store.claims.claim(
+                    key, call.display.note, _label(job), since,
+                    match=lambda records: self.executor.find_done(job, records))
                 if theirs is not None:
                     records[index] = theirs
                     self._keep(theirs)
