@@ -17,7 +17,7 @@ import functools
 import torch
 
 from stepbench.axes import AXES
-from stepbench.errors import Unsupported  # noqa: F401 - raised here, imported from here
+from stepbench.errors import Unsupported   # raised here; callers import it from here too
 from stepbench.setup import Setup
 
 # Weights (and so gradients and optimizer state) per precision: autocast-bf16 and mixed-bf16
@@ -26,8 +26,6 @@ from stepbench.setup import Setup
 WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
                  "autocast-bf16": torch.float32, "float8": torch.bfloat16,
                  "mixed-bf16": torch.float32}
-
-
 
 
 def check_supported(setup: Setup) -> None:
