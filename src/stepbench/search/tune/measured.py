@@ -31,11 +31,10 @@ class Measurements:
         self._table: GainTable | None = None
         self._compared: dict = {}
         # setup -> its records, by repeat: the search asks for a setup's processes, and whether
-        # it is explorable, hundreds of thousands of times between two measurements.
+        # it is explorable, hundreds of thousands of times between two measurements (a dict of
+        # its own: `kept`'s key and function would cost more than the answer).
         self._processes: dict[Setup, list[Record]] = {}
         self._explorable: dict[Setup, bool] = {}
-        self._measured: list[Setup] | None = None
-        self._peaks: dict[Setup, dict[int, float]] | None = None   # family -> {batch: peak}
         self._kept: dict = {}
         # Timeouts under a limit the tune shortened (the budget's remainder, or a few times the
         # process's price) rather than the run's --timeout: the tune ran out of time, which
@@ -53,8 +52,6 @@ class Measurements:
         self._verdicts = None
         self._table = None
         self._explorable = {}
-        self._measured = None
-        self._peaks = None
         self._kept = {}
 
     def kept(self, what, make):
@@ -72,24 +69,24 @@ class Measurements:
 
     def measured(self) -> list[Setup]:
         """Every setup measured, in the order first measured."""
-        if self._measured is None:
-            self._measured = list(dict.fromkeys(t.record.setup for t in self.tried))
-        return list(self._measured)
+        return list(self.kept("measured",
+                              lambda: list(dict.fromkeys(t.record.setup for t in self.tried))))
 
     def rate_of(self, setup: Setup) -> float:
         """The mean of `rate` over the setup's processes that ran; 0 where none did."""
-        rates = [rate(r) for r in self.processes(setup) if r.ok]
+        rates = [rate(r) for r in self.ran(setup)]
         return statistics.fmean(rates) if rates else 0.0
 
     @property
     def unit(self) -> str:
         """What the measured setups' throughput counts: a factory's own unit ("images"), else
         "tokens"."""
-        return next((r.units for r in self.records() if r.units), "tokens")
+        return self.kept("unit", lambda: next((r.units for r in self.records() if r.units),
+                                              "tokens"))
 
     def mean_tokens(self, setup: Setup) -> float:
         """The mean tokens/s of the setup's processes that ran."""
-        return statistics.fmean(r.tokens_per_s for r in self.processes(setup) if r.ok)
+        return statistics.fmean(r.tokens_per_s for r in self.ran(setup))
 
     def ran(self, setup: Setup) -> list[Record]:
         """The setup's processes that ran (status ok)."""
@@ -190,17 +187,20 @@ class Measurements:
         return next((r.machine.gpu_memory_gb for r in self.records()
                      if r.machine.gpu_memory_gb), None)
 
+    def _peaks(self) -> dict[Setup, dict[int, float]]:
+        """Each family's (a setup but its batch) {batch: peak memory} of the batches that ran."""
+        peaks: dict[Setup, dict[int, float]] = {}
+        for r in self.records():
+            if r.ok and r.peak_memory_gb is not None:
+                peaks.setdefault(r.setup.replace(batch=1), {})[r.setup.batch] = \
+                    max(r.peak_memory_gb, r.peak_reserved_gb or 0.0)
+        return peaks
+
     def predicted_peak_gb(self, setup: Setup, fixed_gb: float) -> float | None:
         """The peak memory `setup` is expected to need: a line through its own batches' peaks,
         or one batch's peak scaled by the batch above `fixed_gb` (the ladder's fixed part:
         weights, gradients, optimizer state); None where no batch of it ran."""
-        if self._peaks is None:
-            self._peaks = {}
-            for r in self.records():
-                if r.ok and r.peak_memory_gb is not None:
-                    self._peaks.setdefault(r.setup.replace(batch=1), {})[r.setup.batch] = \
-                        max(r.peak_memory_gb, r.peak_reserved_gb or 0.0)
-        points = self._peaks.get(setup.replace(batch=1))
+        points = self.kept("peaks", self._peaks).get(setup.replace(batch=1))
         if not points:
             return None
         if len(points) >= 2:

@@ -238,7 +238,7 @@ class Tuner:
         fit), or None."""
         for setup in (self.reference_setup(batch, like),
                       self.reference_setup(batch, like).replace(checkpointing=True)):
-            ok = [r for r in self.seen.processes(setup) if r.ok]
+            ok = self.seen.ran(setup)
             if ok:
                 return ok[0]
         return None
