@@ -75,7 +75,7 @@ def _price(p: model.Prediction) -> str:
 
 
 def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Measured],
-          priced: bool, price_flag: str = "--price-list FILE") -> list[str]:
+          priced: bool, price_flag: str) -> list[str]:
     sources = sorted({(s.gpu, s.torch or "unknown") for s in steps})
     out = ["Predicted, not measured: each kernel class of the source's profiled step scaled "
            "by the figure that bounds it on the target (tensor peak, memory bandwidth, "
@@ -126,7 +126,7 @@ def rate_notes(rows: list[model.Prediction]) -> list[str]:
 
 
 def document(rows: list[model.Prediction], steps: list[Measured], failed: list[Measured],
-             priced: bool, price_flag: str = "--price-list FILE") -> Document:
+             priced: bool, price_flag: str) -> Document:
     models = sorted({f"{s.model}, batch {s.batch} x {s.seq}, {s.dtype}" for s in steps})
     table = Table(columns=COLUMNS, cells=[cells(p) for p in rows], align="llrrrlrr",
                   title="Predicted (not measured) step time, fit and tokens per dollar",
