@@ -84,13 +84,6 @@ def _file_of(thing) -> str:
             return ""
 
 
-def digest(paths) -> str:
-    h = hashlib.sha256()
-    for path in paths:
-        h.update(str(path).encode() + b"\0" + Path(path).read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def key(setup, factory, work, inputs) -> dict | None:
     """The cache key of this built factory's count; None where it cannot be told (see the
     module's docstring): then it is counted, never stored, and the measurement goes on."""
@@ -102,7 +95,7 @@ def key(setup, factory, work, inputs) -> dict | None:
 
 def _key(setup, factory, work, inputs) -> dict | None:
     from stepbench.measure import machine
-    from stepbench.workload.loader import loaded_digest
+    from stepbench.workload.loader import digest, loaded_digest
 
     module = sys.modules.get(factory.__module__)
     source = inspect.getsourcefile(factory)

@@ -48,8 +48,7 @@ def load_module(where: str):
         raise UserError(f"cannot import {where}; pass a Python file")
     module = importlib.util.module_from_spec(spec)
     # What was imported, for the FLOP cache (flopcache.py): a file changed since is not keyed.
-    module.__stepbench_sha256__ = hashlib.sha256(str(path).encode() + b"\0" + path.read_bytes()
-                                                 + b"\0").hexdigest()
+    module.__stepbench_sha256__ = digest([path])
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
@@ -68,7 +67,15 @@ def load_function(model: str):
     return function
 
 
+def digest(paths) -> str:
+    """One sha256 over the files' paths and contents (the FLOP cache's key, flopcache.py)."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(str(path).encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def loaded_digest(module) -> str | None:
-    """The digest of a factory file as it was imported (flopcache.digest's form); None for a
-    package module, imported as itself."""
+    """The digest of a factory file as it was imported (`digest`); None for a package module,
+    imported as itself."""
     return getattr(module, "__stepbench_sha256__", None)
