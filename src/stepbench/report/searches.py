@@ -206,7 +206,7 @@ def max_batch_findings(rows: list[Row]) -> list[tuple[str | None, list[Finding]]
         base_key = dataclasses.replace(comp.setup.eager_twin(), batch=start).key()
         base = next((r for r in rows if r.ok and not r.departs and r.gpu == comp.gpu
                      and r.setup.key() == base_key and r is not eager), None)
-        heading = (f"{comp.model}, largest batch at seq {comp.seq}, {comp.dtype}")
+        heading = f"{comp.model}, largest batch{comp.setup.at_seq}, {comp.dtype}"
         groups.setdefault(heading, []).append(_finding(comp, eager, base, start))
     return list(groups.items())
 
