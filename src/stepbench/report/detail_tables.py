@@ -263,22 +263,24 @@ def details(rows: list[Row]) -> list[Table]:
     a table only when it has a column, and a row only when it has one of its table's numbers."""
     by_header = {c[0]: c for c in DETAIL_COLUMNS}
     tables = []
+    labels = functools.cache(lambda: setup_labels(rows))    # once, for whichever table is read
     for title, headers, notes in DETAIL_TABLES:
         used = [by_header[h] for h in headers if any(by_header[h][2](r) for r in rows)]
         if not used:
             continue
         shown = [r for r in rows if any(c[2](r) for c in used)]
         tables.append(Table(unit_headers(["GPU", "Setup"] + [c[0] for c in used], shown),
-                            functools.partial(_cells, rows, shown, used),
+                            functools.partial(_cells, labels, shown, used),
                             "ll" + "".join(c[1] for c in used), title,
                             [n for n in notes(shown) if n]))
     return tables
 
 
-def _cells(rows: list[Row], shown: list[Row], used: list[tuple]) -> list[list[str]]:
-    """A details table's cells (made when read: JSON shows only the notes)."""
-    labels = setup_labels(rows)
-    return [[r.gpu, labels[id(r)]] + [c[3](r) for c in used] for r in shown]
+def _cells(labels, shown: list[Row], used: list[tuple]) -> list[list[str]]:
+    """A details table's cells (made when read: JSON shows only the notes); `labels()`: every
+    row's setup label, by id."""
+    names = labels()
+    return [[r.gpu, names[id(r)]] + [c[3](r) for c in used] for r in shown]
 
 
 def wrapping(row) -> str:
