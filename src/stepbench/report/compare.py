@@ -32,7 +32,7 @@ from stepbench.report.columns import unit_headers
 from stepbench.report.document import marks, warn
 from stepbench.report.findings import TESTS, Finding, change, every, join
 from stepbench.report.layout import Document, Table
-from stepbench.report.marks import DISTURBED, NOISE_MARKS, disturbed, mark_notes
+from stepbench.report.marks import disturbed_marks, mark_notes
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
 from stepbench.report.select import Filters
 
@@ -80,9 +80,7 @@ class Change:
     def disturbed_marks(self) -> str:
         """The marks of what disturbed either side's timed steps (marks.DISTURBED), "" when
         nothing did."""
-        flags = [f for row in (self.before, self.after) if disturbed(row.noise_flags)
-                 for f in row.noise_flags if f in DISTURBED]
-        return "".join(dict.fromkeys(NOISE_MARKS[f][0] for f in flags))
+        return disturbed_marks(self.before, self.after)
 
     @property
     def change_pct(self) -> float | None:

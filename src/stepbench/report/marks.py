@@ -57,6 +57,13 @@ COMPILE_MARK = ("¶", "torch.compile split the model at graph breaks, recompiled
 DEPARTS_MARK = "!"
 
 
+def disturbed_marks(*rows) -> str:
+    """The marks of what disturbed any of `rows`' timed steps (rows or records: their
+    noise_flags; DISTURBED), in the order first seen; "" where nothing did."""
+    return "".join(dict.fromkeys(NOISE_MARKS[f][0] for row in rows for f in row.noise_flags
+                                 if f in DISTURBED))
+
+
 def noise_marks(flags: Iterable[str]) -> list[str]:
     """The marks of `flags` (a record's or a row's noise flags), each once, in their order."""
     return list(dict.fromkeys(NOISE_MARKS[f][0] for f in flags if f in NOISE_MARKS))

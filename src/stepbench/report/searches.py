@@ -20,7 +20,7 @@ from stepbench import stats
 from stepbench.report import table
 from stepbench.report.findings import BIG_RATIO, Finding, compiler
 from stepbench.report.layout import Table
-from stepbench.report.marks import DISTURBED, noise_marks
+from stepbench.report.marks import disturbed_marks
 from stepbench.report.rows import Row, status_text
 
 MAX_BATCH = "max_batch"
@@ -248,13 +248,6 @@ def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     if ratio >= 1:
         return f"{size} over {against}" if short else f"raises tokens/s by {size} over {against}"
     return f"{size} below {against}" if short else f"lowers tokens/s by {size} against {against}"
-
-
-def disturbed_marks(*rows) -> str:
-    """The marks of what disturbed any of `rows`' timed steps (rows or records: their
-    noise_flags; marks.DISTURBED), "" where nothing did."""
-    return "".join(dict.fromkeys(m for row in rows for m in noise_marks(
-        f for f in row.noise_flags if f in DISTURBED)))
 
 
 def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:

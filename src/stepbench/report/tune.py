@@ -16,7 +16,7 @@ from stepbench.record import Record
 from stepbench.report import searches, table
 from stepbench.report.findings import change
 from stepbench.report.layout import Document, Table
-from stepbench.report.marks import mark_notes, noise_marks
+from stepbench.report.marks import disturbed_marks, mark_notes, noise_marks
 from stepbench.search.gains import source_kind
 from stepbench.search.tune.results import TuneResult, label, stage_of
 from stepbench.setup import Setup
@@ -113,7 +113,7 @@ def verdict(result: TuneResult) -> list[str]:
     else:
         out += _winner(result)
         if second is not None:
-            marks = searches.disturbed_marks(winner, second)
+            marks = disturbed_marks(winner, second)
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "
                        f"{second.units or 'tokens'}/s"
                        + (f"; not compared with the winner: a side's timed steps were "
@@ -215,7 +215,7 @@ def _against(result: TuneResult, a: Record, b: Record) -> str:
     def runs(record):
         return [t.record for t in result.tried if t.record.setup == record.setup] or [record]
 
-    marks = searches.disturbed_marks(a, b)
+    marks = disturbed_marks(a, b)
     if marks:   # no claim rests on a disturbed row (report/marks.py DISTURBED)
         return f"was not compared (a side's timed steps were disturbed, {marks}) with"
     test = stats.compare_records(runs(a), runs(b), per_token=True)

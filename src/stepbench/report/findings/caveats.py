@@ -8,7 +8,7 @@ from stepbench.guard import OK
 from stepbench.report.findings.words import (WRONG_LOSS, Finding, best_per_gpu, attention_pairs,
                                              every, join, memory_told, steady, told,
                                              unit_of, variants)
-from stepbench.report.marks import DISTURBED, NOISE_MARKS
+from stepbench.report.marks import disturbed_marks
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
 from stepbench.units import percent
@@ -125,15 +125,16 @@ def untested(rows: list[Row]) -> list[Finding]:
         items = [f"{a.name} against {b.name}" + (f" on {a.gpu}" if a.gpu == b.gpu else
                                                    f" ({a.gpu} against {b.gpu})")
                  + f" ({sig(a.step_ms)} vs {sig(b.step_ms)} ms)" for a, b in pairs.values()]
+        marks = disturbed_marks(*(r for pair in pairs.values() for r in pair))
         out.append(Finding("untested", "Not compared, because something outside the step "
-                           f"disturbed a setup's timed steps ({_marks(pairs.values())}, see the "
+                           f"disturbed a setup's timed steps ({marks}, see the "
                            "notes): " + join(items) + "."))
     left = [r for r in rows if r.ok and not r.departs and not steady(r)]
     if left:
         out.append(Finding("untested", "Left out of the fastest setup and GPU, "
                            f"{unit_of(rows)} per dollar, MFU, energy, compile time and where the "
                            "host set the pace, "
-                           f"because their timed steps were disturbed ({_marks([left])}): "
+                           f"because their timed steps were disturbed ({disturbed_marks(*left)}): "
                            + join([f"{r.name} on {r.gpu} ({sig(r.step_ms)} ms)" for r in left])
                            + "; measure them again on a quiet machine."))
     memory = [(c, e) for group in variants(rows).values() for e, c in group
@@ -144,9 +145,3 @@ def untested(rows: list[Row]) -> list[Finding]:
                                [f"{c.name} against {e.name} on {c.gpu}" for c, e in memory])
                            + "."))
     return out
-
-
-def _marks(groups) -> str:
-    """The marks of the disturbing flags the rows of `groups` (iterables of rows) carry."""
-    flags = [f for group in groups for r in group for f in r.noise_flags if f in DISTURBED]
-    return "".join(dict.fromkeys(NOISE_MARKS[f][0] for f in flags))
