@@ -86,15 +86,21 @@ def report_settings(args: argparse.Namespace) -> ReportSettings:
     return settings
 
 
-def predicted_section(args: argparse.Namespace, names: tuple[str, ...]):
-    """`report --predict`'s Document, from the records the report reads (its filters applied),
-    at the report's prices; made before the report, so that records without a profile stop it
-    before anything else is said."""
-    from stepbench.predict.document import build
+def prices_of(args: argparse.Namespace) -> dict[str, float]:
+    """Dollars an hour by GPU: --prices FILE, then each --price GPU=DOLLARS over it."""
     from stepbench.report.prices import load_price_file, parse_price_flags
 
     prices = load_price_file(args.prices) if args.prices else {}
     prices.update(parse_price_flags(list(args.price)))
+    return prices
+
+
+def predicted_section(args: argparse.Namespace, names: tuple[str, ...], prices: dict):
+    """`report --predict`'s Document, from the records the report reads (its filters applied),
+    at the report's prices; made before the report, so that records without a profile stop it
+    before anything else is said."""
+    from stepbench.predict.document import build
+
     filters = filters_of(args)
     # The report has read these files once and said what it skipped; predict reads them again.
     return build(args.files, list(names), prices=prices, keep=filters.apply,
@@ -129,9 +135,9 @@ def _report(args: argparse.Namespace) -> int:
     from stepbench.report.render import render, write_output
 
     settings = report_settings(args)
-    predicted = predicted_section(args, settings.predict) if settings.predict else None
-    doc = report_document(args.files, price_file=args.prices, price_flags=args.price,
-                          energy_price=args.energy_price,
+    prices = prices_of(args)
+    predicted = predicted_section(args, settings.predict, prices) if settings.predict else None
+    doc = report_document(args.files, prices=prices, energy_price=args.energy_price,
                           plots=bool(args.plots) or args.format == "html",
                           filters=filters_of(args), labels=args.label)
     if predicted is not None:

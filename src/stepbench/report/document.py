@@ -21,8 +21,7 @@ from stepbench.report.columns import (COLUMNS, RUN_COLUMNS, align, footnotes, ma
 from stepbench.report.detail_tables import details
 from stepbench.report.findings import findings_for, key_findings
 from stepbench.report.layout import Document, Table
-from stepbench.report.prices import (load_price_file, parse_energy_price, parse_price_flags,
-                                     unused_keys)
+from stepbench.report.prices import parse_energy_price, unused_keys
 from stepbench.report.rows import Row, build_rows
 from stepbench.report.select import Filters, labels_for
 
@@ -37,14 +36,14 @@ def warn(message: str, prefix: str = "warning: ") -> None:
 
 # ---------------------------------------------------------------- builders
 
-def report_document(paths: list[str], *, price_file: str | None = None,
-                    price_flags: list[str] = (), energy_price: str | None = None,
+def report_document(paths: list[str], *, prices: dict[str, float] | None = None,
+                    energy_price: str | None = None,
                     plots: bool = False, filters: Filters = Filters(),
                     labels: list[str] | None = None) -> Document:
     """The whole report of the records in `paths` (files or folders of them), those `filters`
-    keep; with `labels` (one per path) each input's records are kept apart."""
-    prices = load_price_file(price_file) if price_file else {}
-    prices.update(parse_price_flags(list(price_flags)))
+    keep; with `labels` (one per path) each input's records are kept apart; `prices`: dollars
+    an hour by GPU (cli/report.py `prices_of`)."""
+    prices = prices or {}
     energy = parse_energy_price(energy_price)
     named = labels_for(paths, labels)
     loaded = record_files.load_each(paths, warn)
