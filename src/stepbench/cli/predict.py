@@ -39,10 +39,11 @@ def add(sub) -> None:
 def gpu_names(value: str | None) -> list[str]:
     from stepbench.errors import UserError
     from stepbench.predict import gpus
+    from stepbench.settings.report import names as split_names
 
     if value is None:
         return list(gpus.table())
-    names = [n.strip() for n in value.split(",") if n.strip()]
+    names = list(split_names(value))
     if not names:
         raise UserError('--gpu takes GPU names separated by commas, e.g. --gpu "L40S,H100 PCIe"')
     return names

@@ -75,9 +75,7 @@ def report_settings(args: argparse.Namespace) -> ReportSettings:
     from stepbench.settings.declare import read
     from stepbench.settings.origin import Origin
 
-    given = vars(args)
-    settings = ReportSettings(**read(ReportSettings, given, Origin(
-        flagged=frozenset(k for k, v in given.items() if v is not None))))
+    settings = ReportSettings(**read(ReportSettings, vars(args), Origin()))
     if settings.predict:
         from stepbench.predict import gpus
 

@@ -15,7 +15,7 @@ REPORT = "report"
 def gpu_list(value: str, name: str) -> None:
     """A comma list with at least one name (the names themselves are looked up in the GPU
     table by the command, which says the closest ones)."""
-    if not [n for n in value.split(",") if n.strip()]:
+    if not names(value):
         raise UserError(f'{name} takes GPU names separated by commas, e.g. {name} '
                         '"L40S,H100 PCIe"', kind="bad_value")
 
