@@ -33,10 +33,11 @@ def _checked(settings) -> list:
     travel checked once, before any host is contacted; the plan's models too (each host checks
     its own plan again, once its device is known)."""
     from stepbench.execute.hosts.fleet import check_hosts
+    from stepbench.execute.hosts.site import plan_device
     from stepbench.measure.models import check_models
 
     specs = check_hosts(settings)
     with settings.origin.checking("model"):
-        resolved = settings.resolved("cpu" if settings.device == "auto" else settings.device)
+        resolved = settings.resolved(plan_device(settings))
         check_models(resolved.plan())
     return specs

@@ -4,14 +4,10 @@ checks that need no other machine; nothing is contacted (--rent-prices asks the 
 from __future__ import annotations
 
 import json
-import sys
 
+from stepbench.execute.hosts.site import say
 from stepbench.settings import RunSettings
 from stepbench.setup import setup_line
-
-
-def say(text: str) -> None:
-    print(f"stepbench run: {text}", file=sys.stderr)
 
 
 def dry_run_hosts(settings: RunSettings, specs: list) -> int:

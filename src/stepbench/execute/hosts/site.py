@@ -14,6 +14,12 @@ def say(text: str) -> None:
     print(f"stepbench run: {text}", file=sys.stderr)
 
 
+def plan_device(settings) -> str:
+    """The device of the plan checked here: each host resolves `auto` to its own, so `auto` is
+    checked as the CPU's."""
+    return "cpu" if settings.device == "auto" else settings.device
+
+
 class HostsSite(Site):
     def __init__(self, settings, specs: list, rentals=None, loop=None):
         # As given: each host resolves --device auto to its own device, and its model defaults
@@ -42,8 +48,7 @@ class HostsSite(Site):
             raise
 
     def device(self, settings) -> str:
-        """Each host resolves `auto` to its own device; the plan checked here is the CPU's."""
-        return "cpu" if settings.device == "auto" else settings.device
+        return plan_device(settings)
 
     def run(self, settings, plan: list, store, display, measure: Measure) -> Ran:
         from stepbench.execute.hosts.fleet import run_on_hosts
