@@ -205,6 +205,12 @@ class SetupMethods:
         return not (self.seq == 1 and is_factory(self.model))
 
     @property
+    def batch_words(self) -> str:
+        """"compile+sdpa batch 4 seq 2048": the name, batch and sequence length of a progress
+        line; "eager batch 4" where the setup has no sequence length."""
+        return f"{self.name} batch {self.batch}{self.seq_words}"
+
+    @property
     def seq_words(self) -> str:
         """" seq 2048" for labels ("batch 4 seq 2048"); "" where the setup has no sequence
         length."""

@@ -60,7 +60,7 @@ def describe(progress: dict) -> str:
 
 def job_name(job: Job) -> str:
     s = job.setup
-    return (f"{s.name} batch {s.batch}{s.seq_words}"
+    return (s.batch_words
             + (f" {s.params}" if s.params else "")
             + (f" {s.parallel_label}" if s.distributed else "")
             + (f" (repeat {job.repeat + 1})" if job.repeat else ""))

@@ -122,8 +122,7 @@ class Runner:
             return records
         call.display.note(f"a third process for {len(third)} setup"
                           f"{'s' if len(third) > 1 else ''} whose two disagreed: "
-                          + ", ".join(f"{s.name} batch {s.batch}{s.seq_words}"
-                                    for s in third))
+                          + ", ".join(s.batch_words for s in third))
         return records + self._run_jobs([Job(s, FIRST_ROUNDS) for s in third], call,
                                         offset=len(jobs))
 
@@ -254,8 +253,7 @@ class Runner:
 
 
 def _label(job: Job) -> str:
-    s = job.setup
-    return f"{s.name} batch {s.batch}{s.seq_words} (repeat {job.repeat})"
+    return f"{job.setup.batch_words} (repeat {job.repeat})"
 
 
 @dataclass(frozen=True)

@@ -320,7 +320,7 @@ class SSHExecutor(Executor):
             dirs.append(cache)
 
         lines = Lines(outcome, on_message)
-        self.running = f"{setup.name} batch {setup.batch}{setup.seq_words}"
+        self.running = setup.batch_words
         start = time.monotonic()
         end = self.loop.call(self._exec(self.command(job, payload), env, dirs, timeout_s, lines,
                                         payload))
