@@ -460,6 +460,61 @@ def test_a_reference_cut_short_by_the_tune_still_counts(tmp_path):
     assert result.winner.tokens_per_s > mean_tokens(compiled)
 
 
+class LoadedRunner(FakeRunner):
+    """A heavily loaded machine: every process's steps 60x (eager) and 40x (compiled) slower
+    than the fake GPU's; `limits`: the limit the tune gave each process."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, spread=lambda s, repeat: 60.0 if s.mode == "eager" else 40.0,
+                         **kwargs)
+        self.limits: list[float] = []
+
+    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
+        self.limits.append(timeout_s)
+        return super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag, display=display)
+
+
+def test_the_first_reference_may_take_what_the_budget_has_left(tmp_path):
+    # Seen on a loaded 2-core CPU: the first reference, priced without its steps (nothing said
+    # how long a step takes), was stopped at 120 s (three times its price, at least 120 s)
+    # with a third of the budget left; the tune measured one compiled setup and ended without
+    # a winner. Priced without its steps, it may take what the budget has left.
+    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
+                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    runner = LoadedRunner(ResultsFile(tmp_path / "loaded.jsonl"), Clock())
+    result, _ = tune_with(tmp_path, budget_s=400, runner=runner, space=space)
+    first = result.tried[0].record
+    assert (first.setup.mode, first.status) == ("eager", "ok") and first.wall_s > 120
+    assert runner.limits[0] == pytest.approx(400)
+    assert result.winner is not None and result.spent_s <= 400
+    # the steps are priced once a step ran: every later process has a bounded limit
+    assert all(limit < 400 for limit in runner.limits[1:])
+
+
+def test_no_budget_is_kept_back_for_finals_that_are_not_needed(tmp_path):
+    # Seen on a loaded 2-core CPU (3-minute budget): the reference's first processes ran 20x
+    # slower than later ones; the budget kept back a second process of it for the finals
+    # (half the budget), though the compiled setups were told apart from it by far more than
+    # identical processes differ, and the tune stopped exploring with that half unused. Kept
+    # back only for processes the finals would run, it goes on exploring, and says in one
+    # line why it stopped.
+    space = dict(SPACE, attn=["sdpa", "eager"], compile_mode=["default"],
+                 compile_scope=["model"], dtype=["bf16"], kernels=["none"],
+                 optimizer=["fused"], checkpointing=[False])
+    runner = FakeRunner(ResultsFile(tmp_path / "disturbed.jsonl"), Clock(),
+                        spread=lambda s, repeat: 20.0 if (s.mode, repeat) == ("eager", 0)
+                        else 1.0)
+    result, _ = tune_with(tmp_path, budget_s=300, runner=runner, space=space)
+    assert [t.stage for t in result.tried][:3] == ["ladder", "compiled", "compiled"]
+    assert "explore" in {t.stage for t in result.tried}
+    assert not any(t.stage == "final" for t in result.tried)
+    assert result.winner is not None and result.spent_s <= 300
+    assert names(result.ended, "stopped exploring", "budget left", "kept for the finals",
+                 "cheapest candidate")
+    assert result.to_dict()["ended"] == result.ended
+    assert TuneResult.from_dict(json.loads(json.dumps(result.to_dict()))).ended == result.ended
+
+
 def tune_saying(tmp_path, gains, name: str):
     """A tune of eager and compiled sdpa on the fake GPU with `gains` as the committed table:
     (result, the lines it said)."""

@@ -30,6 +30,9 @@ from stepbench.record import Record
 from stepbench.setup import Setup
 
 THIS_MACHINE = "this machine"
+# The steps' source where nothing measured says how long a step of the setup takes (a tune's
+# first reference): the price leaves them out, a floor rather than an estimate.
+UNKNOWN_STEPS = "unknown: no step of this model measured yet"
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,16 @@ class Price:
     def total(self) -> float:
         return sum(self.parts.values())
 
+    @property
+    def knows_steps(self) -> bool:
+        """Whether the steps are priced (else `total` is a floor: what the process takes
+        besides its steps)."""
+        return self.sources.get("steps") != UNKNOWN_STEPS
+
     def describe(self) -> str:
-        return ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.parts.items()
+        text = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.parts.items()
                          if round(seconds) >= 1)
+        return text if self.knows_steps else f"{text}, steps not known yet"
 
 
 def start_of(record: Record) -> str:
@@ -180,15 +190,16 @@ class Prices:
                 return cold * self.prior.warm_share, source
         return own * factor, self.prior.source
 
-    def price(self, setup: Setup, step_s: float, *, warm: bool, server: bool) -> Price:
-        """`setup` measured once: `step_s` its expected step time, `warm` whether its compile
-        will find the cache warm, `server` whether the process server still has to start."""
+    def price(self, setup: Setup, step_s: float | None, *, warm: bool, server: bool) -> Price:
+        """`setup` measured once: `step_s` its expected step time (None: not known, the steps
+        left out), `warm` whether its compile will find the cache warm, `server` whether the
+        process server still has to start."""
         parts, sources = {}, {}
         if server and uses_server(self.start):
             parts["server start"], sources["server start"] = self.server_start()
         parts["process"], sources["process"] = self.overhead(setup)
         extra, sources["first step"] = self.first_step(setup, warm)
-        parts["first step"] = extra + step_s
-        parts["steps"] = (setup.warmup + setup.steps) * step_s
-        sources["steps"] = "the step time expected"
+        parts["first step"] = extra + (step_s or 0.0)
+        parts["steps"] = (setup.warmup + setup.steps) * (step_s or 0.0)
+        sources["steps"] = "the step time expected" if step_s is not None else UNKNOWN_STEPS
         return Price(parts, sources)

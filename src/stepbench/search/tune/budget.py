@@ -13,6 +13,7 @@ from typing import Callable
 from stepbench.record import Record
 from stepbench.search.gains import Gain
 from stepbench.search.prices import Price
+from stepbench.search.tune.results import label
 from stepbench.setup import Setup
 
 LADDER_SHARE = 0.25    # of the budget, at most, for the ladder
@@ -79,3 +80,19 @@ def expected_gain(parent: float, lo: float, hi: float, best: float) -> float:
     if a >= best:
         return (a + b) / 2 - best
     return (b - best) ** 2 / (2 * (b - a))
+
+
+def why_ended(candidates: list[Candidate], left_s: float, kept_s: float) -> str:
+    """Why the search stopped exploring with `candidates` left, in one line: the budget left
+    (`kept_s` of it kept back for the finals) and what the cheapest candidate it could not pay
+    for takes, or that none was worth a process."""
+    dear = [c for c in candidates if c.why == "budget"]
+    if not dear:
+        return ("it stopped exploring as no candidate left could gain: each was measured, "
+                "could not beat the best so far, would not fit, or changes to what failed")
+    cheapest = min(dear, key=lambda c: c.price.total)
+    return (f"it stopped exploring with {left_s:.0f} s of the budget left"
+            + (f", {max(left_s - kept_s, 0):.0f} s beside the {kept_s:.0f} s kept for the "
+               "finals" if kept_s else "")
+            + f": the cheapest candidate left, {label(cheapest.setup)}, takes about "
+            f"{cheapest.price.total:.0f} s")

@@ -49,6 +49,7 @@ class TuneResult:
     processes: dict | None = None     # processes measured of the winner and the runner-up
     not_measured: list[dict] = field(default_factory=list)   # candidates left, and why
     stopped: bool = False       # stopped (Ctrl-C, SIGTERM, SIGHUP) before it chose: no winner
+    ended: str | None = None    # why it stopped exploring, in one line
 
     def to_dict(self) -> dict:
         return {"winner": self.winner.to_dict() if self.winner else None,
@@ -61,7 +62,7 @@ class TuneResult:
                 "skipped": self.skipped, "stages": STAGES, "ladder": self.ladder,
                 "gains": self.gains, "earlier_tune": self.earlier,
                 "processes": self.processes, "not_measured": self.not_measured,
-                "stopped": self.stopped}
+                "stopped": self.stopped, "ended": self.ended}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TuneResult":
@@ -77,7 +78,7 @@ class TuneResult:
                    data["comparison"], data["measured_in_full"], record(data.get("reference")),
                    data.get("ladder"), list(data.get("gains") or []), data.get("earlier_tune"),
                    data.get("processes"), list(data.get("not_measured") or []),
-                   data.get("stopped", False))
+                   data.get("stopped", False), data.get("ended"))
 
 
 def stage_of(record: Record) -> str:

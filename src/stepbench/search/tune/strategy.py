@@ -22,8 +22,9 @@ from stepbench.record import Record
 from stepbench.search.gains import (GainTable, committed, differences, prior, rate,
                                     source_kind)
 from stepbench.search.prices import Price, Prices
-from stepbench.search.tune.budget import BEAT, LADDER_SHARE, Budget, Candidate, expected_gain
-from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final
+from stepbench.search.tune.budget import (BEAT, LADDER_SHARE, Budget, Candidate, expected_gain,
+                                          why_ended)
+from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final, wanted
 from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line, outcome
 from stepbench.search.tune.results import TuneResult, is_earlier, label
 from stepbench.search.tune.space import Space
@@ -44,6 +45,7 @@ class Said:
     attempted: set = field(default_factory=set)
     unmeasured: dict = field(default_factory=dict)    # Setup -> Candidate
     earlier: str | None = None
+    ended: str | None = None      # why exploring stopped, in one line
 
 
 class Tuner:
@@ -103,7 +105,7 @@ class Tuner:
         """What measuring `setup` once more will take (prices.py), at the tokens/s `rate_guess`
         (else what the setups nearest to it ran at)."""
         guess = rate_guess or self.expected_rate(setup)
-        step_s = setup.tokens_per_step / guess if guess else 0.0
+        step_s = setup.tokens_per_step / guess if guess else None
         return self.prices.price(setup, step_s, warm=bool(self.seen.processes(setup)),
                                  server=not self.budget.ran_process)
 
@@ -118,17 +120,16 @@ class Tuner:
             self.seen.rate_of(parent)
 
     def reserve_s(self) -> float:
-        """Budget kept back while exploring: the processes the two leading setups still need for
-        the final test (at warm-compile prices) and the loss guard's reference at their batches
-        where none ran; at most half the budget."""
+        """Budget kept back while exploring: the processes the finals would still run of the two
+        leading setups (finals.wanted; at warm-compile prices) and the loss guard's reference
+        at their batches where none ran; at most half the budget."""
         if self.budget.finalizing:
             return 0.0
         leaders = self.leaders()
         cost = 0.0
-        if len(leaders) == 2:
-            want = min(FINAL_PROCESSES, self.repeats)
-            for s in leaders:
-                cost += max(0, want - len(self.seen.processes(s))) * self.price(s).total
+        want = min(FINAL_PROCESSES, self.repeats)
+        for s in wanted(self, leaders):
+            cost += max(0, want - len(self.seen.processes(s))) * self.price(s).total
         for s in leaders:
             if self.reference_at(s.batch, s) is None:
                 cost += self.price(self.reference_setup(s.batch, s)).total
@@ -159,8 +160,10 @@ class Tuner:
                           f"{max(left, 0):.0f} s left for it and it takes about "
                           f"{price.total:.0f} s ({price.describe()})")
                 return None
-            # A process far slower than priced (a compile that does not end) is stopped.
-            timeout = max(1.0, min(self.timeout_s, left, max(3 * price.total, 120.0)))
+            # A process far slower than priced (a compile that does not end) is stopped; one
+            # priced without its steps (the first reference) may take what the budget has left.
+            cap = max(3 * price.total, 120.0) if price.knows_steps else math.inf
+            timeout = max(1.0, min(self.timeout_s, left, cap))
             self.budget.ran_process = True
         else:
             timeout = self.timeout_s
@@ -351,6 +354,7 @@ class Tuner:
 
     def explore(self) -> None:
         self.choose(self.explore_setups, "explore")
+        self.say(f"explore: {self.said.ended}")
 
     def explore_setups(self) -> list[Setup]:
         """One change on each explorable setup measured: each option's other values, the other
@@ -409,6 +413,7 @@ class Tuner:
                     said.unmeasured[c.setup] = c
             ready = [c for c in candidates if c.reason is None]
             if not ready:
+                said.ended = why_ended(candidates, max(self.left_s(), 0.0), self.reserve_s())
                 return
             pick = max(ready, key=lambda c: (c.per_second, -c.price.total))
             said.attempted.add(pick.setup)
