@@ -1100,3 +1100,26 @@ def test_a_model_without_repeated_blocks_is_not_checkpointed_where_it_does_not_f
         [line] = said
         assert names(line, "not tried", "--checkpointing on", model, "Workload(block=")
         assert {e["setup"]["name"] for e in dropped} == {"eager+ckpt", "compile+ckpt"}
+
+
+@pytest.mark.parametrize("blocks", [{"count": 0}, {"count": 12, "class": "Block"}],
+                         ids=["none", "twelve"])
+def test_under_fsdp2_the_two_compile_scopes_are_one_candidate(tmp_path, blocks):
+    # FSDP2 compiles each repeated block on its own whichever the scope, and a model without
+    # one whole (measure/parallel.py): compile and compile/layer are one setup there, as
+    # `run` plans it (setup.planned). The tune measures it once, as compile/layer, and says so
+    # in one line, where it would have measured both.
+    factory = tmp_path / "net.py"
+    factory.write_text("def make(batch_size, device):\n    return None\n")
+    base = dataclasses.replace(BASE, model=f"{factory}:make", parallel="fsdp2", nproc=2)
+    space = {name: values[:1] for name, values in SPACE.items()}
+    space.update(mode=["eager", "compile"], compile_scope=["model", "layer"])
+    runner = FakeRunner(ResultsFile(tmp_path / f"{blocks['count']}.jsonl"), Clock(),
+                        blocks=blocks)
+    result, _ = tune_with(tmp_path, 3600, base=base, runner=runner, space=space)
+    compiled = [t.record.setup for t in result.tried if t.record.setup.mode == "compile"]
+    assert compiled and {s.compile_scope for s in compiled} == {"layer"}
+    assert len({s.replace(compile_scope="model") for s in compiled}) == len(set(compiled))
+    assert result.winner is not None and result.winner.setup.mode == "compile"
+    [line] = [text for text in result.skipped if "FSDP2" in text]
+    assert names(line, "--compile-scope model and layer", "one setup", "compile/layer")

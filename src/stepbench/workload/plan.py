@@ -104,6 +104,12 @@ def per_block(setup) -> list[str]:
     return found
 
 
+# Under FSDP2 the compile scope changes nothing (measure/parallel.py: each repeated block compiled
+# on its own, a model without one whole): one setup, as setup.planned names it, whichever asked.
+FSDP2_SCOPES = ("--compile-scope model and layer are one setup under FSDP2 (compile/layer): FSDP2 "
+                "compiles each repeated block on its own either way, and a model without one whole")
+
+
 def no_blocks(needed_by: str, model: str, block: str | None = None) -> str:
     """Why an option that acts on each repeated block cannot run on `model`, with the fix;
     `block`: the class its Workload named, of which the model holds none."""

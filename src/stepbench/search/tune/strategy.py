@@ -19,16 +19,15 @@ from typing import Callable
 from stepbench.axes import AXES, axis, canonical_params
 from stepbench.execute.local import SERVER
 from stepbench.record import Record
-from stepbench.search.gains import (GainTable, committed, differences, prior, rate,
-                                    source_kind)
+from stepbench.search.gains import GainTable, committed, differences, prior, rate, source_kind
 from stepbench.search.prices import Price, Prices
-from stepbench.search.tune.budget import (BEAT, LADDER_SHARE, Budget, Candidate, expected_gain,
-                                          why_ended)
+from stepbench.search.tune.budget import BEAT, LADDER_SHARE, Budget, Candidate, expected_gain, why_ended
 from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final, wanted
 from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line, outcome
 from stepbench.search.tune.results import TuneResult, is_earlier, label
 from stepbench.search.tune.space import Space
-from stepbench.setup import Setup
+from stepbench.setup import Setup, planned
+from stepbench.workload.plan import FSDP2_SCOPES
 from stepbench.workload.spec import is_factory
 
 LADDER_GAIN = 0.10     # a doubling of the ladder's batch must buy this much more tokens/s
@@ -36,16 +35,16 @@ LADDER_GAIN = 0.10     # a doubling of the ladder's batch must buy this much mor
 
 @dataclass
 class Said:
-    """What the tune says beside its measurements: what it skipped and why, the gains that
-    chose or pruned a candidate, the candidates chosen (measured, or not affordable) and those
-    left with their reason, and what became of an earlier tune's records."""
+    """What the tune says beside its measurements: what it skipped and why, the gains that chose
+    or pruned a candidate, the candidates chosen and those left with their reason, what became of
+    an earlier tune's records, and why it stopped exploring."""
 
     skipped: list[str] = field(default_factory=list)
     gains: list[dict] = field(default_factory=list)
     attempted: set = field(default_factory=set)
     unmeasured: dict = field(default_factory=dict)    # Setup -> Candidate
     earlier: str | None = None
-    ended: str | None = None      # why exploring stopped, in one line
+    ended: str | None = None
 
 
 class Tuner:
@@ -120,9 +119,8 @@ class Tuner:
             self.seen.rate_of(parent)
 
     def reserve_s(self) -> float:
-        """Budget kept back while exploring: the processes the finals would still run of the two
-        leading setups (finals.wanted; at warm-compile prices) and the loss guard's reference
-        at their batches where none ran; at most half the budget."""
+        """Budget kept back while exploring: what the finals would run of the two leaders (wanted;
+        warm-compile prices) and the guard's reference at their batches; at most half of it."""
         if self.budget.finalizing:
             return 0.0
         leaders = self.leaders()
@@ -344,12 +342,14 @@ class Tuner:
         the most valuable per second first."""
         if "compile" not in self.space["mode"]:
             return
+        if self.base.parallel == "fsdp2" and len(self.space.get("compile_scope", ())) > 1:
+            self.skip(f"not tried apart: {FSDP2_SCOPES}")
         batches = [self.saturating]
         if self.objective == "tokens" and self.saturating // 2 >= 1:
             batches.append(self.saturating // 2)
         first = {name: values[0] for name, values in self.space.items()}
-        setups = [Setup(**{**self.base.fields_all(), **first, "mode": "compile", "attn": attn,
-                           "batch": b}) for b in batches for attn in self.space["attn"]]
+        setups = [planned(Setup(**{**self.base.fields_all(), **first, "mode": "compile", "attn": a,
+                                   "batch": b})) for b in batches for a in self.space["attn"]]
         self.choose(lambda: setups, "compiled")
 
     def explore(self) -> None:
@@ -363,8 +363,8 @@ class Tuner:
         out: dict[Setup, None] = {}
         for s in self.seen.measured():
             if self.seen.explorable(s):
-                for change in self.changes(s):
-                    out[s.replace(**change)] = None
+                for change in self.changes(s):     # one setup each under FSDP2's scopes
+                    out[planned(s.replace(**change))] = None
         if True in self.space.get("checkpointing", []):
             for r in self.seen.records():
                 s = r.setup
