@@ -145,10 +145,11 @@ class Measurements:
     def failed_change(self, parent: Setup | None, setup: Setup) -> str | None:
         """Why `setup` is not worth measuring because a value it changes to (a kernel, a
         precision, compilation with its kernel) failed in a setup measured already (error,
-        crash, timeout, unsupported: not out of memory, which depends on the batch)."""
+        crash, timeout, unsupported: not out of memory, which depends on the batch, nor a
+        timeout under the tune's shortened limit, which says the tune ran out of time)."""
         changed = differences(parent, setup) if parent is not None else []
         for r in self.records():
-            if r.ok or r.status == "oom":
+            if r.ok or r.status == "oom" or id(r) in self.shortened:
                 continue
             for name in changed:
                 if name == "batch" or getattr(r.setup, name) != getattr(setup, name):
