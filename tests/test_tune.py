@@ -149,6 +149,9 @@ SPACE = {"mode": ["eager", "compile"], "attn": ["sdpa", "flex_attention", "eager
          "compile_scope": ["model", "layer"], "dtype": ["bf16", "float8"],
          "kernels": ["none", "liger-no-flce", "liger"], "optimizer": ["fused", "foreach"],
          "checkpointing": [False, True]}
+# Eager and compiled sdpa, every option at its first value.
+NARROW = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
+              dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
 BASE = Setup(model="llama-468m", mode="eager", attn="sdpa", batch=4, seq=2048, device="cuda",
              init="device", warmup=4, steps=20)
 
@@ -334,8 +337,7 @@ def test_finals_run_only_the_processes_the_test_needs(tmp_path):
     # Compiled sdpa (1.3x eager here) against the eager reference: further apart than
     # identical processes ever are, told apart by the test on one process each: no final
     # process at all.
-    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
-                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    space = NARROW
     result, runner = tune_with(tmp_path, budget_s=3600, space=space)
     assert (result.winner.setup.mode, result.runner_up.setup.mode) == ("compile", "eager")
     assert not any(t.stage == "final" for t in result.tried)
@@ -414,8 +416,7 @@ def test_a_tune_never_names_a_winner_slower_than_its_reference(tmp_path):
     # goes by their steps' medians, where the compiled one is faster; by its mean tokens/s it
     # is the slowest. The winner is the reference, and the output says why (the two disagree:
     # the tokens/s decide).
-    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
-                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    space = NARROW
     runner = StallingRunner(ResultsFile(tmp_path / "busy.jsonl"), Clock())
     result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=space, repeats=1)
     compiled = [t.record for t in result.tried if t.record.setup.mode == "compile"]
@@ -427,20 +428,26 @@ def test_a_tune_never_names_a_winner_slower_than_its_reference(tmp_path):
                for line in result.skipped)
 
 
-class CutShortRunner(FakeRunner):
-    """A busy machine at the end of a tune's budget: the reference's second process (eager,
-    repeat 2) does not finish within the limit the tune gave it, and a compiled setup's first
-    process runs 1.05x as fast as eager, its second 0.8x (the fake GPU's compile gain, 1.4x,
-    taken out)."""
+class CutRunner(FakeRunner):
+    """A busy machine: the processes `cut(runner, setup, repeat)` picks do not finish within
+    whatever limit the tune gives them."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, spread=lambda s, repeat: 1.0 if s.mode == "eager" else
-                         1.4 / (1.05 if repeat == 0 else 0.8), **kwargs)
+    def __init__(self, *args, cut, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cut = cut
 
     def measure(self, s, repeat, timeout_s, tag):
-        if s.mode == "eager" and repeat >= 1:
-            return super().measure(s, repeat, 0.0, tag)        # past any limit: timeout
-        return super().measure(s, repeat, timeout_s, tag)
+        cut = self.cut(self, s, repeat)
+        return super().measure(s, repeat, 0.0 if cut else timeout_s, tag)   # 0: past any limit
+
+
+def CutShortRunner(*args):
+    """At the end of a tune's budget: the reference's second process (eager, repeat 2) does not
+    finish within the limit the tune gave it, and a compiled setup's first process runs 1.05x
+    as fast as eager, its second 0.8x (the fake GPU's compile gain, 1.4x, taken out)."""
+    return CutRunner(*args, spread=lambda s, repeat: 1.0 if s.mode == "eager" else
+                     1.4 / (1.05 if repeat == 0 else 0.8),
+                     cut=lambda runner, s, repeat: s.mode == "eager" and repeat >= 1)
 
 
 def test_a_reference_cut_short_by_the_tune_still_counts(tmp_path):
@@ -448,8 +455,7 @@ def test_a_reference_cut_short_by_the_tune_still_counts(tmp_path):
     # tokens/s, its second process timed out at the budget's end, and the tune named compiled
     # sdpa, whose two processes averaged 566. A timeout under the tune's own shortened limit
     # leaves a setup that ran in another process in the running, by its processes that ran.
-    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
-                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    space = NARROW
     runner = CutShortRunner(ResultsFile(tmp_path / "cut.jsonl"), Clock())
     result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=space, repeats=2)
     timeouts = [t.record for t in result.tried if t.record.status == "timeout"]
@@ -479,8 +485,7 @@ def test_the_first_reference_may_take_what_the_budget_has_left(tmp_path):
     # how long a step takes), was stopped at 120 s (three times its price, at least 120 s)
     # with a third of the budget left; the tune measured one compiled setup and ended without
     # a winner. Priced without its steps, it may take what the budget has left.
-    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
-                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    space = NARROW
     runner = LoadedRunner(ResultsFile(tmp_path / "loaded.jsonl"), Clock())
     result, _ = tune_with(tmp_path, budget_s=400, runner=runner, space=space)
     first = result.tried[0].record
@@ -518,8 +523,7 @@ def test_no_budget_is_kept_back_for_finals_that_are_not_needed(tmp_path):
 def tune_saying(tmp_path, gains, name: str):
     """A tune of eager and compiled sdpa on the fake GPU with `gains` as the committed table:
     (result, the lines it said)."""
-    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
-                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
+    space = NARROW
     clock, lines = Clock(), []
     runner = FakeRunner(ResultsFile(tmp_path / name), clock)
     tuner = Tuner(runner, BASE, space, budget_s=3600, objective="tokens", timeout_s=1800,
@@ -1125,24 +1129,16 @@ def test_under_fsdp2_the_two_compile_scopes_are_one_candidate(tmp_path, blocks):
     assert names(line, "--compile-scope model and layer", "one setup", "compile/layer")
 
 
-class SlowCompileRunner(FakeRunner):
-    """A loaded machine's first compiled process runs past whatever limit the tune gives it;
-    every other process as on the fake GPU."""
-
-    def measure(self, s, repeat, timeout_s, tag):
-        if s.mode == "compile" and not any(r.setup.mode == "compile" for r in self.new):
-            return super().measure(s, repeat, 0.0, tag)        # past any limit: timeout
-        return super().measure(s, repeat, timeout_s, tag)
-
-
 def test_a_process_the_tune_cut_short_does_not_fail_what_it_changed(tmp_path):
     # Seen on a loaded 2-core CPU: compiled sdpa at the ladder's batch ran past the limit the
     # budget gave it, and every other compiled sdpa setup was left out as though compilation
     # had failed ("mode compile ended timeout"). The tune ran out of time there: compilation
     # stays a candidate at the other batches.
-    space = dict(SPACE, attn=["sdpa"], compile_mode=["default"], compile_scope=["model"],
-                 dtype=["bf16"], kernels=["none"], optimizer=["fused"], checkpointing=[False])
-    runner = SlowCompileRunner(ResultsFile(tmp_path / "slow.jsonl"), Clock())
+    space = NARROW
+    # the first compiled process runs past whatever limit the tune gives it
+    runner = CutRunner(ResultsFile(tmp_path / "slow.jsonl"), Clock(),
+                       cut=lambda runner, s, repeat: s.mode == "compile" and not any(
+                           r.setup.mode == "compile" for r in runner.new))
     result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=space)
     compiled = [t.record for t in result.tried if t.record.setup.mode == "compile"]
     assert compiled[0].status == "timeout"
