@@ -496,6 +496,28 @@ def test_the_first_reference_may_take_what_the_budget_has_left(tmp_path):
     assert all(limit < 400 for limit in runner.limits[1:])
 
 
+def test_no_budget_is_kept_back_for_a_reference_the_budget_cannot_buy(tmp_path):
+    # Seen on a loaded 2-core CPU: the reference's first process ran 11x slower than compiled
+    # sdpa's; the guard's reference at the batch compiled sdpa led at, priced from it (200 s),
+    # kept half the 3-minute budget back, which the finals could not spend on it either: the
+    # tune stopped exploring, and ended, with 32 s unused. What the budget left cannot buy is
+    # not kept back.
+    clock = Clock()
+    runner = FakeRunner(ResultsFile(tmp_path / "slow-eager.jsonl"), clock,
+                        spread=lambda s, repeat: 40.0 if s.mode == "eager" else 1.0)
+    tuner = Tuner(runner, BASE, dict(NARROW), budget_s=350, objective="tokens",
+                  timeout_s=1800, clock=clock)
+    tuner.ladder()
+    for batch in (4, 8):
+        tuner.measure(BASE.replace(mode="compile", batch=batch), "compiled")
+    assert tuner.ladder_info["batches"] == [4]
+    unaffordable = tuner.price(tuner.reference_setup(8)).total
+    assert unaffordable > tuner.left_s() > 0
+    # the leaders' second processes (warm compiles) are kept back, the reference is not
+    finals = sum(tuner.price(BASE.replace(mode="compile", batch=b)).total for b in (4, 8))
+    assert tuner.reserve_s() == pytest.approx(finals)
+
+
 def test_no_budget_is_kept_back_for_finals_that_are_not_needed(tmp_path):
     # Seen on a loaded 2-core CPU (3-minute budget): the reference's first processes ran 20x
     # slower than later ones; the budget kept back a second process of it for the finals

@@ -41,6 +41,15 @@ class Budget:
     def left_s(self) -> float:
         return self.total_s - self.spent_s()
 
+    def reserve(self, prices: list[float]) -> float:
+        """What to keep back for the finals' processes of `prices`: those the budget left can
+        pay for, at most half the budget. One it cannot pay for would keep back what it never
+        buys: under a loaded CPU a reference priced from a slow first process (200 s at a batch
+        the ladder did not reach) kept half a 3-minute budget from exploring, and the finals
+        could not buy it either."""
+        left = self.left_s()
+        return min(sum(p for p in prices if p <= left), self.total_s / 2)
+
     def count(self, record: Record, run_id: str | None) -> None:
         """A stored measurement the tune uses costs what it took, once."""
         key = (record.setup.key(), record.repeat)

@@ -119,19 +119,16 @@ class Tuner:
             self.seen.rate_of(parent)
 
     def reserve_s(self) -> float:
-        """Budget kept back while exploring: what the finals would run of the two leaders (wanted;
-        warm-compile prices) and the guard's reference at their batches; at most half of it."""
+        """Budget kept back while exploring (Budget.reserve): the processes the finals would run
+        of the two leaders (wanted; warm-compile prices) and the guard's reference at their
+        batches where none ran."""
         if self.budget.finalizing:
             return 0.0
-        leaders = self.leaders()
-        cost = 0.0
-        want = min(FINAL_PROCESSES, self.repeats)
-        for s in wanted(self, leaders):
-            cost += max(0, want - len(self.seen.processes(s))) * self.price(s).total
-        for s in leaders:
-            if self.reference_at(s.batch, s) is None:
-                cost += self.price(self.reference_setup(s.batch, s)).total
-        return min(cost, self.budget.total_s / 2)
+        leaders, want = self.leaders(), min(FINAL_PROCESSES, self.repeats)
+        prices = [self.price(s).total for s in wanted(self, leaders)
+                  for _ in range(want - len(self.seen.processes(s)))]
+        return self.budget.reserve(prices + [self.price(self.reference_setup(s.batch, s)).total
+                                             for s in leaders if self.reference_at(s.batch, s) is None])
 
     def first_price(self) -> Price | None:
         """What the tune's first measurement will take (with the process server's start; its
