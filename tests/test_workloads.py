@@ -379,6 +379,23 @@ def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention
                     ("compile", "attn=plain"): (DEPARTS, "eager attn=plain")}
 
 
+def test_one_parser_reads_params_for_the_factory_strictly_and_for_the_loss_guard_tolerantly():
+    from stepbench.guard import _declared, peers_key
+    from stepbench.setup import Setup
+    from stepbench.workload.spec import param_parts, params_of
+
+    assert param_parts("attn=sdpa;eq=a=b;junk") == [("attn", "sdpa"), ("eq", "a=b"), ("junk", None)]
+    assert param_parts(None) == param_parts("") == []
+    assert params_of("attn=sdpa;width=3") == {"attn": "sdpa", "width": "3"}
+    with pytest.raises(ValueError, match="junk"):
+        params_of("junk;width=3")
+    # A hand-edited record's part without "=" stays in the guard's identity and passes nothing.
+    setup = Setup(model="m.py:make", mode="eager", attn="sdpa", batch=2, seq=1, device="cpu",
+                  params="attn=plain;junk;width=3")
+    assert _declared(setup) == {"attn": "plain"}
+    assert "junk;width=3" in peers_key(setup, "cpu")
+
+
 MLP_RECORDS = Path(__file__).parent / "data" / "cpu-factory-mlp.jsonl"
 
 

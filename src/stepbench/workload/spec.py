@@ -193,11 +193,21 @@ def combos(params: dict[str, tuple[str, ...]]) -> tuple[str | None, ...]:
                  for values in itertools.product(*(params[n] for n in names)))
 
 
+def param_parts(text: str | None) -> list[tuple[str, str | None]]:
+    """A setup's `params` ("a=1;b=2") as [(NAME, value text)] in order; a part without "=" (a
+    hand-edited results file's; combos never writes one) as (part, None)."""
+    return [(name, value if eq else None)
+            for name, eq, value in (part.partition("=") for part in (text or "").split(";") if part)]
+
+
 def params_of(text: str | None) -> dict[str, str]:
-    """A setup's canonical `params` back as {NAME: value text}."""
-    if not text:
-        return {}
-    return dict(part.split("=", 1) for part in text.split(";"))
+    """A setup's canonical `params` back as {NAME: value text}; a part without "=" is a
+    ValueError (a factory is passed only what --param made)."""
+    parts = param_parts(text)
+    bad = [name for name, value in parts if value is None]
+    if bad:
+        raise ValueError(f"params part {bad[0]!r} is not NAME=VALUE")
+    return dict(parts)
 
 
 def typed(value: str, default=None):
