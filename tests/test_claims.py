@@ -30,12 +30,6 @@ def _claim_of(store: ResultsFile, key: str, pid: int) -> None:
     path.write_text(json.dumps({"pid": pid, "host": os.uname().nodename, "key": key}))
 
 
-def by_key(key: str):
-    """The match a run on this machine makes (Executor.find_done): the last record whose resume
-    key is `key`."""
-    return lambda records: next((r for r in reversed(records) if r.resume_key() == key), None)
-
-
 def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_path, monkeypatch):
     monkeypatch.setattr(claims, "CLAIM_POLL_S", 0.05)
     store = ResultsFile(tmp_path / "r.jsonl")
@@ -45,8 +39,7 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
     said = []
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(record))
     later.start()
-    found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)",
-                               match=by_key(key))
+    found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)")
     later.join()
     assert found is not None and found.resume_key() == key
     # the other run's pid, the measurement it holds, the file
@@ -62,7 +55,7 @@ def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
     key = a_record().resume_key()
     _claim_of(store, key, 4194304 + 17)          # above any pid_max: no such process
     said = []
-    assert store.claims.claim(key, said.append, match=by_key(key)) is None and said == []
+    assert store.claims.claim(key, said.append) is None and said == []
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
     store.claims.release(key)
     assert not store.claims.folder.exists()      # the last claim gone, its folder too
@@ -107,13 +100,12 @@ def test_a_rerun_waiting_for_another_runs_record_takes_the_new_one_not_the_old(
     _claim_of(store, key, os.getppid())
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(a_record(run_id="new")))
     later.start()
-    found = store.claims.claim(key, lambda text: None, since=since, match=by_key(key))
+    found = store.claims.claim(key, lambda text: None, since=since)
     later.join()
     assert found is not None and found.run_id == "new"
     # Nothing after `since` and no claim: this run measures it (the old record does not count).
     store.claims._path(key).unlink()
-    assert store.claims.claim(key, lambda text: None, since=store.end(),
-                              match=by_key(key)) is None
+    assert store.claims.claim(key, lambda text: None, since=store.end()) is None
     store.claims.release(key)
 
 
@@ -137,7 +129,7 @@ def test_a_claim_whose_folder_another_run_removed_after_mkdir_is_made_again(tmp_
             return os.open(path, *args)
 
     monkeypatch.setattr(claims, "os", VanishingFolder())
-    assert store.claims.claim(key, lambda text: None, match=by_key(key)) is None
+    assert store.claims.claim(key, lambda text: None) is None
     monkeypatch.undo()
     assert not VanishingFolder.first
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
@@ -155,7 +147,7 @@ def test_a_claim_file_left_empty_is_taken_over_once_it_is_old(tmp_path):
     path.touch()
     then = time.time() - claims.UNWRITTEN_S - 5
     os.utime(path, (then, then))
-    assert store.claims.claim(key, lambda text: None, match=by_key(key)) is None
+    assert store.claims.claim(key, lambda text: None) is None
     assert json.loads(path.read_text())["pid"] == os.getpid()
     store.claims.release(key)
 
@@ -178,7 +170,7 @@ def test_a_cluster_runs_claim_finds_the_record_by_the_executors_match(tmp_path):
     job = Job(theirs.setup, 0)
     key = resume_key(job.setup, job.repeat, None)     # what a cluster run claims
     assert key != theirs.resume_key()                 # by key alone it would be measured again
-    assert store.claims.claim(key, print, since=since, match=by_key(key)) is None
+    assert store.claims.claim(key, print, since=since) is None
     store.claims.release(key)
     found = store.claims.claim(key, print, since=since,
                                match=lambda records: find_done(job, records, "ray", None))
