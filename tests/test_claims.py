@@ -6,6 +6,7 @@ second Runner (fakes.InProcess, no child process) that finishes between two step
 test_run_outcomes.py runs two real `stepbench run`s on one file.
 """
 
+import fcntl
 import json
 import os
 import threading
@@ -23,11 +24,21 @@ from says import names
 from test_record_store import a_record
 
 
-def _claim_of(store: ResultsFile, key: str, pid: int) -> None:
-    """A claim file as another run on this host writes it (claims.py)."""
+def _claim_file(store: ResultsFile, key: str, pid: int) -> None:
+    """A claim file naming `pid` on this host, as a run writes it (claims.py), whose lock no
+    process holds: the file of a run that is gone."""
     path = store.claims._path(key)
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps({"pid": pid, "host": os.uname().nodename, "key": key}))
+
+
+def _claim_of(store: ResultsFile, key: str, pid: int) -> int:
+    """Another live run's claim: its file, and its lock held on a descriptor of its own (the
+    kernel's flock tells descriptors apart, not processes). The caller closes it."""
+    _claim_file(store, key, pid)
+    fd = os.open(store.claims._path(key), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
 
 
 def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_path, monkeypatch):
@@ -35,12 +46,13 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
     store = ResultsFile(tmp_path / "r.jsonl")
     record = a_record()
     key = record.resume_key()
-    _claim_of(store, key, os.getppid())          # a live process that is not this one
+    held = _claim_of(store, key, os.getppid())   # a live process that is not this one
     said = []
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(record))
     later.start()
     found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)")
     later.join()
+    os.close(held)
     assert found is not None and found.resume_key() == key
     # the other run's pid, the measurement it holds, the file
     assert len(said) == 1 and names(said[0], f"(pid {os.getppid()})",
@@ -53,7 +65,7 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
 def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
     store = ResultsFile(tmp_path / "r.jsonl")
     key = a_record().resume_key()
-    _claim_of(store, key, 4194304 + 17)          # above any pid_max: no such process
+    _claim_file(store, key, 4194304 + 17)        # above any pid_max: no such process
     said = []
     assert store.claims.claim(key, said.append) is None and said == []
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
@@ -97,7 +109,7 @@ def test_a_rerun_waiting_for_another_runs_record_takes_the_new_one_not_the_old(
     store.append(a_record(run_id="old"))
     since = store.end()
     key = a_record().resume_key()
-    _claim_of(store, key, os.getppid())
+    held = _claim_of(store, key, os.getppid())
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(a_record(run_id="new")))
     later.start()
     found = store.claims.claim(key, lambda text: None, since=since)
@@ -105,6 +117,7 @@ def test_a_rerun_waiting_for_another_runs_record_takes_the_new_one_not_the_old(
     assert found is not None and found.run_id == "new"
     # Nothing after `since` and no claim: this run measures it (the old record does not count).
     store.claims._path(key).unlink()
+    os.close(held)
     assert store.claims.claim(key, lambda text: None, since=store.end()) is None
     store.claims.release(key)
 
