@@ -25,6 +25,7 @@ measure the same setup too, and reading keeps the later record with a warning (r
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -153,10 +154,12 @@ class Claims:
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, body.encode(), 0)
-        except OSError:   # a full disk: the record's append will say so; measure unclaimed
-            self._path(key).unlink(missing_ok=True)
+        except OSError:   # a full disk (the record's append will say so), another user's
+            path = self._path(key)     # stale file: measure unclaimed
+            with contextlib.suppress(OSError):
+                path.unlink()
             self.mine.discard(key)
-            os.close(_HELD.pop(self._path(key).absolute()))
+            os.close(_HELD.pop(path.absolute()))
         return None
 
     def _by_pid(self, key: str):
@@ -195,7 +198,11 @@ def _open(path: Path) -> tuple[int, bool]:
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
     except FileExistsError:
+        pass
+    try:
         return os.open(path, os.O_RDWR), False
+    except PermissionError:   # another user's: enough to see whether its lock is held
+        return os.open(path, os.O_RDONLY), False
 
 
 def _lock(fd: int) -> bool | None:
