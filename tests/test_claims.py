@@ -29,6 +29,12 @@ from says import names
 from test_record_store import a_record
 
 
+def by_key(key: str):
+    """The match a run on this machine makes (Executor.find_done): the last record whose resume
+    key is `key`."""
+    return lambda records: next((r for r in reversed(records) if r.resume_key() == key), None)
+
+
 def _claim_file(store: ResultsFile, key: str, pid: int) -> None:
     """A claim file naming `pid` on this host, as a run writes it (claims.py), whose lock no
     process holds: the file of a run that is gone."""
@@ -55,7 +61,8 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
     said = []
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(record))
     later.start()
-    found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)")
+    found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)",
+                               match=by_key(key))
     later.join()
     os.close(held)
     assert found is not None and found.resume_key() == key
@@ -72,7 +79,7 @@ def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
     key = a_record().resume_key()
     _claim_file(store, key, 4194304 + 17)        # above any pid_max: no such process
     said = []
-    assert store.claims.claim(key, said.append) is None and said == []
+    assert store.claims.claim(key, said.append, match=by_key(key)) is None and said == []
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
     store.claims.release(key)
     assert not store.claims.folder.exists()      # the last claim gone, its folder too
@@ -117,13 +124,14 @@ def test_a_rerun_waiting_for_another_runs_record_takes_the_new_one_not_the_old(
     held = _claim_of(store, key, os.getppid())
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(a_record(run_id="new")))
     later.start()
-    found = store.claims.claim(key, lambda text: None, since=since)
+    found = store.claims.claim(key, lambda text: None, since=since, match=by_key(key))
     later.join()
     assert found is not None and found.run_id == "new"
     # Nothing after `since` and no claim: this run measures it (the old record does not count).
     store.claims._path(key).unlink()
     os.close(held)
-    assert store.claims.claim(key, lambda text: None, since=store.end()) is None
+    assert store.claims.claim(key, lambda text: None, since=store.end(),
+                              match=by_key(key)) is None
     store.claims.release(key)
 
 
@@ -147,7 +155,7 @@ def test_a_claim_whose_folder_another_run_removed_after_mkdir_is_made_again(tmp_
             return os.open(path, *args)
 
     monkeypatch.setattr(claims, "os", VanishingFolder())
-    assert store.claims.claim(key, lambda text: None) is None
+    assert store.claims.claim(key, lambda text: None, match=by_key(key)) is None
     monkeypatch.undo()
     assert not VanishingFolder.first
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
@@ -180,7 +188,7 @@ def test_a_claim_file_left_empty_is_taken_over_once_it_is_old(tmp_path, no_flock
     path.touch()
     then = time.time() - claims.UNWRITTEN_S - 5
     os.utime(path, (then, then))
-    assert store.claims.claim(key, lambda text: None) is None
+    assert store.claims.claim(key, lambda text: None, match=by_key(key)) is None
     assert json.loads(path.read_text())["pid"] == os.getpid()
     store.claims.release(key)
 
@@ -203,7 +211,7 @@ def test_a_cluster_runs_claim_finds_the_record_by_the_executors_match(tmp_path):
     job = Job(theirs.setup, 0)
     key = resume_key(job.setup, job.repeat, None)     # what a cluster run claims
     assert key != theirs.resume_key()                 # by key alone it would be measured again
-    assert store.claims.claim(key, print, since=since) is None
+    assert store.claims.claim(key, print, since=since, match=by_key(key)) is None
     store.claims.release(key)
     found = store.claims.claim(key, print, since=since,
                                match=lambda records: find_done(job, records, "ray", None))
@@ -226,11 +234,12 @@ def test_three_runs_claiming_one_setup_measure_it_once(tmp_path, monkeypatch):
     record = a_record()
     key = record.resume_key()
     first = ResultsFile(path)
-    assert first.claims.claim(key, print) is None               # the first measures it
+    assert first.claims.claim(key, print, match=by_key(key)) is None    # the first measures it
     said, done = [], []
 
     def run():
-        done.append(ResultsFile(path).claims.claim(key, said.append, "eager+sdpa batch 1"))
+        done.append(ResultsFile(path).claims.claim(key, said.append, "eager+sdpa batch 1",
+                                                   match=by_key(key)))
 
     others = [threading.Thread(target=run, daemon=True) for _ in range(2)]
     for thread in others:
@@ -256,7 +265,8 @@ def test_a_claim_file_left_by_a_dead_run_is_taken_though_its_pid_lives_again(tmp
     key = a_record().resume_key()
     _claim_file(store, key, os.getppid())        # a live pid: the dead run's, reused
     said, done = [], []
-    taking = threading.Thread(target=lambda: done.append(store.claims.claim(key, said.append)),
+    taking = threading.Thread(target=lambda: done.append(store.claims.claim(key, said.append,
+                                                                         match=by_key(key))),
                               daemon=True)
     taking.start()
     taking.join(5)
@@ -276,11 +286,12 @@ def test_without_flock_a_live_pids_claim_is_waited_for_and_a_dead_ones_taken(
     said = []
     later = threading.Timer(0.2, lambda: ResultsFile(store.path).append(record))
     later.start()
-    found = store.claims.claim(key, said.append, since=store.end())
+    found = store.claims.claim(key, said.append, since=store.end(), match=by_key(key))
     later.join()
     assert found is not None and names(said[0], f"(pid {os.getppid()})")
     _claim_file(store, key, 4194304 + 17)
-    assert store.claims.claim(key, said.append, since=store.end()) is None and len(said) == 1
+    assert store.claims.claim(key, said.append, since=store.end(),
+                              match=by_key(key)) is None and len(said) == 1
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
     store.claims.release(key)
     assert not store.claims.folder.exists()
@@ -290,7 +301,9 @@ _HOLDER = """
 import sys, time
 from pathlib import Path
 from stepbench.record import ResultsFile
-assert ResultsFile(Path(sys.argv[1])).claims.claim(sys.argv[2], print) is None
+key = sys.argv[2]
+mine = lambda records: next((r for r in records if r.resume_key() == key), None)
+assert ResultsFile(Path(sys.argv[1])).claims.claim(key, print, match=mine) is None
 print("holding", flush=True)
 time.sleep(120)
 """
@@ -313,7 +326,7 @@ def test_a_claim_of_a_run_killed_by_sigkill_is_taken_at_once(tmp_path, monkeypat
 
         def run():
             store = ResultsFile(path)
-            found = store.claims.claim(key, said.append)
+            found = store.claims.claim(key, said.append, match=by_key(key))
             if found is None:                    # measured here
                 store.append(record)
                 store.claims.release(key)

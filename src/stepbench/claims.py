@@ -66,16 +66,15 @@ class Claims:
     def _path(self, key: str) -> Path:
         return self.folder / (hashlib.sha1(key.encode()).hexdigest()[:20] + ".claim")
 
-    def claim(self, key: str, say: Callable[[str], None], label: str = "", since: int = 0,
-              match: Callable[[list], object] | None = None):
+    def claim(self, key: str, say: Callable[[str], None], label: str = "", since: int = 0, *,
+              match: Callable[[list], object]):
         """Claim the measurement `key` for this process (None: measure it), or return the record
         of it that another run appended after byte `since` of the results file (where this run
         read it, `ResultsFile.end`): one appended before this claim, or the one a live run
         measuring it appends while this waits. Records before `since` do not count: the caller
         read them and measures `key` all the same (--rerun, a stale record). `match` picks the
         measurement's record from records (the executor's `find_done`: a cluster's record names
-        the GPU it got, not the type the key asked for); by default, the one whose resume key
-        is `key`."""
+        the GPU it got, not the type the key asked for)."""
         said = False
         while True:
             owner = self._take(key, label)
@@ -184,12 +183,8 @@ class Claims:
         except (OSError, ValueError):
             return None
 
-    def _record(self, key: str, since: int, match: Callable[[list], object] | None):
-        records = self.results.read(lambda message: None, since=since)
-        if match is not None:
-            return match(records)
-        found = [r for r in records if r.resume_key() == key]
-        return found[-1] if found else None
+    def _record(self, key: str, since: int, match: Callable[[list], object]):
+        return match(self.results.read(lambda message: None, since=since))
 
 
 def _open(path: Path) -> tuple[int, bool]:
