@@ -451,8 +451,14 @@ def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
     text = render(run_document([failed]), "table")
     assert lines_naming(text, "eager", "error", "ValueError: the factory says no")
     assert "stderr tail" not in text
-    # Nothing ran: the rate column still counts a factory's unit (its default), not tokens.
+    # Nothing ran: the rate column still counts a factory's unit (its default), not tokens,
+    # and so does the report's note on what the column is.
     assert "Samples/s" in text and "Tokens/s" not in text
+    from stepbench.report.document import rows_document
+    from stepbench.report.rows import build_rows
+
+    report = render(rows_document(build_rows([failed], {})), "markdown")
+    assert "Samples/s is the samples one step trains" in report and "Tokens/s" not in report
 
 
 def test_tunes_table_counts_a_factorys_own_unit():

@@ -127,7 +127,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     notes = []
     if explain:
         # A user's workload counts its own units (unit_headers names them in the columns).
-        unit = common_unit(r.units for row in rows for r in row.records if r.ok)
+        unit = rows_unit(rows)           # the unit the headers name (unit_headers)
         if unit == TOKENS:
             rate = "Tokens/s is batch x sequence per step time"
         elif unit is not None:
