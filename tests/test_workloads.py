@@ -81,6 +81,16 @@ def test_a_factory_sweeps_its_own_parameters_and_holds_the_rest(mlp):
     assert plan(**again) == [setups[3]]
 
 
+def test_a_parameter_value_has_one_spelling(mlp):
+    """`08` and `8`, an API's `False` and a command line's `off`: one setup each, so a resume and
+    a compare match them; text stays as given."""
+    mlp.write_text(MLP.replace('fail="no"', 'fail="no", lr=0.1, bias=True, tag=None'))
+    setups = plan(model=f"{mlp}:make", param=["width=08,8", "lr=1e-1", "bias=False,off,0",
+                                              "tag=Off"], modes="eager")
+    assert [s.params for s in setups] == ["bias=false;lr=0.1;tag=Off;width=8"]
+    assert plan(model=f"{mlp}:make", param=["lr=1"])[0].params == "lr=1.0"
+
+
 @pytest.mark.parametrize("model, flags, message", [
     ("missing.py:make", {}, "no such file missing.py"),
     ("{mlp}:nothing", {}, "has no function 'nothing'; it defines: make, no_batch, with_attn"),
@@ -88,7 +98,7 @@ def test_a_factory_sweeps_its_own_parameters_and_holds_the_rest(mlp):
     ("{mlp}:make", {"param": ["depth=2"]}, "takes no parameter 'depth' (its own parameters: "
                                            "width, fail)"),
     ("{mlp}:make", {"param": ["width"]}, "--param takes NAME=V1,V2"),
-    ("{mlp}:make", {"param": ["width=a"]}, "--param value 'a' is not an integer"),
+    ("{mlp}:make", {"param": ["width=a"]}, "--param width=a: not an integer"),
     ("{mlp}:make", {"attn": "eager"}, "--attn does not apply to"),
     ("{mlp}:make", {"seq": "128"}, "--seq does not apply to"),
     ("no_such_pkg_xyz.mod:make", {}, "no module 'no_such_pkg_xyz.mod' importable here"),

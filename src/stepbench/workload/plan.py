@@ -34,7 +34,7 @@ def factory_values(values: Mapping[str, object]) -> dict:
     model = values["model"]
     sig = signature(model)
     params = parse_param_specs(values.get("params"))
-    check_params(sig, params)
+    params = check_params(sig, params)
     for name, keyword in DECLARABLE_AXES.items():
         given = _tuple(values.get(name))
         default = _tuple(axis(name).default_for(values.get("device") or "cuda"))
