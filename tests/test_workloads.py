@@ -392,7 +392,8 @@ def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention
 MLP_RECORDS = Path(__file__).parent / "data" / "cpu-factory-mlp.jsonl"
 
 
-def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp, capsys):
+def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp, capsys,
+                                                                             tmp_path):
     from stepbench.cli import main
     from stepbench.execute.progress import job_name
     from stepbench.execute.protocol import Job
@@ -410,7 +411,18 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     # The records of such a run (two widths, real CPU records): units in every JSON row.
     assert main(["report", str(MLP_RECORDS), "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["setup"], r["units"]) for r in rows] == [("eager", "samples")] * 2
+    # The parameters say which row is which width, in JSON, CSV and compare's rows.
+    assert [(r["setup"], r["units"], r["params"]) for r in rows] == [
+        ("eager", "samples", "width=16"), ("eager", "samples", "width=32")]
+    assert main(["report", str(MLP_RECORDS), "--format", "csv"]) == 0
+    import csv
+    assert [r["params"] for r in csv.DictReader(capsys.readouterr().out.splitlines())] == [
+        "width=16", "width=32"]
+    again = tmp_path / "again.jsonl"
+    again.write_text(MLP_RECORDS.read_text())
+    assert main(["compare", str(MLP_RECORDS), str(again), "--format", "json"]) == 0
+    compared = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["params"] for r in compared] == ["width=16", "width=32"]
     assert main(["report", str(MLP_RECORDS)]) == 0
     text = capsys.readouterr().out
     assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
