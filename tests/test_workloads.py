@@ -442,6 +442,24 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
 
 
+def test_a_nan_loss_is_named_and_failed_rows_still_count_their_units(capsys, tmp_path):
+    from stepbench.cli import main
+
+    records = [json.loads(line) for line in MLP_RECORDS.read_text().splitlines()]
+    records[0]["loss_first"] = records[0]["loss_last"] = float("nan")
+    path = tmp_path / "nan.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["report", str(path)]) == 0
+    said = lines_naming(capsys.readouterr().out, "not finite")
+    assert len(said) == 1 and names(said[0], "width=16", "NaN") and "width=32" not in said[0]
+    for r in records:
+        r.update(status="error", error="ValueError: no", step_ms=None, tokens_per_s=None)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    main(["report", str(path)])
+    text = capsys.readouterr().out
+    assert "Samples/s is" in text and "Tokens/s" not in text and "not finite" not in text
+
+
 def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
     from stepbench.record import Machine, Record
     from stepbench.report.document import run_document

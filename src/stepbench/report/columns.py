@@ -4,6 +4,9 @@ report and `stepbench run`'s end-of-run table share them (report/document.py).
 """
 
 from __future__ import annotations
+
+import math
+
 from stepbench.errors import first_line
 from stepbench.workload.spec import is_factory
 from stepbench.report import table
@@ -118,7 +121,9 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     notes = []
     if explain:
         # A user's workload counts its own units (unit_headers names them in the columns).
-        units = {r.units for row in rows for r in row.records if r.ok}
+        # (Where none ran ok, the failed records' units: the header counts those too.)
+        units = ({r.units for row in rows for r in row.records if r.ok}
+                 or {r.units for row in rows for r in row.records})
         if units <= {None, "tokens"}:
             rate = "Tokens/s is batch x sequence per step time"
         elif len(units) == 1:
@@ -159,6 +164,9 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         if not row.ok and row.status != "oom" and row.error:
             notes.append(f"{names[id(row)]} {status_text(row.status)}: "
                          f"{_error_line(row)}")
+    notes += [f"{names[id(row)]}: its loss was not finite (NaN or inf); the step ran and was "
+              "timed, but it trains nothing: check the model, its inputs and the precision"
+              for row in rows if row.ok and _loss_not_finite(row)]
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags
@@ -176,6 +184,11 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      + " are the provider's hourly price of the rented machine, per GPU; "
                      "--price or --prices overrides them.")
     return notes
+
+
+def _loss_not_finite(row: Row) -> bool:
+    return any(loss is not None and not math.isfinite(loss)
+               for r in row.records for loss in (r.loss_first, r.loss_last))
 
 
 def _error_line(row: Row) -> str:
