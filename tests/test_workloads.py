@@ -176,6 +176,31 @@ def test_failures_inside_the_process_are_failed_setups_with_their_traceback(mlp,
     assert len(out.read_text().splitlines()) == 2
 
 
+@pytest.mark.parametrize("extra, tokens", [
+    ('block="Linear"', ("block='Linear'", "not a class", "block=Block")),
+    ("loss_fn=1.0", ("loss_fn", "float", "not a function")),
+    ("optimizer=torch.optim.SGD([torch.zeros(1, requires_grad=True)])",
+     ("optimizer", "SGD", "not a function")),
+])
+def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra, tokens):
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+    from stepbench.workload.factory import WorkloadError
+
+    path = tmp_path / "parts.py"
+    path.write_text("import torch, stepbench\n\ndef make(batch_size, device):\n"
+                    "    x = torch.randn(batch_size, 4, device=device)\n"
+                    "    return stepbench.Workload(model=torch.nn.Linear(4, 1), "
+                    f"make_batch=lambda: x, {extra})\n")
+    setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
+                  device="cpu", dtype="fp32")
+    with pytest.raises(WorkloadError) as err:
+        step.build_workload(setup, torch.device("cpu"))
+    assert names(str(err.value), f"{path}:make", *tokens) and "\n" not in str(err.value)
+
+
 def gpt_setup(**fields):
     from stepbench.setup import Setup
 

@@ -30,17 +30,13 @@ class WorkloadError(RuntimeError):
 
 class FactoryBuilt(Built):
     def __init__(self, setup, device):
-        import torch
-
         from stepbench.measure import options
 
         self.setup = setup
         self.factory = load_function(setup.model)
         made = self.factory(**self.kwargs(setup))
         work = as_workload(made, setup.model)
-        if not isinstance(work.model, torch.nn.Module):
-            raise WorkloadError(f"{setup.model} returned a model of type "
-                                f"{type(work.model).__name__}; return a torch.nn.Module")
+        check_workload(work, setup.model)
         self.work = work
         self.model = work.model
         self.units = work.units or "samples"
@@ -197,6 +193,24 @@ def as_workload(made, model: str) -> Workload:
         return Workload(**{f: getattr(made, f) for f in names})
     raise WorkloadError(f"{model} returned {type(made).__name__}; return (model, make_batch) or "
                         "stepbench.Workload(model=..., make_batch=...)")
+
+
+def check_workload(work: Workload, model: str) -> None:
+    """Each part of what the factory returned is of the kind the step uses, else one line that
+    names the part and the fix (not a TypeError from deep inside the step)."""
+    import torch
+
+    if not isinstance(work.model, torch.nn.Module):
+        raise WorkloadError(f"{model} returned a model of type {type(work.model).__name__}; "
+                            "return a torch.nn.Module")
+    for name in ("make_batch", "loss_fn", "optimizer"):
+        value = getattr(work, name)
+        if not (callable(value) or (value is None and name != "make_batch")):
+            raise WorkloadError(f"{model}'s {name} is a {type(value).__name__}, not a function; "
+                                f"pass a function ({name}=lambda ...)")
+    if work.block is not None and not isinstance(work.block, type):
+        raise WorkloadError(f"{model}'s Workload names block={work.block!r}, not a class; pass "
+                            "the class itself (block=Block)")
 
 
 def check_devices(inputs, device, model: str) -> None:
