@@ -201,6 +201,30 @@ def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra
     assert names(str(err.value), f"{path}:make", *tokens) and "\n" not in str(err.value)
 
 
+def test_a_workloads_own_optimizer_is_not_labelled_as_another(tmp_path):
+    import dataclasses
+
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.measure.options import Unsupported
+    from stepbench.setup import Setup
+
+    path = tmp_path / "sgd.py"
+    path.write_text("import torch, stepbench\n\ndef make(batch_size, device):\n"
+                    "    x = torch.randn(batch_size, 4, device=device)\n"
+                    "    return stepbench.Workload(model=torch.nn.Linear(4, 1), "
+                    "make_batch=lambda: x, loss_fn=lambda out, _: out.sum(), "
+                    "optimizer=lambda p: torch.optim.SGD(p, lr=0.1))\n")
+    setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
+                  device="cpu", dtype="fp32")
+    _, _, optimizer = step.build_workload(setup, torch.device("cpu"))
+    assert type(optimizer).__name__ == "SGD"
+    with pytest.raises(Unsupported) as err:
+        step.build_workload(dataclasses.replace(setup, optimizer="foreach"), torch.device("cpu"))
+    assert names(str(err.value), "--optimizer foreach", "own optimizer", "drop --optimizer")
+
+
 def gpt_setup(**fields):
     from stepbench.setup import Setup
 

@@ -107,6 +107,13 @@ class FactoryBuilt(Built):
 
     def make_optimizer(self, setup):
         if self.work.optimizer is not None:
+            from stepbench.axes import axis
+
+            if setup.optimizer not in axis("optimizer").plain:  # fused, the default, asks nothing
+                from stepbench.measure.options import Unsupported
+
+                raise Unsupported(f"--optimizer {setup.optimizer}: {setup.model}'s Workload "
+                                  "builds its own optimizer, which is what runs; drop --optimizer")
             return self.work.optimizer(self.model.parameters())
         return super().make_optimizer(setup)
 
