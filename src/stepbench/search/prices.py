@@ -90,6 +90,17 @@ class Price:
         return ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.parts.items()
                          if round(seconds) >= 1)
 
+    def over_budget(self, left_s: float) -> str:
+        """Why a measurement is not made: "the budget has 3 s left for it and it takes about
+        9 s (first step 9 s)"; under 10 s in tenths, so that neither reads "0 s", and the
+        parts only where one is a second or more (never "()")."""
+        def secs(x: float) -> str:
+            return f"{x:.1f}" if x < 9.95 else f"{x:.0f}"
+
+        parts = self.describe()
+        return (f"the budget has {secs(max(left_s, 0))} s left for it and it takes about "
+                f"{secs(self.total)} s" + (f" ({parts})" if parts else ""))
+
 
 def start_of(record: Record) -> str:
     return (record.placement or {}).get("start") or FRESH
