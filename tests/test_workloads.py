@@ -46,6 +46,10 @@ def no_batch(device):
 
 def with_attn(batch_size, device, attn="plain"):
     return None
+
+
+def needs_depth(batch_size, device, seq_len, attn, *, depth):
+    return None
 '''
 
 
@@ -93,12 +97,14 @@ def test_a_parameter_value_has_one_spelling(mlp):
 
 @pytest.mark.parametrize("model, flags, message", [
     ("missing.py:make", {}, "no such file missing.py"),
-    ("{mlp}:nothing", {}, "has no function 'nothing'; it defines: make, no_batch, with_attn"),
+    ("{mlp}:nothing", {}, "has no function 'nothing'; it defines: make, needs_depth, no_batch, "
+                          "with_attn"),
     ("{mlp}:no_batch", {}, "does not take batch_size; add a `batch_size` keyword"),
     ("{mlp}:make", {"param": ["depth=2"]}, "takes no parameter 'depth' (its own parameters: "
                                            "width, fail)"),
     ("{mlp}:make", {"param": ["width"]}, "--param takes NAME=V1,V2"),
     ("{mlp}:make", {"param": ["width=a"]}, "--param width=a: not an integer"),
+    ("{mlp}:needs_depth", {}, "needs `depth`, which has no default; give --param depth="),
     ("{mlp}:make", {"attn": "eager"}, "--attn does not apply to"),
     ("{mlp}:make", {"seq": "128"}, "--seq does not apply to"),
     ("no_such_pkg_xyz.mod:make", {}, "no module 'no_such_pkg_xyz.mod' importable here"),

@@ -36,6 +36,7 @@ class Signature:
     names: tuple[str, ...]              # parameters that can be passed by keyword
     defaults: tuple[tuple[str, object], ...] = ()   # literal defaults, where readable
     var_keyword: bool = False           # takes **kwargs: any keyword goes
+    required: tuple[str, ...] = ()      # keyword parameters without a default
 
     def takes(self, name: str) -> bool:
         return name in self.names or self.var_keyword
@@ -138,8 +139,12 @@ def _from_def(model: str, node) -> Signature:
             literal[key] = ast.literal_eval(node_default)
         except ValueError:
             pass
+    # (Positional-only parameters cannot be passed by keyword: not the user's axes.)
+    required = [a.arg for a in positional[:len(positional) - len(args.defaults)]
+                if a.arg in names]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
     return Signature(model, tuple(names), tuple(sorted(literal.items(), key=lambda kv: kv[0])),
-                     args.kwarg is not None)
+                     args.kwarg is not None, tuple(required))
 
 
 def _imported_signature(where: str, name: str, model: str) -> Signature:
@@ -157,8 +162,10 @@ def _imported_signature(where: str, name: str, model: str) -> Signature:
     literal = tuple((p.name, p.default) for p in params
                     if p.kind in kinds and p.default is not inspect.Parameter.empty
                     and isinstance(p.default, (int, float, str, bool)))
+    required = tuple(p.name for p in params
+                     if p.kind in kinds and p.default is inspect.Parameter.empty)
     return Signature(model, names, literal,
-                     any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params))
+                     any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params), required)
 
 
 # ---------------------------------------------------------------- the user's own axes
