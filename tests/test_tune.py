@@ -322,6 +322,8 @@ def test_a_skipped_measurements_price_is_never_0_s_nor_empty_parentheses():
     big = Price({"first step": 48.0, "steps": 0.4})
     assert big.over_budget(-3) == ("the budget has 0.0 s left for it and it takes about 48 s "
                                    "(first step 48 s)")
+    assert big.over_budget(48.2).startswith("the budget has 48.2 s left for it and it takes "
+                                            "about 48.4 s")
 
 
 def test_a_fresh_start_prices_the_imports_in_every_process(tmp_path):

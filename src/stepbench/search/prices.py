@@ -92,13 +92,17 @@ class Price:
 
     def over_budget(self, left_s: float) -> str:
         """Why a measurement is not made: "the budget has 3 s left for it and it takes about
-        9 s (first step 9 s)"; under 10 s in tenths, so that neither reads "0 s", and the
-        parts only where one is a second or more (never "()")."""
+        9 s (first step 9 s)"; under 10 s in tenths, so that neither reads "0 s", and in
+        tenths too where whole seconds would read the same ("13.2 s left", "about 13.4 s");
+        the parts only where one is a second or more (never "()")."""
+        left_s = max(left_s, 0)
+        close = f"{left_s:.0f}" == f"{self.total:.0f}"
+
         def secs(x: float) -> str:
-            return f"{x:.1f}" if x < 9.95 else f"{x:.0f}"
+            return f"{x:.1f}" if x < 9.95 or close else f"{x:.0f}"
 
         parts = self.describe()
-        return (f"the budget has {secs(max(left_s, 0))} s left for it and it takes about "
+        return (f"the budget has {secs(left_s)} s left for it and it takes about "
                 f"{secs(self.total)} s" + (f" ({parts})" if parts else ""))
 
 
