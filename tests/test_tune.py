@@ -948,6 +948,8 @@ def test_a_reference_that_fails_with_an_error_ends_the_search_in_one_line(tmp_pa
     assert [(t.stage, t.record.status) for t in result.tried] == [("ladder", "error")]
     assert result.winner is None
     assert any(names(text, "ended error", "nothing else") for text in result.skipped)
+    from stepbench.report.tune import verdict
+    assert verdict(result)[-1].endswith("; 1 measurement.")
 
 
 def test_the_verdict_compares_no_disturbed_measurement():
