@@ -187,6 +187,10 @@ def test_failures_inside_the_process_are_failed_setups_with_their_traceback(mlp,
     ("loss_fn=1.0", ("loss_fn", "float", "not a function")),
     ("optimizer=torch.optim.SGD([torch.zeros(1, requires_grad=True)])",
      ("optimizer", "SGD", "not a function")),
+    ("units_per_batch=-5", ("units_per_batch=-5", "whole number above 0")),
+    ("units_per_batch=2.5", ("units_per_batch=2.5", "whole number above 0")),
+    ("flops_per_step=-1.0", ("flops_per_step=-1.0", "number above 0")),
+    ("units=''", ("units=''", 'units="images"')),
 ])
 def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra, tokens):
     import torch

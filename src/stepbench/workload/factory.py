@@ -40,7 +40,7 @@ class FactoryBuilt(Built):
         self.work = work
         self.model = work.model
         self.units = work.units or "samples"
-        self.units_per_batch = int(work.units_per_batch or setup.batch)
+        self.units_per_batch = work.units_per_batch or setup.batch
         dtype = options.weight_dtype(setup)
         self.model.to(device=device, dtype=dtype)
         inputs = work.make_batch()
@@ -218,6 +218,17 @@ def check_workload(work: Workload, model: str) -> None:
     if work.block is not None and not isinstance(work.block, type):
         raise WorkloadError(f"{model}'s Workload names block={work.block!r}, not a class; pass "
                             "the class itself (block=Block)")
+    # A count the record and the report can hold: a rate or MFU below zero is not one.
+    for name, kinds in (("units_per_batch", (int,)), ("flops_per_step", (int, float))):
+        value = getattr(work, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)
+                                  or not value > 0):
+            what = "a whole number" if kinds == (int,) else "a number"
+            raise WorkloadError(f"{model}'s Workload gives {name}={value!r}; give {what} above "
+                                "0, or None for stepbench's own")
+    if work.units is not None and (not isinstance(work.units, str) or not work.units):
+        raise WorkloadError(f"{model}'s Workload gives units={work.units!r}; name what a batch "
+                            "holds (units=\"images\")")
 
 
 def check_devices(inputs, device, model: str) -> None:
