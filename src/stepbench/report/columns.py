@@ -4,6 +4,9 @@ report and `stepbench run`'s end-of-run table share them (report/document.py).
 """
 
 from __future__ import annotations
+
+import math
+
 from stepbench.errors import first_line
 from stepbench.units import TOKENS, common_unit
 from stepbench.workload.spec import is_factory
@@ -167,6 +170,9 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         if not row.ok and row.status != "oom" and row.error:
             notes.append(f"{names[id(row)]} {status_text(row.status)}: "
                          f"{_error_line(row)}")
+    notes += [f"{names[id(row)]}: its loss was not finite (NaN or inf); the step ran and was "
+              "timed, but it trains nothing: check the model, its inputs and the precision"
+              for row in rows if row.ok and _loss_not_finite(row)]
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags
@@ -184,6 +190,11 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      + " are the provider's hourly price of the rented machine, per GPU; "
                      "--price or --prices overrides them.")
     return notes
+
+
+def _loss_not_finite(row: Row) -> bool:
+    return any(loss is not None and not math.isfinite(loss)
+               for r in row.records for loss in (r.loss_first, r.loss_last))
 
 
 def _error_line(row: Row) -> str:

@@ -184,7 +184,9 @@ class Row:
             # What tokens_per_s counts: a user's workload's unit, tokens for a transformers model.
             "units": unit_of(*(r.units for r in self.records)),
             "mode": self.mode, "attn": self.attn, "compile_mode": self.compile_mode,
-            "model": self.setup.model, "model_label": self.model, "batch": self.batch,
+            "model": self.setup.model, "model_label": self.model,
+            # A factory's own parameters: rows that differ only there share a name.
+            "params": self.setup.params, "batch": self.batch,
             "seq": self.seq, "dtype": self.dtype, "device": self.setup.device,
             "warmup": self.setup.warmup, "steps": self.setup.steps, "seed": self.setup.seed,
             "memory_limit_gb": self.setup.memory_limit_gb,

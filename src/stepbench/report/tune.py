@@ -124,7 +124,8 @@ def verdict(result: TuneResult) -> list[str]:
         out.append(ladder_text(result.ladder, result_unit(result)))
     out += result.skipped
     out.append(f"Budget {duration(result.budget_s, exact=True)}, spent "
-               f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurements.")
+               f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurement"
+               f"{'' if len(result.tried) == 1 else 's'}.")
     return out
 
 
