@@ -42,8 +42,8 @@ def factory_values(values: Mapping[str, object]) -> dict:
             params[keyword] = tuple(str(v) for v in given)
         elif given not in (default, default[:1]):
             raise UserError(f"{FLAGS[name]} does not apply to {model}: it takes no `{keyword}` "
-                            f"keyword; drop {FLAGS[name]} (or add a `{keyword}` parameter to "
-                            "the factory, which then gets the value)")
+                            f"keyword; drop {FLAGS[name]} (or let the factory take `{keyword}`, "
+                            "which then gets the value)")
         values[name] = default[:1]
     for name in sig.required:
         if name not in PASSED and name not in params:
@@ -54,7 +54,7 @@ def factory_values(values: Mapping[str, object]) -> dict:
         default = _tuple(axis("seq").default_for(values.get("device") or "cuda"))
         if seq not in (default, (1,)):
             raise UserError(f"--seq does not apply to {model}: it takes no `seq_len` keyword; "
-                            "drop --seq (or add a `seq_len` parameter to the factory)")
+                            "drop --seq (or let the factory take `seq_len`)")
         values["seq"] = (1,)
     values["params"] = combos(params)
     return values
