@@ -118,6 +118,23 @@ def test_the_peak_key_needs_the_driver(folder, monkeypatch):
     assert peaks.peak_cache_key("bf16") is None
 
 
+def test_cached_only_reads_a_valid_fresh_entry_and_never_measures_or_stores(folder):
+    peaks = JsonCache("peaks", max_age=timedelta(days=7))
+
+    def refuse():
+        raise AssertionError("cached_only measured")
+
+    assert peaks.fetch(KEY, refuse, valid=positive_number, cached_only=True) is None
+    assert peaks.fetch(None, refuse, cached_only=True) is None
+    assert not (folder / "peaks.json").exists()
+    peaks.put(KEY, -1.0)                                   # invalid: as if absent
+    assert peaks.fetch(KEY, refuse, valid=positive_number, cached_only=True) is None
+    peaks.put(KEY, 700.0, measured_at=datetime.now(timezone.utc) - timedelta(days=8))
+    assert peaks.fetch(KEY, refuse, valid=positive_number, cached_only=True) is None
+    at = peaks.put(KEY, 790.0)
+    assert peaks.fetch(KEY, refuse, valid=positive_number, cached_only=True) == (790.0, at)
+
+
 def test_a_probe_takes_the_matmul_rate_from_the_cache_or_goes_without(folder, monkeypatch):
     # What a search's probe asks (measure=False): never a measurement; with no key (no driver),
     # none; with a cached rate for this GPU's key, that rate.

@@ -6,8 +6,13 @@ second Runner (fakes.InProcess, no child process) that finishes between two step
 test_run_outcomes.py runs two real `stepbench run`s on one file.
 """
 
+import errno
+import fcntl
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -18,16 +23,33 @@ from stepbench.execute.runner import Runner
 from stepbench.record import ResultsFile
 from stepbench.setup import Setup
 
+from conftest import SRC
 from fakes import InProcess
 from says import names
 from test_record_store import a_record
 
 
-def _claim_of(store: ResultsFile, key: str, pid: int) -> None:
-    """A claim file as another run on this host writes it (claims.py)."""
+def by_key(key: str):
+    """The match a run on this machine makes (Executor.find_done): the last record whose resume
+    key is `key`."""
+    return lambda records: next((r for r in reversed(records) if r.resume_key() == key), None)
+
+
+def _claim_file(store: ResultsFile, key: str, pid: int) -> None:
+    """A claim file naming `pid` on this host, as a run writes it (claims.py), whose lock no
+    process holds: the file of a run that is gone."""
     path = store.claims._path(key)
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps({"pid": pid, "host": os.uname().nodename, "key": key}))
+
+
+def _claim_of(store: ResultsFile, key: str, pid: int) -> int:
+    """Another live run's claim: its file, and its lock held on a descriptor of its own (the
+    kernel's flock tells descriptors apart, not processes). The caller closes it."""
+    _claim_file(store, key, pid)
+    fd = os.open(store.claims._path(key), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
 
 
 def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_path, monkeypatch):
@@ -35,12 +57,14 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
     store = ResultsFile(tmp_path / "r.jsonl")
     record = a_record()
     key = record.resume_key()
-    _claim_of(store, key, os.getppid())          # a live process that is not this one
+    held = _claim_of(store, key, os.getppid())   # a live process that is not this one
     said = []
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(record))
     later.start()
-    found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)")
+    found = store.claims.claim(key, said.append, "eager+sdpa batch 1 seq 64 (repeat 0)",
+                               match=by_key(key))
     later.join()
+    os.close(held)
     assert found is not None and found.resume_key() == key
     # the other run's pid, the measurement it holds, the file
     assert len(said) == 1 and names(said[0], f"(pid {os.getppid()})",
@@ -53,9 +77,9 @@ def test_a_run_waits_for_another_live_runs_record_instead_of_measuring_it(tmp_pa
 def test_a_claim_of_a_process_that_is_gone_is_taken_over_and_released(tmp_path):
     store = ResultsFile(tmp_path / "r.jsonl")
     key = a_record().resume_key()
-    _claim_of(store, key, 4194304 + 17)          # above any pid_max: no such process
+    _claim_file(store, key, 4194304 + 17)        # above any pid_max: no such process
     said = []
-    assert store.claims.claim(key, said.append) is None and said == []
+    assert store.claims.claim(key, said.append, match=by_key(key)) is None and said == []
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
     store.claims.release(key)
     assert not store.claims.folder.exists()      # the last claim gone, its folder too
@@ -97,15 +121,17 @@ def test_a_rerun_waiting_for_another_runs_record_takes_the_new_one_not_the_old(
     store.append(a_record(run_id="old"))
     since = store.end()
     key = a_record().resume_key()
-    _claim_of(store, key, os.getppid())
+    held = _claim_of(store, key, os.getppid())
     later = threading.Timer(0.3, lambda: ResultsFile(store.path).append(a_record(run_id="new")))
     later.start()
-    found = store.claims.claim(key, lambda text: None, since=since)
+    found = store.claims.claim(key, lambda text: None, since=since, match=by_key(key))
     later.join()
     assert found is not None and found.run_id == "new"
     # Nothing after `since` and no claim: this run measures it (the old record does not count).
     store.claims._path(key).unlink()
-    assert store.claims.claim(key, lambda text: None, since=store.end()) is None
+    os.close(held)
+    assert store.claims.claim(key, lambda text: None, since=store.end(),
+                              match=by_key(key)) is None
     store.claims.release(key)
 
 
@@ -129,17 +155,32 @@ def test_a_claim_whose_folder_another_run_removed_after_mkdir_is_made_again(tmp_
             return os.open(path, *args)
 
     monkeypatch.setattr(claims, "os", VanishingFolder())
-    assert store.claims.claim(key, lambda text: None) is None
+    assert store.claims.claim(key, lambda text: None, match=by_key(key)) is None
     monkeypatch.undo()
     assert not VanishingFolder.first
     assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
     store.claims.release(key)
 
 
+@pytest.fixture
+def no_flock(monkeypatch):
+    """A filesystem that refuses flock (NFS without a lock manager): claims.py's fcntl says
+    ENOLCK."""
+    class NoFlock:
+        def __getattr__(self, name):
+            return getattr(fcntl, name)
+
+        def flock(self, fd, operation):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(claims, "fcntl", NoFlock())
+
+
 @pytest.mark.timeout(30)
-def test_a_claim_file_left_empty_is_taken_over_once_it_is_old(tmp_path):
-    """A run that died between making its claim file and writing it (or a full disk) leaves it
-    empty: once older than UNWRITTEN_S it is stale, not waited on for ever."""
+def test_a_claim_file_left_empty_is_taken_over_once_it_is_old(tmp_path, no_flock):
+    """Without flock, a run that died between making its claim file and writing it (or a full
+    disk) leaves it empty: once older than UNWRITTEN_S it is stale, not waited on for ever.
+    (With flock, no lock on it is enough.)"""
     store = ResultsFile(tmp_path / "r.jsonl")
     key = a_record().resume_key()
     path = store.claims._path(key)
@@ -147,7 +188,7 @@ def test_a_claim_file_left_empty_is_taken_over_once_it_is_old(tmp_path):
     path.touch()
     then = time.time() - claims.UNWRITTEN_S - 5
     os.utime(path, (then, then))
-    assert store.claims.claim(key, lambda text: None) is None
+    assert store.claims.claim(key, lambda text: None, match=by_key(key)) is None
     assert json.loads(path.read_text())["pid"] == os.getpid()
     store.claims.release(key)
 
@@ -170,9 +211,139 @@ def test_a_cluster_runs_claim_finds_the_record_by_the_executors_match(tmp_path):
     job = Job(theirs.setup, 0)
     key = resume_key(job.setup, job.repeat, None)     # what a cluster run claims
     assert key != theirs.resume_key()                 # by key alone it would be measured again
-    assert store.claims.claim(key, print, since=since) is None
+    assert store.claims.claim(key, print, since=since, match=by_key(key)) is None
     store.claims.release(key)
     found = store.claims.claim(key, print, since=since,
                                match=lambda records: find_done(job, records, "ray", None))
     assert found is not None and found.machine.gpu == "NVIDIA H200"
     assert not store.claims.folder.exists()           # taken, and its claim released
+
+
+def _waiting(said: list, done: list, count: int, seconds: float = 10) -> None:
+    """Until `count` claimants said they wait, or came back (they did not wait)."""
+    deadline = time.monotonic() + seconds
+    while len(said) + len(done) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_three_runs_claiming_one_setup_measure_it_once(tmp_path, monkeypatch):
+    """Three runs (three stores on one file, as three `stepbench run`s have) want one setup at
+    once: the first measures it, the two others wait and take its record."""
+    monkeypatch.setattr(claims, "CLAIM_POLL_S", 0.02)
+    path = tmp_path / "r.jsonl"
+    record = a_record()
+    key = record.resume_key()
+    first = ResultsFile(path)
+    assert first.claims.claim(key, print, match=by_key(key)) is None    # the first measures it
+    said, done = [], []
+
+    def run():
+        done.append(ResultsFile(path).claims.claim(key, said.append, "eager+sdpa batch 1",
+                                                   match=by_key(key)))
+
+    others = [threading.Thread(target=run, daemon=True) for _ in range(2)]
+    for thread in others:
+        thread.start()
+    _waiting(said, done, 2)
+    first.append(record)                                         # its record, then its release
+    first.claims.release(key)
+    for thread in others:
+        thread.join(10)
+    assert [found is not None and found.resume_key() == key for found in done] == [True, True]
+    assert len(said) == 2 and all(names(line, f"(pid {os.getpid()})", "eager+sdpa batch 1")
+                                  for line in said)
+    assert len(path.read_text().splitlines()) == 1               # measured and stored once
+    assert not first.claims.folder.exists()
+
+
+def test_a_claim_file_left_by_a_dead_run_is_taken_though_its_pid_lives_again(tmp_path,
+                                                                             monkeypatch):
+    """The run that wrote it is gone and its pid now belongs to another process (reused): no
+    lock is held on the file, so it is no claim, and the next run takes it at once."""
+    monkeypatch.setattr(claims, "CLAIM_POLL_S", 0.02)
+    store = ResultsFile(tmp_path / "r.jsonl")
+    key = a_record().resume_key()
+    _claim_file(store, key, os.getppid())        # a live pid: the dead run's, reused
+    said, done = [], []
+    taking = threading.Thread(target=lambda: done.append(store.claims.claim(key, said.append,
+                                                                         match=by_key(key))),
+                              daemon=True)
+    taking.start()
+    taking.join(5)
+    assert done == [None] and said == []
+    assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
+    store.claims.release(key)
+    assert not store.claims.folder.exists()
+
+
+def test_without_flock_a_live_pids_claim_is_waited_for_and_a_dead_ones_taken(
+        tmp_path, monkeypatch, no_flock):
+    monkeypatch.setattr(claims, "CLAIM_POLL_S", 0.02)
+    store = ResultsFile(tmp_path / "r.jsonl")
+    record = a_record()
+    key = record.resume_key()
+    _claim_file(store, key, os.getppid())        # no lock to hold: the pid is the claim
+    said = []
+    later = threading.Timer(0.2, lambda: ResultsFile(store.path).append(record))
+    later.start()
+    found = store.claims.claim(key, said.append, since=store.end(), match=by_key(key))
+    later.join()
+    assert found is not None and names(said[0], f"(pid {os.getppid()})")
+    _claim_file(store, key, 4194304 + 17)
+    assert store.claims.claim(key, said.append, since=store.end(),
+                              match=by_key(key)) is None and len(said) == 1
+    assert json.loads(store.claims._path(key).read_text())["pid"] == os.getpid()
+    store.claims.release(key)
+    assert not store.claims.folder.exists()
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from stepbench.record import ResultsFile
+key = sys.argv[2]
+mine = lambda records: next((r for r in records if r.resume_key() == key), None)
+assert ResultsFile(Path(sys.argv[1])).claims.claim(key, print, match=mine) is None
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_claim_of_a_run_killed_by_sigkill_is_taken_at_once(tmp_path, monkeypatch):
+    """A run holding a claim is SIGKILLed: its lock goes with it, before anyone reaps it (a
+    zombie's pid still answers kill(pid, 0)), so of the two runs waiting for it one takes the
+    claim and measures, and the other takes that one's record."""
+    monkeypatch.setattr(claims, "CLAIM_POLL_S", 0.02)
+    path = tmp_path / "r.jsonl"
+    record = a_record()
+    key = record.resume_key()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path), key], text=True,
+                              stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=SRC))
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        said, done = [], []
+
+        def run():
+            store = ResultsFile(path)
+            found = store.claims.claim(key, said.append, match=by_key(key))
+            if found is None:                    # measured here
+                store.append(record)
+                store.claims.release(key)
+            done.append(found)
+
+        waiters = [threading.Thread(target=run, daemon=True) for _ in range(2)]
+        for thread in waiters:
+            thread.start()
+        _waiting(said, done, 2)
+        assert done == [] and len(said) == 2 and all(names(line, f"(pid {holder.pid})")
+                                                     for line in said)
+        os.kill(holder.pid, signal.SIGKILL)      # not reaped until holder.wait() below
+        for thread in waiters:
+            thread.join(5)
+        assert len(done) == 2 and done.count(None) == 1
+        assert len(path.read_text().splitlines()) == 1
+        assert not path.with_name(path.name + ".claims").exists()
+    finally:
+        holder.kill()
+        holder.wait()

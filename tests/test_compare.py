@@ -108,8 +108,8 @@ def test_other_step_counts_still_match_and_unmatched_setups_are_listed(capsys, t
     assert [r["setup"] for r in doc["rows"]] == ["eager+sdpa", "compile+sdpa"]
     assert (doc["rows"][0]["before_steps"], doc["rows"][0]["after_steps"]) == (40, 20)
     assert doc["unmatched"] == {"before": [], "after": [{
-        "gpu": "NVIDIA H200", "setup": "eager+sdpa", "model": "llama-468m", "batch": 4,
-        "seq": 2048, "dtype": "bf16", "status": "ok", "step_ms": other_seed["step_ms"]}]}
+        "gpu": "NVIDIA H200", "setup": "eager+sdpa", "model": "llama-468m", "params": None,
+        "batch": 4, "seq": 2048, "dtype": "bf16", "status": "ok", "step_ms": other_seed["step_ms"]}]}
     code, out, _ = compare(capsys, BEFORE, tmp_path / "after.jsonl")
     assert names(out, "Only in after", "eager+sdpa (seed 7)")
 

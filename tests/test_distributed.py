@@ -264,6 +264,22 @@ def test_a_job_is_held_to_one_gpu_compiled_whole_in_bf16():
     assert ddp.single_process_twin().compile_scope == "model"
 
 
+def test_a_users_blocks_or_none_name_fsdp2s_units_in_the_same_words():
+    from stepbench.measure import parallel
+
+    (job,) = _planned("--parallel", "fsdp2", "--nproc", "2", "--modes", "compile",
+                      "--fsdp-unit", "2", "--fsdp-prefetch", "on")
+    assert parallel.wrapping(job) == job.wrapping == job.wrapped_as()
+    assert job.wrapped_as("Block") == ("per 2 Blocks + root, reshard, explicit prefetch, "
+                                       "bf16 params, optimizer on DTensors, blocks compiled")
+    # One unit, the root: nothing to reshard or prefetch; compiled whole before sharding.
+    assert parallel.wrapping(job, ([], None)) == job.wrapped_as("") == (
+        "root alone (no block class named), bf16 params, optimizer on DTensors, compiled whole")
+    assert parallel.wrapping(job, (["a block"], "Block")) == job.wrapped_as("Block")
+    (ddp,) = _planned("--parallel", "ddp", "--nproc", "2", "--modes", "eager")
+    assert ddp.wrapped_as("") == ddp.wrapped_as("Block") == "DDP"
+
+
 def test_the_scaling_table_names_each_jobs_wrapping(capsys):
     assert main(["report", str(H200X2), "--format", "markdown"]) == 0
     text = capsys.readouterr().out

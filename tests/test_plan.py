@@ -74,6 +74,20 @@ def test_every_axis_can_be_written_in_a_plan(plan_file, capsys):
     assert {(s["dtype"], s["seq"]) for s in setups} == {("fp32", 64)}
 
 
+def test_a_factorys_parameters_are_planned_as_a_list_of_param_flags(plan_file, capsys, tmp_path):
+    net = tmp_path / "net.py"
+    net.write_text("def make(batch_size, device, width=8, bias=True):\n    pass\n")
+    text = (f'model = "{net}:make"\ndevice = "cpu"\n[axes]\nmodes = ["eager"]\n'
+            'param = ["width=8,16", "bias=off"]\n')
+    setups = dry_run(capsys, "--plan", plan_file(text))
+    assert [s["params"] for s in setups] == ["bias=false;width=8", "bias=false;width=16"]
+    assert setups == dry_run(capsys, "--model", f"{net}:make", "--device", "cpu", "--modes",
+                             "eager", "--param", "width=8,16", "--param", "bias=off")
+    table = plan_file(text.replace('["width=8,16", "bias=off"]', "{width = [8, 16]}"))
+    assert main(["run", "--plan", str(table), "--dry-run"]) == 2
+    assert names(capsys.readouterr().err, "param", "NAME=V1,V2")
+
+
 def test_where_the_weights_are_drawn_and_the_parallel_style_can_be_planned(plan_file, capsys):
     # On the CPU the weights are always drawn on the CPU, so init is left at its default there;
     # the distributed settings go through the same checks as their flags.

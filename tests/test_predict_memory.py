@@ -72,3 +72,19 @@ def test_the_l2_factor_scales_the_class_and_drops_the_intervals_own_allowance():
     u = model.UNCERTAINTY["elementwise"]
     assert with_bins.step_ms_low == pytest.approx(with_bins.step_ms * (1 - u))
     assert without.step_ms_low < without.step_ms * (1 - u)
+
+
+def test_the_notes_say_where_the_l2_constants_come_from_where_they_acted():
+    from stepbench.predict import document
+
+    binned = step({"elementwise": 10.0}, 10.0, memory_kernels=bins(24 * MB))
+    plain = step({"elementwise": 10.0}, 10.0)
+
+    def l2_notes(source):
+        rows = [model.predict(source, H200, L40S)]
+        notes = document.notes(rows, [source], [], priced=True, price_flag="--price-list")
+        return [n for n in notes if "L2 model" in n]
+
+    (said,) = l2_notes(binned)
+    assert memory.constants()["source"] in said           # "first estimate, not measured" now
+    assert l2_notes(plain) == []                          # no bins: the constants played no part

@@ -475,3 +475,24 @@ def test_a_duplicate_measured_at_the_same_time_is_a_warning_not_a_silent_drop(tm
     assert warning == (f"{path}:2: a second record of eager+sdpa (batch 1 x 64, repeat 0) on cpu, "
                        "measured while line 1's was (two runs at once on one file); the later "
                        "one counts")
+
+
+def test_latest_and_resume_match_records_by_one_identity(tmp_path):
+    """latest() keeps the last record per resume_parts; resume_key is the same parts as text,
+    the text of files written before hosts (no host: three items)."""
+    from stepbench.record import key_text, resume_key
+
+    plain, on_host, other_gpu = a_record(run_id="a"), a_record(run_id="b"), a_record(run_id="c")
+    on_host.host = "gpu-box"
+    other_gpu.machine = dataclasses.replace(other_gpu.machine, gpu="NVIDIA H200")
+    again = a_record(run_id="d")
+    assert plain.resume_parts() == again.resume_parts() != on_host.resume_parts()
+    assert json.loads(plain.resume_key()) == [plain.setup.key(), 0, "cpu"]
+    assert json.loads(on_host.resume_key())[-1] == "gpu-box"
+    assert on_host.resume_key() == key_text(on_host.resume_parts()) == resume_key(
+        on_host.setup, 0, "cpu", "gpu-box")
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b"".join(line_of(r) for r in (plain, on_host, other_gpu, again)))
+    kept = ResultsFile(path).latest(lambda message: None)
+    assert [r.run_id for r in kept] == ["d", "b", "c"]
+    assert len({r.resume_key() for r in kept}) == 3

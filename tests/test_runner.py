@@ -105,6 +105,13 @@ def test_classify_prefers_the_childs_own_verdict():
     assert names(classify(outcome, "warmup", 1.03071)[1], "after 1.03 s", "phase: warmup")
     assert names(classify(outcome, "warmup", 1800)[1], "after 1800 s", "raise --timeout")
     assert names(classify(outcome, "warmup", 9, fix="--budget or --timeout")[1], "--budget")
+    # An error keeps the stderr tail after its line; a user's factory's, whose traceback is a
+    # field of its own (docs/results-schema.md), keeps only its line.
+    tail = "Traceback (most recent call last):\nValueError: no"
+    hf = Outcome(result={"status": "error", "error": "ValueError: no"}, stderr_tail=tail)
+    assert classify(hf, "building", 10) == ("error", f"ValueError: no\n{tail}")
+    hf.result["measured"] = {"traceback": tail}
+    assert classify(hf, "building", 10) == ("error", "ValueError: no")
 
 
 def test_the_parents_words_for_a_timeout_an_oom_kill_and_a_crash():

@@ -100,3 +100,32 @@ def test_a_server_with_two_threads_never_forks(tmp_path, monkeypatch):
     assert [r.placement["start"] for r in (first, second)] == ["fresh", "fresh"]
     [refused] = [n for n in notes if "threads" in n]
     assert names(refused, "process server", "2 threads", "fork")
+
+
+def test_a_server_whose_import_hangs_is_given_up_at_its_timeout_or_at_once_on_stop(tmp_path):
+    """A user's file that hangs as the server imports it: start() ends at its timeout, and
+    abort() (stop(): Ctrl-C, SIGTERM) ends it within a second, not after READY_TIMEOUT_S; the
+    server is killed either way."""
+    import threading
+    import time
+
+    import psutil
+
+    from stepbench.execute.local.server import ProcessServer, ServerError
+
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(1000)\n\ndef make(batch_size, device):\n    pass\n")
+    preload = {"models": [[f"{hang}:make", 1]]}
+    server = ProcessServer(preload)
+    with pytest.raises(ServerError, match="not ready after 4 s"):
+        server.start(ready_timeout_s=4)
+    assert not psutil.pid_exists(server.pid) or \
+        psutil.Process(server.pid).status() == psutil.STATUS_ZOMBIE
+    server = ProcessServer(preload)
+    threading.Timer(2, server.abort).start()
+    begun = time.monotonic()
+    with pytest.raises(ServerError, match="stopped while importing"):
+        server.start()
+    assert time.monotonic() - begun < 30
+    assert not psutil.pid_exists(server.pid) or \
+        psutil.Process(server.pid).status() == psutil.STATUS_ZOMBIE

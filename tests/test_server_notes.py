@@ -66,10 +66,12 @@ def test_a_dead_server_is_said_and_one_that_cannot_start_leaves_fresh_processes(
             pass
 
     class CannotStart:
+        aborted = False
+
         def __init__(self, preload, log=None):
             pass
 
-        def start(self):
+        def start(self, ready_timeout_s):
             raise ServerError("CUDA was started while importing; the server cannot fork")
 
     monkeypatch.setattr(process, "ProcessServer", CannotStart)

@@ -316,6 +316,19 @@ def test_prices_come_from_this_machines_parts(tmp_path):
     assert autotune.parts["first step"] == pytest.approx(COLD_S * 7.3, rel=0.02)
 
 
+def test_a_skipped_measurements_price_is_never_0_s_nor_empty_parentheses():
+    from stepbench.search.prices import Price
+
+    small = Price({"first step": 0.3, "steps": 0.1})
+    assert small.over_budget(0.2) == ("the budget has 0.2 s left for it and it takes about "
+                                      "0.4 s")
+    big = Price({"first step": 48.0, "steps": 0.4})
+    assert big.over_budget(-3) == ("the budget has 0.0 s left for it and it takes about 48 s "
+                                   "(first step 48 s)")
+    assert big.over_budget(48.2).startswith("the budget has 48.2 s left for it and it takes "
+                                            "about 48.4 s")
+
+
 def test_a_fresh_start_prices_the_imports_in_every_process(tmp_path):
     from stepbench.search.prices import PRIORS
 
@@ -1016,6 +1029,8 @@ def test_a_reference_that_fails_with_an_error_ends_the_search_in_one_line(tmp_pa
     assert [(t.stage, t.record.status) for t in result.tried] == [("ladder", "error")]
     assert result.winner is None
     assert any(names(text, "ended error", "nothing else") for text in result.skipped)
+    from stepbench.report.tune import verdict
+    assert verdict(result)[-1].endswith("; 1 measurement.")
 
 
 def test_the_verdict_compares_no_disturbed_measurement():

@@ -1,9 +1,10 @@
-"""The sentence helpers every layer shares: an error's line, a percentage, a duration."""
+"""The sentence helpers every layer shares: an error's line, a percentage, a duration, what a
+throughput counts."""
 
 import pytest
 
 from stepbench.errors import first_line
-from stepbench.units import duration, percent
+from stepbench.units import common_unit, duration, percent, unit_of
 
 
 def test_first_line_is_the_first_or_last_non_empty_line_stripped_and_cut():
@@ -28,3 +29,21 @@ def test_percent_has_two_significant_digits_and_no_exponent(fraction, text):
                                                    (45, "45 s", "45 s")])
 def test_duration_rounds_as_a_reader_does_or_to_the_second(seconds, rough, exact):
     assert duration(seconds) == rough and duration(seconds, exact=True) == exact
+
+
+def test_one_workloads_unit_is_the_first_named_and_rows_share_one_or_none():
+    # A transformers model's records name no unit: tokens.
+    assert unit_of(None) == unit_of() == "tokens"
+    assert unit_of(None, "images", "samples") == "images"
+    assert common_unit([]) == common_unit([None, "tokens"]) == "tokens"
+    assert common_unit(["images", "images"]) == "images"
+    assert common_unit([None, "images"]) is None and common_unit(["samples", "images"]) is None
+
+
+def test_the_headers_name_a_shared_unit_and_keep_tokens_otherwise():
+    from stepbench.report.columns import unit_columns
+
+    columns = ["Setup", "Tokens/s", "M tokens per $", "Tokens/s per GPU"]
+    assert unit_columns(columns, "images") == ["Setup", "Images/s", "M images per $",
+                                               "Images/s per GPU"]
+    assert unit_columns(columns, "tokens") == unit_columns(columns, None) == columns

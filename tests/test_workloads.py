@@ -46,6 +46,10 @@ def no_batch(device):
 
 def with_attn(batch_size, device, attn="plain"):
     return None
+
+
+def needs_depth(batch_size, device, seq_len, attn, *, depth):
+    return None
 '''
 
 
@@ -81,14 +85,26 @@ def test_a_factory_sweeps_its_own_parameters_and_holds_the_rest(mlp):
     assert plan(**again) == [setups[3]]
 
 
+def test_a_parameter_value_has_one_spelling(mlp):
+    """`08` and `8`, an API's `False` and a command line's `off`: one setup each, so a resume and
+    a compare match them; text stays as given."""
+    mlp.write_text(MLP.replace('fail="no"', 'fail="no", lr=0.1, bias=True, tag=None'))
+    setups = plan(model=f"{mlp}:make", param=["width=08,8", "lr=1e-1", "bias=False,off,0",
+                                              "tag=Off"], modes="eager")
+    assert [s.params for s in setups] == ["bias=false;lr=0.1;tag=Off;width=8"]
+    assert plan(model=f"{mlp}:make", param=["lr=1"])[0].params == "lr=1.0"
+
+
 @pytest.mark.parametrize("model, flags, message", [
     ("missing.py:make", {}, "no such file missing.py"),
-    ("{mlp}:nothing", {}, "has no function 'nothing'; it defines: make, no_batch, with_attn"),
+    ("{mlp}:nothing", {}, "has no function 'nothing'; it defines: make, needs_depth, no_batch, "
+                          "with_attn"),
     ("{mlp}:no_batch", {}, "does not take batch_size; add a `batch_size` keyword"),
     ("{mlp}:make", {"param": ["depth=2"]}, "takes no parameter 'depth' (its own parameters: "
                                            "width, fail)"),
     ("{mlp}:make", {"param": ["width"]}, "--param takes NAME=V1,V2"),
-    ("{mlp}:make", {"param": ["width=a"]}, "--param value 'a' is not an integer"),
+    ("{mlp}:make", {"param": ["width=a"]}, "--param width=a: not an integer"),
+    ("{mlp}:needs_depth", {}, "needs `depth`, which has no default; give --param depth="),
     ("{mlp}:make", {"attn": "eager"}, "--attn does not apply to"),
     ("{mlp}:make", {"seq": "128"}, "--seq does not apply to"),
     ("no_such_pkg_xyz.mod:make", {}, "no module 'no_such_pkg_xyz.mod' importable here"),
@@ -159,11 +175,64 @@ def test_failures_inside_the_process_are_failed_setups_with_their_traceback(mlp,
                    "--repeats", "1", "--out", out, "--format", "json", check_json=True, code=1)
     raised, shape = proc.records
     assert raised["status"] == "error"
-    assert raised["error"].splitlines()[0] == "ValueError: the factory says no"
+    assert raised["error"] == "ValueError: the factory says no"   # the traceback: its own field
     assert 'raise ValueError("the factory says no")' in raised["traceback"]
     assert shape["status"] == "error" and names(shape["error"], "scalar")
     assert "Traceback" not in proc.stderr
     assert len(out.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("extra, tokens", [
+    ('block="Linear"', ("block='Linear'", "not a class", "block=Block")),
+    ("loss_fn=1.0", ("loss_fn", "float", "not a function")),
+    ("optimizer=torch.optim.SGD([torch.zeros(1, requires_grad=True)])",
+     ("optimizer", "SGD", "not a function")),
+    ("units_per_batch=-5", ("units_per_batch=-5", "whole number above 0")),
+    ("units_per_batch=2.5", ("units_per_batch=2.5", "whole number above 0")),
+    ("flops_per_step=-1.0", ("flops_per_step=-1.0", "number above 0")),
+    ("units=''", ("units=''", 'units="images"')),
+])
+def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra, tokens):
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+    from stepbench.workload.factory import WorkloadError
+
+    path = tmp_path / "parts.py"
+    path.write_text("import torch, stepbench\n\ndef make(batch_size, device):\n"
+                    "    x = torch.randn(batch_size, 4, device=device)\n"
+                    "    return stepbench.Workload(model=torch.nn.Linear(4, 1), "
+                    f"make_batch=lambda: x, {extra})\n")
+    setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
+                  device="cpu", dtype="fp32")
+    with pytest.raises(WorkloadError) as err:
+        step.build_workload(setup, torch.device("cpu"))
+    assert names(str(err.value), f"{path}:make", *tokens) and "\n" not in str(err.value)
+
+
+def test_a_workloads_own_optimizer_is_not_labelled_as_another(tmp_path):
+    import dataclasses
+
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.measure.options import Unsupported
+    from stepbench.setup import Setup
+
+    path = tmp_path / "sgd.py"
+    path.write_text("import torch, stepbench\n\ndef make(batch_size, device):\n"
+                    "    x = torch.randn(batch_size, 4, device=device)\n"
+                    "    return stepbench.Workload(model=torch.nn.Linear(4, 1), "
+                    "make_batch=lambda: x, loss_fn=lambda out, _: out.sum(), "
+                    "optimizer=lambda p: torch.optim.SGD(p, lr=0.1))\n")
+    setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
+                  device="cpu", dtype="fp32")
+    _, _, optimizer = step.build_workload(setup, torch.device("cpu"))
+    assert type(optimizer).__name__ == "SGD"
+    with pytest.raises(Unsupported) as err:
+        step.build_workload(dataclasses.replace(setup, optimizer="foreach"), torch.device("cpu"))
+    assert names(str(err.value), "--optimizer foreach", "own optimizer", "drop --optimizer")
 
 
 def gpt_setup(**fields):
@@ -379,10 +448,28 @@ def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention
                     ("compile", "attn=plain"): (DEPARTS, "eager attn=plain")}
 
 
+def test_one_parser_reads_params_for_the_factory_strictly_and_for_the_loss_guard_tolerantly():
+    from stepbench.guard import _declared, peers_key
+    from stepbench.setup import Setup
+    from stepbench.workload.spec import param_parts, params_of
+
+    assert param_parts("attn=sdpa;eq=a=b;junk") == [("attn", "sdpa"), ("eq", "a=b"), ("junk", None)]
+    assert param_parts(None) == param_parts("") == []
+    assert params_of("attn=sdpa;width=3") == {"attn": "sdpa", "width": "3"}
+    with pytest.raises(ValueError, match="junk"):
+        params_of("junk;width=3")
+    # A hand-edited record's part without "=" stays in the guard's identity and passes nothing.
+    setup = Setup(model="m.py:make", mode="eager", attn="sdpa", batch=2, seq=1, device="cpu",
+                  params="attn=plain;junk;width=3")
+    assert _declared(setup) == {"attn": "plain"}
+    assert "junk;width=3" in peers_key(setup, "cpu")
+
+
 MLP_RECORDS = Path(__file__).parent / "data" / "cpu-factory-mlp.jsonl"
 
 
-def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp, capsys):
+def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp, capsys,
+                                                                             tmp_path):
     from stepbench.cli import main
     from stepbench.execute.progress import job_name
     from stepbench.execute.protocol import Job
@@ -400,7 +487,18 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     # The records of such a run (two widths, real CPU records): units in every JSON row.
     assert main(["report", str(MLP_RECORDS), "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert [(r["setup"], r["units"]) for r in rows] == [("eager", "samples")] * 2
+    # The parameters say which row is which width, in JSON, CSV and compare's rows.
+    assert [(r["setup"], r["units"], r["params"]) for r in rows] == [
+        ("eager", "samples", "width=16"), ("eager", "samples", "width=32")]
+    assert main(["report", str(MLP_RECORDS), "--format", "csv"]) == 0
+    import csv
+    assert [r["params"] for r in csv.DictReader(capsys.readouterr().out.splitlines())] == [
+        "width=16", "width=32"]
+    again = tmp_path / "again.jsonl"
+    again.write_text(MLP_RECORDS.read_text())
+    assert main(["compare", str(MLP_RECORDS), str(again), "--format", "json"]) == 0
+    compared = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["params"] for r in compared] == ["width=16", "width=32"]
     assert main(["report", str(MLP_RECORDS)]) == 0
     text = capsys.readouterr().out
     assert "Samples/s" in text and "x 1" not in text and "seq 1" not in text
@@ -420,6 +518,24 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
 
 
+def test_a_nan_loss_is_named_and_failed_rows_still_count_their_units(capsys, tmp_path):
+    from stepbench.cli import main
+
+    records = [json.loads(line) for line in MLP_RECORDS.read_text().splitlines()]
+    records[0]["loss_first"] = records[0]["loss_last"] = float("nan")
+    path = tmp_path / "nan.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["report", str(path)]) == 0
+    said = lines_naming(capsys.readouterr().out, "not finite")
+    assert len(said) == 1 and names(said[0], "width=16", "NaN") and "width=32" not in said[0]
+    for r in records:
+        r.update(status="error", error="ValueError: no", step_ms=None, tokens_per_s=None)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    main(["report", str(path)])
+    text = capsys.readouterr().out
+    assert "Samples/s is" in text and "Tokens/s" not in text and "not finite" not in text
+
+
 def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
     from stepbench.record import Machine, Record
     from stepbench.report.document import run_document
@@ -434,8 +550,14 @@ def test_runs_table_says_why_a_factory_failed_in_one_line(mlp):
     text = render(run_document([failed]), "table")
     assert lines_naming(text, "eager", "error", "ValueError: the factory says no")
     assert "stderr tail" not in text
-    # Nothing ran: the rate column still counts a factory's unit (its default), not tokens.
+    # Nothing ran: the rate column still counts a factory's unit (its default), not tokens,
+    # and so does the report's note on what the column is.
     assert "Samples/s" in text and "Tokens/s" not in text
+    from stepbench.report.document import rows_document
+    from stepbench.report.rows import build_rows
+
+    report = render(rows_document(build_rows([failed], {})), "markdown")
+    assert "Samples/s is the samples one step trains" in report and "Tokens/s" not in report
 
 
 def test_tunes_table_counts_a_factorys_own_unit():

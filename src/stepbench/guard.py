@@ -28,7 +28,7 @@ from stepbench.axes import AXES
 from stepbench.record import Record
 from stepbench.setup import Setup
 from stepbench.units import percent
-from stepbench.workload.spec import DECLARABLE_AXES
+from stepbench.workload.spec import DECLARABLE_AXES, param_parts
 
 DECLARED = set(DECLARABLE_AXES.values())    # the keywords a factory takes them by
 
@@ -113,14 +113,15 @@ def peers_key(setup: Setup, gpu: str) -> tuple:
 
 
 def _without_declared(params: str | None) -> str | None:
-    kept = [p for p in (params or "").split(";") if p and p.split("=", 1)[0] not in DECLARED]
+    kept = [name if value is None else f"{name}={value}" for name, value in param_parts(params)
+            if name not in DECLARED]
     return ";".join(kept) or None
 
 
 def _declared(setup: Setup) -> dict:
     """A factory's declared axes and the values its params pass them ({} for any other)."""
-    pairs = (p.split("=", 1) for p in (setup.params or "").split(";") if "=" in p)
-    return {name: value for name, value in pairs if name in DECLARED}
+    return {name: value for name, value in param_parts(setup.params)
+            if value is not None and name in DECLARED}
 
 
 def losses_of(record: Record) -> list[float]:

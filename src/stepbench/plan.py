@@ -78,7 +78,7 @@ def read_plan(path: Path, command: type = RunSettings) -> Plan:
                 raise UserError(f"plan {path}: {raw_key!r} is given twice; keep one")
             spelled[key] = raw_key
             if key in AXES:
-                settings[key] = _axis(path, raw_key, value)
+                settings[key] = _axis(path, raw_key, value, AXES[key].split)
             elif key in SETTINGS and where == "top":
                 settings[key] = _setting(path, raw_key, value, SETTINGS[key])
             elif key in SETTINGS:
@@ -96,8 +96,15 @@ def read_plan(path: Path, command: type = RunSettings) -> Plan:
     return Plan(path, settings, spelled)
 
 
-def _axis(path: Path, key: str, value) -> str:
+def _axis(path: Path, key: str, value, split: bool = True) -> str | list[str]:
+    """A plan's axis as its flag takes it: a comma list, or (an axis whose flag is repeated,
+    `split` False: param = ["width=8,16", "depth=2"]) one string per item, as the flags give."""
     values = value if isinstance(value, list) else [value]
+    if not split:
+        if not values or not all(isinstance(v, str) for v in values):
+            raise UserError(f"plan {path}: {key} must be a non-empty list of \"NAME=V1,V2\" "
+                            f"strings, got {value!r}", kind="bad_value")
+        return [str(v) for v in values]
     if not values or not all(isinstance(v, (str, int, bool)) and not isinstance(v, float)
                              for v in values):
         raise UserError(f"plan {path}: {key} must be a non-empty list of names or integers, "

@@ -195,11 +195,14 @@ class Record:
         per_layer = s.compile_scope == "layer" or s.parallel == "fsdp2"
         return s.mode == "compile" and per_layer and self.ok and self.format < LAYER_GRAPHS
 
-    def resume_key(self) -> str:
+    def resume_parts(self) -> tuple:
         """What makes two records the same measurement: the setup, the repeat and where it ran
         (a results file shared between machines resumes each machine's own setups; two SSH
         hosts with the same GPU never stand in for each other)."""
-        return resume_key(self.setup, self.repeat, self.machine.gpu, self.host)
+        return resume_parts(self.setup, self.repeat, self.machine.gpu, self.host)
+
+    def resume_key(self) -> str:     # resume_parts as text
+        return key_text(self.resume_parts())
 
     def to_dict(self) -> dict:
         data = {"schema": self.schema}
@@ -266,9 +269,20 @@ def _without_default(cls) -> tuple[str, ...]:
                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
+def resume_parts(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> tuple:
+    """A measurement's identity (Record.resume_parts): (setup key, repeat, GPU, host)."""
+    return (setup.key(), repeat, gpu, host)
+
+
 def resume_key(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> str:
-    # Without a host the key is what it always was, so old results files resume unchanged.
-    return json.dumps([setup.key(), repeat, gpu] + ([host] if host is not None else []))
+    """resume_parts as text (key_text): what resume and claim files match records by."""
+    return key_text(resume_parts(setup, repeat, gpu, host))
+
+
+def key_text(parts: tuple) -> str:
+    """resume_parts as JSON text; without a host, what it always was (old files resume)."""
+    *kept, host = parts
+    return json.dumps(kept + ([host] if host is not None else []))
 
 
 # One lock for every ResultsFile of this process: setups of several hosts finish in their own
@@ -431,8 +445,7 @@ class ResultsFile:
         shown = warn or (lambda message: warnings.warn(message, stacklevel=2))
         by_key: dict[tuple, tuple[int, Record]] = {}
         for number, record in self._numbered(warn):
-            # resume_key's parts, without making its JSON for every record
-            key = (record.setup.key(), record.repeat, record.machine.gpu, record.host)
+            key = record.resume_parts()        # no JSON made for every record
             if key in by_key and overlap(by_key[key][1], record):
                 s = record.setup
                 shown(f"{self.path}:{number}: a second record of {s.name} (batch {s.batch} x "

@@ -230,6 +230,12 @@ class SetupMethods:
     def wrapping(self) -> str:
         """How the job wraps the model, in words: "" without a wrapper; "DDP, compiled whole";
         FSDP2's units and choices: "per layer + root, reshard, implicit prefetch, bf16 params"."""
+        return self.wrapped_as()
+
+    def wrapped_as(self, block: str | None = None) -> str:
+        """`wrapping`, with FSDP2's units as the model gave them: `block` None, a transformers
+        model's decoder layers; a user's block class's name ("per Block + root, ..."); "", no
+        block (the root alone, one unit: reshard and prefetch have nothing to act on)."""
         if self.parallel == "ddp":
             scope = {"model": ", compiled whole", "layer": ", layers compiled"}
             return "DDP" + (scope[self.compile_scope] if self.mode == "compile" else "")
@@ -237,11 +243,17 @@ class SetupMethods:
             return ""
         params = ("fp32 params, bf16 compute, fp32 reduce" if self.dtype == "mixed-bf16"
                   else f"{self.dtype} params")
-        units = "per layer" if self.fsdp_unit == 1 else f"per {self.fsdp_unit} layers"
+        kept = [params, f"optimizer on {OPTIMIZER_ON[self.fsdp_optimizer]}"]
+        compiled = self.mode == "compile"
+        if block == "":
+            return ", ".join(["root alone (no block class named)", *kept]
+                             + (["compiled whole"] if compiled else []))
+        name = block or "layer"
+        units = f"per {name}" if self.fsdp_unit == 1 else f"per {self.fsdp_unit} {name}s"
         return ", ".join([f"{units} + root", "reshard" if self.fsdp_reshard else "no reshard",
                           "explicit prefetch" if self.fsdp_prefetch else "implicit prefetch",
-                          params, f"optimizer on {OPTIMIZER_ON[self.fsdp_optimizer]}"]
-                         + (["layers compiled"] if self.mode == "compile" else []))
+                          *kept]
+                         + ([f"{'blocks' if block else 'layers'} compiled"] if compiled else []))
 
     def eager_twin(self):
         """The same workload and attention without torch.compile (every compile-only field at

@@ -1,4 +1,5 @@
-"""How a number reads in a sentence: a fraction as a percentage, seconds as a duration.
+"""How a number reads in a sentence: a fraction as a percentage, seconds as a duration, what a
+throughput counts (tokens, or a user's workload's own unit).
 
 The loss guard, the searches and the report all write sentences with these numbers; one home
 keeps "2%" and "18 min" the same wherever they appear.
@@ -32,3 +33,20 @@ def gigabytes(value: float) -> str:
     """GB (1e9 bytes) to two significant digits, whole ones from 10 on: "0.27 GB", "1.4 GB",
     "137 GB"."""
     return f"{value:.0f} GB" if value >= 10 else f"{value:.2g} GB"
+
+
+# What a throughput counts where a record names no unit: a transformers model's tokens.
+TOKENS = "tokens"
+
+
+def unit_of(*units: str | None) -> str:
+    """What one workload's throughput counts, from its records' `units`: the first one named (a
+    user's "images"), else tokens (a transformers model's records name none)."""
+    return next((u for u in units if u), TOKENS)
+
+
+def common_unit(units) -> str | None:
+    """The one unit every record counts, from the records' `units` (of any workloads; None is
+    tokens); tokens where there are none; None where they differ."""
+    found = {unit_of(u) for u in units} or {TOKENS}
+    return found.pop() if len(found) == 1 else None

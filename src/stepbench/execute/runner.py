@@ -423,7 +423,9 @@ def classify(outcome: Outcome, phase: str, timeout_s: float,
                            f"group was killed; raise {fix} if it needs longer{detail}")
     if outcome.result is not None:
         status, error = outcome.result.get("status", "error"), outcome.result.get("error")
-        if status == "error" and outcome.stderr_tail:
+        # A user's factory's traceback has a field of its own (`traceback`): `error` keeps its line.
+        own = (outcome.result.get("measured") or {}).get("traceback")
+        if status == "error" and outcome.stderr_tail and not own:
             error = f"{error}\n{outcome.stderr_tail}"
         return status, error
     rc = outcome.returncode

@@ -69,18 +69,17 @@ class JsonCache:
             return entry.get("value"), entry["measured_at"]
         return None
 
-    def cached(self, key: dict | None, valid=lambda value: True) -> tuple[object, str] | None:
-        """(value, measured_at) of a valid entry with this key, else None; measures nothing."""
-        hit = self.get(key) if key is not None else None
-        return hit if hit is not None and valid(hit[0]) else None
-
-    def fetch(self, key: dict | None, measure, valid=lambda value: True) -> tuple[object, str]:
+    def fetch(self, key: dict | None, measure, valid=lambda value: True,
+              cached_only: bool = False) -> tuple[object, str] | None:
         """(value, measured_at): the cached value for `key` when `valid(value)`, else
         `measure()`'s, stored under `key`. A key of None means "cannot tell what must match":
-        measured, never stored."""
+        measured, never stored. `cached_only` (a search's probe reads the caches, measures
+        nothing): the cached value, else None."""
         hit = self.get(key) if key is not None else None
         if hit is not None and valid(hit[0]):
             return hit
+        if cached_only:
+            return None
         value = measure()
         if key is None:
             return value, datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -59,18 +59,10 @@ def wrapping(setup, units=None) -> str:
     """How the job wrapped the model, in words (the record's `scaling.wrapping`): the setup's
     own (Setup.wrapping), with a user's block class named, or "root alone" where FSDP2 had no
     block to shard."""
-    text = setup.wrapping
-    if setup.parallel != "fsdp2" or units is None:
-        return text
+    if units is None:
+        return setup.wrapping
     blocks, name = units
-    parts = text.split(", ")
-    if not blocks:
-        # One unit: reshard and prefetch choices have nothing to act on.
-        keep = [p for p in parts[1:] if "reshard" not in p and "prefetch" not in p]
-        return ", ".join(["root alone (no block class named)", *keep]).replace(
-            "layers compiled", "compiled whole")
-    unit = f"per {name}" if setup.fsdp_unit == 1 else f"per {setup.fsdp_unit} {name}s"
-    return ", ".join([f"{unit} + root", *parts[1:]]).replace("layers compiled", "blocks compiled")
+    return setup.wrapped_as(name if blocks else "")
 
 
 def shard(setup, model, layers=None):

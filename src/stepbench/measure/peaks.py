@@ -291,14 +291,10 @@ def cached_matmul_tflops(dtype: str, index: int = 0,
     matches this GPU, driver, torch and dtype and is under a week old, else measured now (under a second
     on a big GPU) and cached; without `measure`, None instead. Runs in the setup's own process,
     before its model is built: never beside a timed step."""
-    key = peak_cache_key(dtype, index)
-    if not measure:
-        hit = PEAK_CACHE.cached(key, valid=positive_number)
-        return None if hit is None else (float(hit[0]), hit[1])
-    tflops, measured_at = PEAK_CACHE.fetch(key,
-                                           lambda: measure_matmul_tflops(f"cuda:{index}", dtype),
-                                           valid=positive_number)
-    return float(tflops), measured_at
+    found = PEAK_CACHE.fetch(peak_cache_key(dtype, index),
+                             lambda: measure_matmul_tflops(f"cuda:{index}", dtype),
+                             valid=positive_number, cached_only=not measure)
+    return None if found is None else (float(found[0]), found[1])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ columns and the JSON rows (`predicted: true`) say so, and the notes say what it 
 from __future__ import annotations
 
 from stepbench.errors import UserError
-from stepbench.predict import gpus, model
+from stepbench.predict import gpus, memory, model
 from stepbench.predict.source import Measured, measured, require_profiles
 from stepbench.report.layout import Document, Table
 from stepbench.report.prices import load_price_file, price_for
@@ -91,6 +91,9 @@ def notes(rows: list[model.Prediction], steps: list[Measured], failed: list[Meas
         if note:
             out.append(f"{gpu}: {' '.join(note.split())}.")
     out += rate_notes(rows)
+    if any(p.l2_model and p.step_ms is not None for p in rows):
+        out.append("Memory-bound kernels (elementwise, reductions) went through the L2 model "
+                   f"(predict/calibration.toml): {memory.constants()['source']}.")
     compiled = sorted({s.torch or "unknown" for s in steps if s.mode == "compile"})
     if compiled:
         out.append("Compiled setups scale the source's compiled kernels (torch "

@@ -83,6 +83,7 @@ class Prediction:
     memory_usable_gb: float | None = None
     price_per_hour: float | None = None
     no_basis: str | None = None         # why nothing was predicted
+    l2_model: bool = False              # memory-bound classes scaled by predict/memory.py
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -201,6 +202,7 @@ def predict(source: Measured, src_gpu: Gpu, target: Gpu, price: float | None = N
     l2_gain = (L2_GAIN_MAX * (1 - l2_src / l2_tgt) if l2_src and l2_tgt and l2_tgt > l2_src
                else 0.0)
     l2 = memory.l2_factors(source.memory_kernels, src_gpu, target)
+    p.l2_model = bool(l2)
     waves = wave_factor(source.gemms, src_gpu, target)
     rates = measured_rates(source, target)
     low = high = mid = 0.0

@@ -4,7 +4,11 @@ report and `stepbench run`'s end-of-run table share them (report/document.py).
 """
 
 from __future__ import annotations
+
+import math
+
 from stepbench.errors import first_line
+from stepbench.units import TOKENS, common_unit
 from stepbench.workload.spec import is_factory
 from stepbench.report import table
 from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, MEMORY_FLAG, MEMORY_MARK,
@@ -64,19 +68,27 @@ COLUMNS = ["GPU", "$/hour", "Setup", "Step (ms)", "Tokens/s", "Peak memory", "Fi
 RUN_COLUMNS = ["Setup", "Batch", "Seq", "Step (ms)", "Tokens/s", "Peak memory", "First step (s)"]
 
 
+def rows_unit(rows: list[Row]) -> str | None:
+    """What every row that ran counts (units.common_unit); where nothing ran, what the failed
+    records name, else a factory's default, samples; None where rows count several units."""
+    ran = [r.units for row in rows for r in row.records if r.ok]
+    if ran:
+        return common_unit(ran)
+    return common_unit(r.units or ("samples" if is_factory(r.setup.model) else None)
+                       for row in rows for r in row.records)
+
+
 def unit_headers(columns: list[str], rows: list[Row]) -> list[str]:
     """The headers, with a user's workload's unit in place of tokens where every row that ran
     counts the same one ("Images/s", "M images per $"); tokens stay tokens, and rows of several
     units keep the token headers (their records say each row's unit)."""
-    units = {r.units for row in rows for r in row.records if r.ok}
-    if not units:
-        # Nothing ran: the unit a failed record names, else a factory's default, samples.
-        records = [r for row in rows for r in row.records]
-        units = {r.units or ("samples" if is_factory(r.setup.model) else "tokens")
-                 for r in records}
-    if len(units) != 1 or None in units or units == {"tokens"}:
+    return unit_columns(columns, rows_unit(rows))
+
+
+def unit_columns(columns: list[str], unit: str | None) -> list[str]:
+    """`columns` with `unit` in place of tokens; unchanged for tokens or None (several units)."""
+    if unit in (None, TOKENS):
         return list(columns)
-    unit = units.pop()
     names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $",
              "Tokens/s per GPU": f"{unit.capitalize()}/s per GPU"}
     return [names.get(c, c) for c in columns]
@@ -118,11 +130,10 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     notes = []
     if explain:
         # A user's workload counts its own units (unit_headers names them in the columns).
-        units = {r.units for row in rows for r in row.records if r.ok}
-        if units <= {None, "tokens"}:
+        unit = rows_unit(rows)           # the unit the headers name (unit_headers)
+        if unit == TOKENS:
             rate = "Tokens/s is batch x sequence per step time"
-        elif len(units) == 1:
-            unit = next(iter(units))
+        elif unit is not None:
             rate = f"{unit.capitalize()}/s is the {unit} one step trains per step time"
         else:
             rate = "Tokens/s counts each workload's own unit (its records' units) per step time"
@@ -130,8 +141,8 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      "the peak allocated during the timed steps; First step includes "
                      "compilation.")
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
-        per_dollar = unit_headers(["M tokens per $"], rows)[0]
-        unit = per_dollar[2:-6]                       # "tokens", or a workload's own unit
+        unit = rows_unit(rows) or TOKENS
+        per_dollar = unit_columns(["M tokens per $"], unit)[0]
         notes.append(f'"{per_dollar}" is training {unit} per dollar of GPU time, in millions, '
                      "at each machine's hourly price.")
     if any(r.setup.distributed for r in rows):
@@ -159,6 +170,9 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         if not row.ok and row.status != "oom" and row.error:
             notes.append(f"{names[id(row)]} {status_text(row.status)}: "
                          f"{_error_line(row)}")
+    notes += [f"{names[id(row)]}: its loss was not finite (NaN or inf); the step ran and was "
+              "timed, but it trains nothing: check the model, its inputs and the precision"
+              for row in rows if row.ok and _loss_not_finite(row)]
     if not explain:
         return notes
     unknown = sorted({f for r in rows for f in r.noise_flags
@@ -176,6 +190,11 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      + " are the provider's hourly price of the rented machine, per GPU; "
                      "--price or --prices overrides them.")
     return notes
+
+
+def _loss_not_finite(row: Row) -> bool:
+    return any(loss is not None and not math.isfinite(loss)
+               for r in row.records for loss in (r.loss_first, r.loss_last))
 
 
 def _error_line(row: Row) -> str:
@@ -222,10 +241,11 @@ DISTRIBUTED_NOTE = (
 
 def distributed_note(rows: list[Row]) -> str:
     """DISTRIBUTED_NOTE in a user's workload's own unit where the rows share one."""
-    rate = unit_headers(["Tokens/s"], rows)[0]
+    unit = rows_unit(rows)
+    rate = unit_columns(["Tokens/s"], unit)[0]
     if rate == "Tokens/s":
         return DISTRIBUTED_NOTE
-    unit = rate[:-2].lower()
+    unit = unit.lower()                              # in a sentence; the header capitalizes it
     return (DISTRIBUTED_NOTE.replace("Tokens/s counts the global batch (batch x sequence x "
                                      "processes)", f"{rate} counts the global batch ({unit} per "
                                      "batch x processes)")

@@ -114,7 +114,7 @@ class Change:
         ci = self.result.ci if self.result and self.both_ran else None
         return {
             "gpu": b.gpu, "gpu_name": b.gpu_name, "setup": b.name, "model": b.model,
-            "batch": b.batch, "seq": b.seq, "dtype": b.dtype,
+            "params": b.setup.params, "batch": b.batch, "seq": b.seq, "dtype": b.dtype,
             "verdict": self.verdict, "verdict_text": self.text(),
             "before_status": b.status, "after_status": a.status,
             "before_step_ms": b.step_ms, "after_step_ms": a.step_ms,
@@ -141,7 +141,7 @@ class Change:
         return d
 
 
-CSV_KEYS = ["gpu", "setup", "model", "batch", "seq", "dtype", "verdict", "before_status",
+CSV_KEYS = ["gpu", "setup", "model", "params", "batch", "seq", "dtype", "verdict", "before_status",
             "after_status", "before_step_ms", "after_step_ms", "ratio", "ratio_ci_low",
             "ratio_ci_high", "tokens_per_s_ratio", "tokens_per_s_ratio_ci_low",
             "tokens_per_s_ratio_ci_high", "change_pct", "p_value", "significant", "method",
@@ -318,7 +318,8 @@ def _only_table(rows: list[Row], label: str, names: dict[int, str]) -> Table:
 
 
 def _only_dict(row: Row) -> dict:
-    return {"gpu": row.gpu, "setup": row.name, "model": row.model, "batch": row.batch,
+    return {"gpu": row.gpu, "setup": row.name, "model": row.model,
+            "params": row.setup.params, "batch": row.batch,
             "seq": row.seq, "dtype": row.dtype, "status": row.status, "step_ms": row.step_ms}
 
 

@@ -116,7 +116,7 @@ def _split_wide(columns: list[str], cells: list[list[str]], align: str,
 
 CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s",
             "peak_memory_gb", "first_step_s", "m_tokens_per_dollar", "mode", "attn",
-            "compile_mode", "model", "batch", "seq", "dtype", "repeats", "step_ms_ci_low",
+            "compile_mode", "model", "params", "batch", "seq", "dtype", "repeats", "step_ms_ci_low",
             "step_ms_ci_high", "noise_flags", "first_step_warm_s", "compile_cache", "graph_breaks",
             "recompiles", "mfu", "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
             "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",

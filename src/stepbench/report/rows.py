@@ -31,6 +31,7 @@ from stepbench.report.details import combine_details, combine_energy, combine_fi
 from stepbench.report.meta import row_fields
 from stepbench.report.prices import price_for
 from stepbench.setup import Setup
+from stepbench.units import unit_of
 
 @dataclass
 class Row:
@@ -181,9 +182,11 @@ class Row:
             "peak_memory_gb": self.peak_memory_gb, "first_step_s": self.first_step_s,
             "m_tokens_per_dollar": self.m_tokens_per_dollar,
             # What tokens_per_s counts: a user's workload's unit, tokens for a transformers model.
-            "units": next((r.units for r in self.records if r.units), "tokens"),
+            "units": unit_of(*(r.units for r in self.records)),
             "mode": self.mode, "attn": self.attn, "compile_mode": self.compile_mode,
-            "model": self.setup.model, "model_label": self.model, "batch": self.batch,
+            "model": self.setup.model, "model_label": self.model,
+            # A factory's own parameters: rows that differ only there share a name.
+            "params": self.setup.params, "batch": self.batch,
             "seq": self.seq, "dtype": self.dtype, "device": self.setup.device,
             "warmup": self.setup.warmup, "steps": self.setup.steps, "seed": self.setup.seed,
             "memory_limit_gb": self.setup.memory_limit_gb,

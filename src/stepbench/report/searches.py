@@ -169,7 +169,7 @@ def search_dicts(records: list[Record]) -> list[dict]:
     return [{"gpu": r.machine.gpu, "host": r.host, "setup": r.setup.name,
              "search": _role_text(r, attempts), "mode": r.setup.mode, "attn": r.setup.attn,
              "compile_mode": r.setup.compile_mode, "model": r.setup.model,
-             "model_label": r.setup.model_label,
+             "model_label": r.setup.model_label, "params": r.setup.params,
              "batch": r.setup.batch, "seq": r.setup.seq, "dtype": r.setup.dtype,
              "warmup": r.setup.warmup, "steps": r.setup.steps, "status": r.status,
              "step_ms": r.step_ms, "tokens_per_s": r.tokens_per_s,

@@ -14,13 +14,14 @@ from stepbench import stats
 from stepbench.guard import loss_verdicts
 from stepbench.record import Record
 from stepbench.report import searches, table
+from stepbench.report.columns import unit_columns
 from stepbench.report.findings import change
 from stepbench.report.layout import Document, Table
 from stepbench.report.marks import disturbed_marks, mark_notes, noise_marks
 from stepbench.search.gains import source_kind
 from stepbench.search.tune.results import TuneResult, label, stage_of
 from stepbench.setup import Setup
-from stepbench.units import duration
+from stepbench.units import TOKENS, common_unit, duration, unit_of
 
 COLUMNS = ["Stage", "Setup", "Batch", "Precision", "Status", "Tokens/s", "Step (ms)",
            "Peak memory", "First step (s)", "Loss guard"]
@@ -53,10 +54,8 @@ def tried_table(entries: list[Entry], title: str | None = None) -> Table:
                       f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",
                       verdict.status if verdict else "-"])
     notes = mark_notes(r.noise_flags for _, r in entries if r.ok)
-    units = {r.units or "tokens" for _, r in entries if r.ok}
     # A user's workload's own unit where every measurement counts the same one.
-    columns = ([f"{units.pop().capitalize()}/s" if c == "Tokens/s" else c for c in COLUMNS]
-               if len(units) == 1 else COLUMNS)
+    columns = unit_columns(COLUMNS, common_unit(r.units for _, r in entries if r.ok))
     return Table(columns, cells, ALIGN, title, notes)
 
 
@@ -95,7 +94,7 @@ def tune_document(result: TuneResult) -> Document:
     tried.notes += verdict(result)
     first = entries[0][1] if entries else None
     tunes = [tune_dict(first, entries)] if first is not None else []
-    tables = [tried] + ([gains_table(result.gains, unit_of(result))] if result.gains else [])
+    tables = [tried] + ([gains_table(result.gains, result_unit(result))] if result.gains else [])
     return Document("Tried", tables, tunes=tunes)
 
 
@@ -115,32 +114,33 @@ def verdict(result: TuneResult) -> list[str]:
         if second is not None:
             marks = disturbed_marks(winner, second)
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "
-                       f"{second.units or 'tokens'}/s"
+                       f"{unit_of(second.units)}/s"
                        + (f"; not compared with the winner: a side's timed steps were "
                           f"disturbed ({marks})" if marks else versus(result.comparison))
                        + ".")
         out += _ratios(result)
         out.append(f"Reproduce: {result.command}")
     if result.ladder and result.ladder.get("batches"):
-        out.append(ladder_text(result.ladder, unit_of(result)))
+        out.append(ladder_text(result.ladder, result_unit(result)))
     out += result.skipped
     out.append(f"Budget {duration(result.budget_s, exact=True)}, spent "
-               f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurements"
+               f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurement"
+               f"{'' if len(result.tried) == 1 else 's'}"
                + (f"; {result.ended}." if result.ended else "."))
     return out
 
 
-def unit_of(result: TuneResult) -> str:
+def result_unit(result: TuneResult) -> str:
     """What the tune's throughput counts: the records' own unit ("images"), else tokens."""
-    return next((t.record.units for t in result.tried if t.record.units), "tokens")
+    return unit_of(*(t.record.units for t in result.tried))
 
 
-def ladder_text(ladder: dict, unit: str = "tokens") -> str:
+def ladder_text(ladder: dict, unit: str = TOKENS) -> str:
     """The reference ladder in a sentence, counting `unit`."""
     rungs = ", ".join(f"{b} ({t:,} {unit}/s)" for b, t in zip(ladder["batches"],
                                                              ladder["tokens_per_s"]))
     # One batch element: a sequence of tokens, else one of the workload's samples.
-    element = "sequence" if unit == "tokens" else "sample"
+    element = "sequence" if unit == TOKENS else "sample"
     memory = (f"; about {ladder['gb_per_sequence']:.2g} GB a {element}"
               if ladder.get("gb_per_sequence") else "")
     return (f"Reference ladder (the loss guard's eager reference, measured in full) at batch "
@@ -158,7 +158,7 @@ FOREIGN_NOTE = ("A gain measured on another machine class (\"orders only\") orde
                 "candidates and skipped none: measurements on this machine decide.")
 
 
-def gains_table(gains: list[dict], unit: str = "tokens") -> Table:
+def gains_table(gains: list[dict], unit: str = TOKENS) -> Table:
     """The gains the tune chose and pruned candidates by, each with where it came from; a
     gain of another machine class (`may_skip` false: an older tune's JSON lacks the key) is
     marked as one that only ordered the candidates."""
@@ -176,7 +176,7 @@ def _winner(result: TuneResult) -> list[str]:
     how = ("measured in full" if result.measured_in_full
            else "from a short probe only: the budget left no time to measure it in full")
     out = [f"Winner: {label(winner.setup)}: {winner.tokens_per_s:,.0f} "
-           f"{winner.units or 'tokens'}/s, "
+           f"{unit_of(winner.units)}/s, "
            f"{winner.step_ms:.1f} ms/step, peak {peak(winner)} ({how})."]
     if winner.setup.dtype == "float8":
         out.append("The winner trains its linear layers in float8: compare its tokens/s with "
@@ -221,8 +221,8 @@ def _against(result: TuneResult, a: Record, b: Record) -> str:
         return f"was not compared (a side's timed steps were disturbed, {marks}) with"
     test = stats.compare_records(runs(a), runs(b), per_token=True)
     if test is not None and test.significant is False:
-        return f"ran at the {unit_of(result)}/s, within the noise (p = {test.p_value:.2f}), of"
-    return f"ran at {a.tokens_per_s / b.tokens_per_s:.2f}x the {unit_of(result)}/s of"
+        return f"ran at the {result_unit(result)}/s, within the noise (p = {test.p_value:.2f}), of"
+    return f"ran at {a.tokens_per_s / b.tokens_per_s:.2f}x the {result_unit(result)}/s of"
 
 
 def peak(record: Record) -> str:

@@ -100,6 +100,21 @@ class Price:
                          if round(seconds) >= 1)
         return text if self.knows_steps else f"{text}, steps not known yet"
 
+    def over_budget(self, left_s: float) -> str:
+        """Why a measurement is not made: "the budget has 3 s left for it and it takes about
+        9 s (first step 9 s)"; under 10 s in tenths, so that neither reads "0 s", and in
+        tenths too where whole seconds would read the same ("13.2 s left", "about 13.4 s");
+        the parts only where one is a second or more (never "()")."""
+        left_s = max(left_s, 0)
+        close = f"{left_s:.0f}" == f"{self.total:.0f}"
+
+        def secs(x: float) -> str:
+            return f"{x:.1f}" if x < 9.95 or close else f"{x:.0f}"
+
+        parts = self.describe()
+        return (f"the budget has {secs(left_s)} s left for it and it takes about "
+                f"{secs(self.total)} s" + (f" ({parts})" if parts else ""))
+
 
 def start_of(record: Record) -> str:
     return (record.placement or {}).get("start") or FRESH

@@ -30,21 +30,17 @@ class WorkloadError(RuntimeError):
 
 class FactoryBuilt(Built):
     def __init__(self, setup, device):
-        import torch
-
         from stepbench.measure import options
 
         self.setup = setup
         self.factory = load_function(setup.model)
         made = self.factory(**self.kwargs(setup))
         work = as_workload(made, setup.model)
-        if not isinstance(work.model, torch.nn.Module):
-            raise WorkloadError(f"{setup.model} returned a model of type "
-                                f"{type(work.model).__name__}; return a torch.nn.Module")
+        check_workload(work, setup.model)
         self.work = work
         self.model = work.model
         self.units = work.units or "samples"
-        self.units_per_batch = int(work.units_per_batch or setup.batch)
+        self.units_per_batch = work.units_per_batch or setup.batch
         dtype = options.weight_dtype(setup)
         self.model.to(device=device, dtype=dtype)
         inputs = work.make_batch()
@@ -111,6 +107,13 @@ class FactoryBuilt(Built):
 
     def make_optimizer(self, setup):
         if self.work.optimizer is not None:
+            from stepbench.axes import axis
+
+            if setup.optimizer not in axis("optimizer").plain:  # fused, the default, asks nothing
+                from stepbench.measure.options import Unsupported
+
+                raise Unsupported(f"--optimizer {setup.optimizer}: {setup.model}'s Workload "
+                                  "builds its own optimizer, which is what runs; drop --optimizer")
             return self.work.optimizer(self.model.parameters())
         return super().make_optimizer(setup)
 
@@ -197,6 +200,35 @@ def as_workload(made, model: str) -> Workload:
         return Workload(**{f: getattr(made, f) for f in names})
     raise WorkloadError(f"{model} returned {type(made).__name__}; return (model, make_batch) or "
                         "stepbench.Workload(model=..., make_batch=...)")
+
+
+def check_workload(work: Workload, model: str) -> None:
+    """Each part of what the factory returned is of the kind the step uses, else one line that
+    names the part and the fix (not a TypeError from deep inside the step)."""
+    import torch
+
+    if not isinstance(work.model, torch.nn.Module):
+        raise WorkloadError(f"{model} returned a model of type {type(work.model).__name__}; "
+                            "return a torch.nn.Module")
+    for name in ("make_batch", "loss_fn", "optimizer"):
+        value = getattr(work, name)
+        if not (callable(value) or (value is None and name != "make_batch")):
+            raise WorkloadError(f"{model}'s {name} is a {type(value).__name__}, not a function; "
+                                f"pass a function ({name}=lambda ...)")
+    if work.block is not None and not isinstance(work.block, type):
+        raise WorkloadError(f"{model}'s Workload names block={work.block!r}, not a class; pass "
+                            "the class itself (block=Block)")
+    # A count the record and the report can hold: a rate or MFU below zero is not one.
+    for name, kinds in (("units_per_batch", (int,)), ("flops_per_step", (int, float))):
+        value = getattr(work, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)
+                                  or not value > 0):
+            what = "a whole number" if kinds == (int,) else "a number"
+            raise WorkloadError(f"{model}'s Workload gives {name}={value!r}; give {what} above "
+                                "0, or None for stepbench's own")
+    if work.units is not None and (not isinstance(work.units, str) or not work.units):
+        raise WorkloadError(f"{model}'s Workload gives units={work.units!r}; name what a batch "
+                            "holds (units=\"images\")")
 
 
 def check_devices(inputs, device, model: str) -> None:

@@ -118,8 +118,5 @@ def counted(key_: dict | None, count, may_count: bool) -> float | None:
     search's probe) the cached count or None."""
     from stepbench.measure.cache import positive_number
 
-    if not may_count:
-        hit = _cache().cached(key_, valid=positive_number)
-        return None if hit is None else float(hit[0])
-    value, _ = _cache().fetch(key_, count, valid=positive_number)
-    return float(value)
+    found = _cache().fetch(key_, count, valid=positive_number, cached_only=not may_count)
+    return None if found is None else float(found[0])

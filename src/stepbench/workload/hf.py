@@ -242,9 +242,6 @@ def flop_counter_per_sequence(setup, model, tokens, count: bool = True) -> float
     key = {"model": config_dict(setup.model), "seq": setup.seq, "attn": setup.attn,
            "precision": setup.dtype, "kernels": setup.kernels, "checkpointing": setup.checkpointing,
            "torch": torch.__version__, "transformers": machine.software_info()["transformers"]}
-    if not count:
-        hit = _flop_cache().cached(key, valid=positive_number)
-        return None if hit is None else float(hit[0])
-    counted, _ = _flop_cache().fetch(key, lambda: flops.flop_counter_step(model, tokens[:1]),
-                                  valid=positive_number)
-    return float(counted)
+    found = _flop_cache().fetch(key, lambda: flops.flop_counter_step(model, tokens[:1]),
+                                valid=positive_number, cached_only=not count)
+    return None if found is None else float(found[0])

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from stepbench.errors import UserError
-from stepbench.workload.spec import (DECLARABLE_AXES, check_params, combos, parse_param_specs,
-                                     signature)
+from stepbench.workload.spec import (DECLARABLE_AXES, PASSED, check_params, combos,
+                                     parse_param_specs, signature)
 
 # Axes given through the factory's own keywords where it declares one -> the keyword.
 FLAGS = {"attn": "--attn", "kernels": "--kernels", "seq": "--seq"}
@@ -34,7 +34,7 @@ def factory_values(values: Mapping[str, object]) -> dict:
     model = values["model"]
     sig = signature(model)
     params = parse_param_specs(values.get("params"))
-    check_params(sig, params)
+    params = check_params(sig, params)
     for name, keyword in DECLARABLE_AXES.items():
         given = _tuple(values.get(name))
         default = _tuple(axis(name).default_for(values.get("device") or "cuda"))
@@ -42,15 +42,19 @@ def factory_values(values: Mapping[str, object]) -> dict:
             params[keyword] = tuple(str(v) for v in given)
         elif given not in (default, default[:1]):
             raise UserError(f"{FLAGS[name]} does not apply to {model}: it takes no `{keyword}` "
-                            f"keyword; drop {FLAGS[name]} (or add a `{keyword}` parameter to "
-                            "the factory, which then gets the value)")
+                            f"keyword; drop {FLAGS[name]} (or let the factory take `{keyword}`, "
+                            "which then gets the value)")
         values[name] = default[:1]
+    for name in sig.required:
+        if name not in PASSED and name not in params:
+            raise UserError(f"{model} needs `{name}`, which has no default; give --param "
+                            f"{name}=V1,V2 (or a default in the factory)")
     seq = _tuple(values.get("seq"))
     if not sig.takes("seq_len"):
         default = _tuple(axis("seq").default_for(values.get("device") or "cuda"))
         if seq not in (default, (1,)):
             raise UserError(f"--seq does not apply to {model}: it takes no `seq_len` keyword; "
-                            "drop --seq (or add a `seq_len` parameter to the factory)")
+                            "drop --seq (or let the factory take `seq_len`)")
         values["seq"] = (1,)
     values["params"] = combos(params)
     return values

@@ -36,6 +36,7 @@ class Signature:
     names: tuple[str, ...]              # parameters that can be passed by keyword
     defaults: tuple[tuple[str, object], ...] = ()   # literal defaults, where readable
     var_keyword: bool = False           # takes **kwargs: any keyword goes
+    required: tuple[str, ...] = ()      # keyword parameters without a default
 
     def takes(self, name: str) -> bool:
         return name in self.names or self.var_keyword
@@ -138,8 +139,12 @@ def _from_def(model: str, node) -> Signature:
             literal[key] = ast.literal_eval(node_default)
         except ValueError:
             pass
+    # (Positional-only parameters cannot be passed by keyword: not the user's axes.)
+    required = [a.arg for a in positional[:len(positional) - len(args.defaults)]
+                if a.arg in names]
+    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
     return Signature(model, tuple(names), tuple(sorted(literal.items(), key=lambda kv: kv[0])),
-                     args.kwarg is not None)
+                     args.kwarg is not None, tuple(required))
 
 
 def _imported_signature(where: str, name: str, model: str) -> Signature:
@@ -157,8 +162,10 @@ def _imported_signature(where: str, name: str, model: str) -> Signature:
     literal = tuple((p.name, p.default) for p in params
                     if p.kind in kinds and p.default is not inspect.Parameter.empty
                     and isinstance(p.default, (int, float, str, bool)))
+    required = tuple(p.name for p in params
+                     if p.kind in kinds and p.default is inspect.Parameter.empty)
     return Signature(model, names, literal,
-                     any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params))
+                     any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params), required)
 
 
 # ---------------------------------------------------------------- the user's own axes
@@ -193,16 +200,27 @@ def combos(params: dict[str, tuple[str, ...]]) -> tuple[str | None, ...]:
                  for values in itertools.product(*(params[n] for n in names)))
 
 
+def param_parts(text: str | None) -> list[tuple[str, str | None]]:
+    """A setup's `params` ("a=1;b=2") as [(NAME, value text)] in order; a part without "=" (a
+    hand-edited results file's; combos never writes one) as (part, None)."""
+    return [(name, value if eq else None)
+            for name, eq, value in (part.partition("=") for part in (text or "").split(";") if part)]
+
+
 def params_of(text: str | None) -> dict[str, str]:
-    """A setup's canonical `params` back as {NAME: value text}."""
-    if not text:
-        return {}
-    return dict(part.split("=", 1) for part in text.split(";"))
+    """A setup's canonical `params` back as {NAME: value text}; a part without "=" is a
+    ValueError (a factory is passed only what --param made)."""
+    parts = param_parts(text)
+    bad = [name for name, value in parts if value is None]
+    if bad:
+        raise ValueError(f"params part {bad[0]!r} is not NAME=VALUE")
+    return dict(parts)
 
 
-def typed(value: str, default=None):
+def typed(value: str, default=None, name: str = "value"):
     """A parameter's value as the factory gets it: the type of its default where it has one
-    (int, float, bool), else an int, a float, true/false/none, or the text."""
+    (int, float, bool), else an int, a float, true/false/none, or the text; `name` the
+    parameter's, for the error."""
     lowered = value.lower()
     if isinstance(default, str):
         return value
@@ -211,7 +229,7 @@ def typed(value: str, default=None):
             return True
         if lowered in ("false", "off", "no", "0"):
             return False
-        raise UserError(f"--param value {value!r} is not a boolean (true or false)")
+        raise UserError(f"--param {name}={value}: not a boolean; give true or false")
     if default is None and lowered == "none":
         return None
     for kind in ((type(default),) if isinstance(default, (int, float)) else (int, float)):
@@ -220,13 +238,28 @@ def typed(value: str, default=None):
         except ValueError:
             if default is not None:
                 what = "an integer" if kind is int else "a number"
-                raise UserError(f"--param value {value!r} is not {what}, as the parameter's "
-                                "default is") from None
+                raise UserError(f"--param {name}={value}: not {what}, as the default of "
+                                f"{name} is; give {what}") from None
     return value
 
 
-def check_params(sig: Signature, params: dict[str, tuple[str, ...]]) -> None:
-    """Every `--param` names a keyword the factory takes, not one stepbench passes itself."""
+def canonical_value(value: str, default=None, name: str = "value") -> str:
+    """One spelling per value, as `typed` reads it: `08` is `8`, `1e-1` is `0.1`, `False`,
+    `off` and `0` of a bool are `false` (a setup's identity, so a resume, a compare and an
+    API run's `False` match a command line's `false`); text stays as given."""
+    value = value.strip()
+    read = typed(value, default, name)
+    if isinstance(read, bool):
+        return "true" if read else "false"
+    if read is None:
+        return "none"
+    return repr(read) if isinstance(read, (int, float)) else value
+
+
+def check_params(sig: Signature, params: dict[str, tuple[str, ...]]
+                 ) -> dict[str, tuple[str, ...]]:
+    """Every `--param` names a keyword the factory takes, not one stepbench passes itself;
+    returns the values in their canonical spelling (canonical_value), each once."""
     defaults = dict(sig.defaults)
     for name, values in params.items():
         if name in PASSED or name in DECLARABLE_AXES:
@@ -237,5 +270,5 @@ def check_params(sig: Signature, params: dict[str, tuple[str, ...]]) -> None:
             takes = ", ".join(sig.user_params) or "none"
             raise UserError(f"--param {name}: {sig.model} takes no parameter {name!r} (its own "
                             f"parameters: {takes}); fix the name or add it to the factory")
-        for value in values:
-            typed(value, defaults.get(name))
+    return {name: tuple(dict.fromkeys(canonical_value(v, defaults.get(name), name)
+                                      for v in values)) for name, values in params.items()}

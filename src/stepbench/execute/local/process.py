@@ -24,7 +24,8 @@ from typing import Callable
 from stepbench import protocol
 from stepbench.execute import oom
 from stepbench.execute.local import FRESH, SERVER, uses_server
-from stepbench.execute.local.server import ForkedChild, ProcessServer, ServerError
+from stepbench.execute.local.server import (READY_FLOOR_S, READY_TIMEOUT_S, ForkedChild,
+                                           ProcessServer, ServerError)
 from stepbench.execute.protocol import (KILL_GRACE_S, Executor, Job, OnMessage, Outcome,
                                         Rendezvous, now_iso, rank_verdict, read_rank_states,
                                         tail, take, worker_command)
@@ -68,6 +69,7 @@ class LocalProcess(Executor):
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._stopping = False
+        self._starting = None           # a ProcessServer whose start() is in progress
 
     def slots_needed(self, setup: Setup) -> int:
         # A torchrun job needs one GPU per local process; on the CPU its ranks share the host.
@@ -142,7 +144,7 @@ class LocalProcess(Executor):
             env[RANK_DIR_ENV] = str(rank_dir)
         # Before the clock starts: the server's one-time start is the run's, not this setup's
         # (recorded in the placement of the job that waited for it).
-        server = self._server_for(job, outcome.placement)
+        server = self._server_for(job, outcome.placement, timeout_s)
         watch = oom.Watch()     # the kernel log and OOM-kill counts as the process starts
         start = time.monotonic()
         try:
@@ -198,9 +200,10 @@ class LocalProcess(Executor):
                                 stdout=subprocess.PIPE, stderr=stderr, env=env,
                                 start_new_session=True)
 
-    def _server_for(self, job: Job, placement: dict):
-        """The running process server for `job` (started, or started again, here), or None:
-        fresh start asked for, a torchrun job, or a server that could not start."""
+    def _server_for(self, job: Job, placement: dict, timeout_s: float = READY_TIMEOUT_S):
+        """The running process server for `job` (started, or started again, here, within the
+        setups' `timeout_s`, READY_FLOOR_S at least), or None: fresh start asked for, a torchrun
+        job, a server that could not start, or stop() came while it started."""
         if not uses_server(self.start) or job.setup.distributed:
             return None
         with self._server_lock:
@@ -210,13 +213,22 @@ class LocalProcess(Executor):
                 code = self._server._proc.poll() if self._server._proc else None
                 self.note(f"the process server died (exit code {code}); starting a new one")
                 self._server.close()
+            log = self.workdir / f"server-{self._server_starts + 1}.log"
+            server = ProcessServer(self.preload, log=log)
+            with self._lock:
+                if self._stopping:
+                    return None
+                self._starting = server
             try:
-                log = self.workdir / f"server-{self._server_starts + 1}.log"
-                self._server = ProcessServer(self.preload, log=log).start()
+                self._server = server.start(min(READY_TIMEOUT_S, max(timeout_s, READY_FLOOR_S)))
             except ServerError as exc:
-                self.note(f"{exc}; every setup's process starts fresh")
+                if not server.aborted:
+                    self.note(f"{exc}; every setup's process starts fresh")
                 self.start, self._server = FRESH, None
                 return None
+            finally:
+                with self._lock:
+                    self._starting = None
             self._server_starts += 1
             placement["server_start_s"] = round(self._server.ready_s, 3)
             if self._server_starts == 1:
@@ -239,6 +251,8 @@ class LocalProcess(Executor):
         with self._lock:
             self._stopping = True
             running = list(self._running)
+            if self._starting is not None:
+                self._starting.abort()
         for proc in running:
             kill_group(proc)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -45,6 +46,9 @@ from pathlib import Path
 
 # The server's startup (imports) may be slow on a busy host; past this it is given up on.
 READY_TIMEOUT_S = 600.0
+# A run's setups' --timeout bounds it too (a user's file that hangs as it is imported), but never
+# below this: the imports of torch and transformers on a busy host.
+READY_FLOOR_S = 60.0
 MAX_FDS = 4
 MESSAGE_BYTES = 1 << 20
 # The server's environment while it imports, so that no thread starts: one OpenMP thread;
@@ -142,6 +146,7 @@ class ProcessServer:
         self.preload, self.python, self.log = preload, python, log
         self.env = dict(env if env is not None else os.environ)
         self.dead = False
+        self.aborted = False            # abort(): stop waiting for a server that is starting
         self.info: dict = {}            # the server's "ready" message: its imports' seconds, ...
         self.ready_s: float | None = None
         self._lock = threading.Lock()   # one request at a time on the socket
@@ -154,12 +159,14 @@ class ProcessServer:
 
     # -- life -----------------------------------------------------------------------------------
 
-    def start(self) -> "ProcessServer":
+    def start(self, ready_timeout_s: float = READY_TIMEOUT_S) -> "ProcessServer":
         """Start the server and wait until it has imported everything (ServerError if it
-        cannot). The server is started from the thread that then reads its messages for as long
-        as it runs: it dies with that thread (PR_SET_PDEATHSIG follows the thread that started a
-        process), so it must be one that lives as long as the server."""
+        cannot, within `ready_timeout_s`, or abort() came). The server is started from the
+        thread that then reads its messages for as long as it runs: it dies with that thread
+        (PR_SET_PDEATHSIG follows the thread that started a process), so it must be one that
+        lives as long as the server."""
         self._started_at = time.monotonic()
+        self._ready_timeout_s = ready_timeout_s
         self._ready = threading.Event()
         self._failure: str | None = None
         threading.Thread(target=self._run, name="stepbench-server", daemon=True).start()
@@ -172,7 +179,7 @@ class ProcessServer:
     def _run(self) -> None:
         try:
             self._spawn_server()
-            self.info = self._wait_ready(self._started_at + READY_TIMEOUT_S)
+            self.info = self._wait_ready(self._started_at + self._ready_timeout_s)
             self.ready_s = time.monotonic() - self._started_at
         except BaseException as exc:  # noqa: BLE001 - the caller says it; it must not wait on
             self._failure = f"{exc}{self._log_tail()}"
@@ -189,9 +196,14 @@ class ProcessServer:
                     if self._proc.poll() is not None:
                         raise ServerError(f"the process server exited with code "
                                           f"{self._proc.returncode} while importing")
+                    # Ended at once: an import that hangs would not see the socket close.
+                    if self.aborted:
+                        self._kill()
+                        raise ServerError("the process server was stopped while importing")
                     if time.monotonic() >= deadline:
+                        self._kill()
                         raise ServerError(f"the process server was not ready after "
-                                          f"{READY_TIMEOUT_S:g} s")
+                                          f"{self._ready_timeout_s:g} s")
                     continue
                 message, _ = _receive(self._sock)
                 if message is None:
@@ -202,6 +214,18 @@ class ProcessServer:
                     return message
                 if message.get("op") == "failed":
                     raise ServerError(message.get("error", "the process server failed"))
+
+    def abort(self) -> None:
+        """Stop a start() in progress (Ctrl-C, SIGTERM): within a second it ends the server and
+        raises ServerError, rather than waiting out the imports."""
+        self.aborted = True
+
+    def _kill(self) -> None:
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)   # its own session: the group is its own
+        except ProcessLookupError:
+            pass
+        self._proc.wait()
 
     def _spawn_server(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

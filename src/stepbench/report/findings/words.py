@@ -148,13 +148,6 @@ def with_attn(attn: str, pairs: list[tuple[Row, Row]], rest: str) -> str:
     return f"With {attn} attention, {rest}"
 
 
-def unit_of(rows: list[Row]) -> str:
-    """What the rows' throughput counts: one user's unit ("images") where all count it, else
-    tokens."""
-    units = {r.units for row in rows for r in row.records if r.ok}
-    return units.pop() if len(units) == 1 and None not in units else "tokens"
-
-
 def variants(rows: list[Row], both_ok: bool = True) -> dict[tuple, list[tuple[Row, Row]]]:
     """{(attn, compile_mode): [(eager row, compiled row) per GPU]} in row order."""
     out: dict[tuple, list[tuple[Row, Row]]] = {}

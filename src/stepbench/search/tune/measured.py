@@ -13,6 +13,7 @@ from stepbench.record import Record
 from stepbench.search.gains import GainTable, differences, observations, rate
 from stepbench.search.tune.results import Tried, label
 from stepbench.setup import Setup
+from stepbench.units import unit_of
 from stepbench.workload.plan import no_blocks, per_block
 
 BATCH_LIMIT = 4096     # no batch beyond this
@@ -81,8 +82,7 @@ class Measurements:
     def unit(self) -> str:
         """What the measured setups' throughput counts: a factory's own unit ("images"), else
         "tokens"."""
-        return self.kept("unit", lambda: next((r.units for r in self.records() if r.units),
-                                              "tokens"))
+        return self.kept("unit", lambda: unit_of(*(r.units for r in self.records())))
 
     def mean_tokens(self, setup: Setup) -> float:
         """The mean tokens/s of the setup's processes that ran."""
@@ -231,9 +231,9 @@ def outcome(record: Record) -> str:
     """A measurement in a few words, as the tune's lines say it: its rate and step, or its
     status."""
     if record.ok:
-        text = f"{record.tokens_per_s:,.0f} {record.units or 'tokens'}/s, {record.step_ms:.1f} ms"
+        text = f"{record.tokens_per_s:,.0f} {unit_of(record.units)}/s, {record.step_ms:.1f} ms"
         if abs(rate(record) / record.tokens_per_s - 1) > 0.05:
-            text += (f" (a mean over an uneven run: {rate(record):,.0f} {record.units or 'tokens'}"
+            text += (f" (a mean over an uneven run: {rate(record):,.0f} {unit_of(record.units)}"
                      "/s by its median step, which the search goes by)")
         return text
     return record.status

@@ -151,9 +151,7 @@ class Tuner:
             left = self.left_s() - self.reserve_s()
             if left < price.total:
                 which = f" #{repeat + 1}" if repeat else ""
-                self.skip(f"{label(setup)}{which}: not measured, the budget has "
-                          f"{max(left, 0):.0f} s left for it and it takes about "
-                          f"{price.total:.0f} s ({price.describe()})")
+                self.skip(f"{label(setup)}{which}: not measured, {price.over_budget(left)}")
                 return None
             # A process far slower than priced (a compile that does not end) is stopped; one
             # priced without its steps (the first reference) may take what the budget has left.
@@ -404,8 +402,7 @@ class Tuner:
                 stored = (c.setup.check().key(), 0) in self.seen.stored
                 if c.reason is None and c.price.total > left and not stored:
                     c.why = "budget"
-                    c.reason = (f"the budget has {max(left, 0):.0f} s left for it and it takes "
-                                f"about {c.price.total:.0f} s ({c.price.describe()})")
+                    c.reason = c.price.over_budget(left)
                 if c.reason is not None:
                     said.unmeasured[c.setup] = c
             ready = [c for c in candidates if c.reason is None]
