@@ -326,6 +326,13 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
     assert "reshard" in fsdp2["scaling"]["wrapping"].split(", ")[1]
     # A factory that names no block, compiled: FSDP2 shards the root alone, compiled whole.
     (tmp_path / "mlp.py").write_text(MLP)
+    # In its cache, what a compile killed mid-way leaves (measure/inductor_cache.py): an empty
+    # shared object under inductor's lock name; the ranks remove it before they compile.
+    stub = tmp_path / "inductor" / "zz" / "czzkilled.main.so"
+    stub.parent.mkdir(parents=True)
+    stub.touch()
+    (tmp_path / "inductor" / "locks").mkdir()
+    (tmp_path / "inductor" / "locks" / "czzkilled.lock").touch()
     proc = run_cli("run", "--model", f"{tmp_path / 'mlp.py'}:make", "--device", "cpu",
                    "--batch", "4", "--precision", "fp32", "--modes", "compile", "--warmup", "1",
                    "--steps", "2", "--repeats", "1", "--nproc", "2", "--parallel", "fsdp2",
@@ -337,6 +344,7 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
     first, second = root["ranks"]
     assert first["loss_first"] == pytest.approx(second["loss_first"], rel=1e-5)
     assert root["setup"]["mode"] == "compile" and root["compile"]["graphs"] >= 1
+    assert not stub.exists()
     # Its report's scaling table counts its own unit.
     assert main(["report", str(tmp_path / "root.jsonl")]) == 0
     text = capsys.readouterr().out

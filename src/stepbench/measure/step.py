@@ -24,7 +24,8 @@ from typing import Callable
 import torch
 
 from stepbench import hostlead, workload
-from stepbench.measure import compile_info, kernels, machine, options, parallel, telemetry  # noqa: F401
+from stepbench.measure import (compile_info, inductor_cache, kernels, machine, options,  # noqa: F401
+                               parallel, telemetry)
 from stepbench.measure.phases import Phases
 from stepbench.noise import noise_flags_for
 from stepbench.setup import Setup
@@ -56,6 +57,12 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     progress("building")
     if setup.mode == "compile":
         compile_info.watch_recompile_limit()
+        repaired = inductor_cache.repair(inductor_cache.folder())
+        if repaired:
+            shown = ", ".join(repaired[:3]) + (", ..." if len(repaired) > 3 else "")
+            result.setdefault("notes", []).append(
+                f"inductor cache: removed {len(repaired)} damaged file(s) that a compile killed "
+                f"mid-way had left ({shown})")
     work, step, optimizer = build_workload(setup, device)
     model = work.model
     result["params"] = sum(p.numel() for p in model.parameters())
