@@ -802,6 +802,22 @@ def test_a_gain_is_looked_up_on_this_machine_first_then_in_the_committed_results
     assert chained.hi == pytest.approx(2.2) and chained.kind.startswith("mode eager -> compile")
 
 
+def test_a_batch_change_gains_no_more_than_its_factor_allows_however_it_was_measured():
+    from stepbench.search.gains import GainTable
+
+    doubling, halving = ("batch", 2.0, "eager", 4), ("batch", 0.5, "eager", 8)
+    # A busy machine's disturbed pair: 80x from doubling the batch, 0.01x from halving it.
+    table = GainTable(observed(doubling, 1.6, 80.0) + observed(halving, 0.01, 0.7))
+    assert (table.lookup(doubling).lo, table.lookup(doubling).hi) == (1.6, 2.0)
+    assert (table.lookup(halving).lo, table.lookup(halving).hi) == (0.5, 0.7)
+    # Seven doublings chained from the nearest one: at most 2^7, not 80^7.
+    chained = table.chain(BASE.replace(batch=4), BASE.replace(batch=512))
+    assert chained.hi == pytest.approx(2.0 ** 7)
+    # Other changes keep what was measured.
+    compile_key = ("mode", "eager", "compile", "sdpa")
+    assert GainTable(observed(compile_key, 9.0)).lookup(compile_key).hi == 9.0
+
+
 def test_the_json_names_the_stages_and_reads_back(tmp_path):
     result, _ = tune_with(tmp_path, budget_s=3600)
     data = json.loads(json.dumps(result.to_dict(), default=str))

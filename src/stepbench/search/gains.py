@@ -234,7 +234,7 @@ class GainTable:
             for level in _levels(key):
                 found = level(pool)
                 if found:
-                    ratios = [o.ratio for o in found]
+                    ratios = [bounded(key, o.ratio) for o in found]
                     where = THIS_MACHINE if pool is self.machine else _committed_source(found)
                     return Gain(min(ratios), max(ratios), kind, where, tuple(found), decides)
         if key[:3] in REASONED:
@@ -259,6 +259,17 @@ class GainTable:
             g = self.lookup(change_key(axis, current, step))
             gain, current = (g if gain is None else gain.then(g)), step
         return gain
+
+
+def bounded(key: tuple, ratio: float) -> float:
+    """A measured ratio within what its change can do: a batch times f trains f times the
+    tokens a step in no less time (more work), so at most f times the tokens/s; a batch cut to
+    f, in no more time, at least f times. A ratio beyond it is a disturbed measurement (on a busy
+    CPU, a chain of doublings from such ratios promised a tune up to 9.7e12 samples/s)."""
+    if key[0] != "batch":
+        return ratio
+    factor = key[1]
+    return min(ratio, factor) if factor > 1 else max(ratio, factor)
 
 
 def _committed_source(found: list[Observation]) -> str:
