@@ -818,6 +818,24 @@ def test_a_batch_change_gains_no_more_than_its_factor_allows_however_it_was_meas
     assert GainTable(observed(compile_key, 9.0)).lookup(compile_key).hi == 9.0
 
 
+def test_a_pair_that_other_work_disturbed_is_no_observation():
+    from stepbench.record import Machine, Record
+    from stepbench.search.gains import observations
+
+    def record(mode, tokens_per_s, flags=()):
+        return Record(run_id="r", repeat=0, setup=BASE.replace(mode=mode), status="ok",
+                      step_ms=100.0, step_ms_median=100.0, tokens_per_s=tokens_per_s,
+                      noise_flags=list(flags), machine=Machine(gpu="cpu"))
+
+    quiet = [record("eager", 1000.0), record("compile", 1500.0)]
+    assert sorted(o.ratio for o in observations(quiet)) == [pytest.approx(1 / 1.5, rel=1e-3), 1.5]
+    # Another process took the CPU while compile ran: its 0.004x says nothing of compile.
+    busy = [record("eager", 1000.0), record("compile", 4.0, ["busy_cpu"])]
+    assert observations(busy) == []
+    # Spread within one process's steps is the setup's own: still an observation.
+    assert len(observations([record("eager", 1000.0), record("compile", 1500.0, ["high_cv"])])) == 2
+
+
 def test_the_json_names_the_stages_and_reads_back(tmp_path):
     result, _ = tune_with(tmp_path, budget_s=3600)
     data = json.loads(json.dumps(result.to_dict(), default=str))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from itertools import combinations
-from typing import Sequence
+from typing import Iterable, Sequence
 
 CV_THRESHOLD = 0.05
 # Processes disagree when their median steps are further apart than this share (of the faster)
@@ -24,6 +24,21 @@ SPREAD_FLOOR = 0.03
 SPREAD_CVS = 2.0
 # Processes of one setup whose peak memory differs by more than this share (of the smaller).
 MEMORY_SPREAD = 0.20
+
+# The flags that say something outside the step disturbed the timed steps (another process
+# took CPU or GPU time, the GPU slowed, torch.compile recompiled): such a row's step time is the
+# disturbance's as much as the setup's, unlike spread (high_cv, process_spread), which a test
+# on the steps measures.
+DISTURBED = ("busy_cpu", "other_processes", "throttled", "clock_drop", "recompiled")
+
+
+def disturbed(flags: Iterable[str]) -> bool:
+    """Whether a row's step time carries a mark of DISTURBED (no finding compares or ranks
+    such a row: the report lists it as untested)."""
+    return not _DISTURBED.isdisjoint(flags)      # (asked tens of thousands of times)
+
+
+_DISTURBED = frozenset(DISTURBED)
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float | None:

@@ -8,7 +8,7 @@ and after is tested against before with the report's test (stats.compare_step_ti
 hierarchical bootstrap where both ran 2 or more processes). A change is called slower or faster
 only when it is outside the noise (p < 0.05 and the ratio's 95% interval excludes 1).
 
-A setup whose steps something outside the step disturbed on either side (marks.DISTURBED: other
+A setup whose steps something outside the step disturbed on either side (noise.DISTURBED: other
 processes on the CPU or the GPU, throttling, a recompile; `‡` and its kin in the tables) gets no
 verdict of slower, faster or within the noise: the test would measure the disturbance, so the
 verdict is `disturbed` and the change is shown as measured.
@@ -78,7 +78,7 @@ class Change:
 
     @property
     def disturbed_marks(self) -> str:
-        """The marks of what disturbed either side's timed steps (marks.DISTURBED), "" when
+        """The marks of what disturbed either side's timed steps (noise.DISTURBED), "" when
         nothing did."""
         return disturbed_marks(self.before, self.after)
 

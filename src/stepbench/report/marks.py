@@ -1,5 +1,5 @@
 """The marks placed after a step time (and after a peak memory), and the footnotes that explain
-them; which marks keep two rows from being compared (`disturbed`).
+them; which marks keep two rows from being compared (noise.DISTURBED, `disturbed_marks`).
 
 Every table with a step time (the results, `run`'s table, a tune's) marks it the same way, so
 that "*" means one thing wherever it appears.
@@ -8,6 +8,8 @@ that "*" means one thing wherever it appears.
 from __future__ import annotations
 
 from typing import Iterable
+
+from stepbench.noise import DISTURBED
 
 # One mark per noise flag; a flag without a mark is named in the details instead.
 _SLOWED = ("†", "the GPU reported throttling or its SM clock dropped by over 10% during the "
@@ -33,20 +35,6 @@ MEMORY_MARK = ("~", "after Peak memory: its processes' peaks differed by more th
 MEMORY_FLAG = "memory_spread"
 
 
-# The flags that say something outside the step disturbed the timed steps (another process
-# took CPU or GPU time, the GPU slowed, torch.compile recompiled): such a row's step time is the
-# disturbance's as much as the setup's, unlike spread (high_cv, process_spread), which a test
-# on the steps measures.
-DISTURBED = ("busy_cpu", "other_processes", "throttled", "clock_drop", "recompiled")
-
-
-def disturbed(flags: Iterable[str]) -> bool:
-    """Whether a row's step time carries a mark of DISTURBED (no finding compares or ranks
-    such a row: the report lists it as untested)."""
-    return not _DISTURBED.isdisjoint(flags)      # (asked tens of thousands of times)
-
-
-_DISTURBED = frozenset(DISTURBED)
 
 
 # What torch.compile did beyond one graph compiled once (not noise: a property of the setup

@@ -229,7 +229,7 @@ def _finding(comp: Row, eager: Row, base: Row | None, start: int) -> Finding:
 def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     """"raises tokens/s by 18% over X" (short: "18% over X"), "reaches 2.1x the tokens/s of X",
     "lowers tokens/s by 5% against X", or within the noise of X; "not compared with X" where
-    either row's steps were disturbed (marks.DISTURBED: no claim rests on such a row)."""
+    either row's steps were disturbed (noise.DISTURBED: no claim rests on such a row)."""
     marks = disturbed_marks(new, old)
     if marks:
         return (f"not compared with {against} ({marks}: disturbed steps)" if short

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from stepbench.axes import AXES
+from stepbench.noise import disturbed
 from stepbench.record import Record
 from stepbench.settings import SEARCHED
 from stepbench.setup import Setup
@@ -90,8 +91,10 @@ def _group(setup: Setup, gpu: str) -> str:
 
 
 def observations(records: Iterable[Record], where: str = THIS_MACHINE) -> list[Observation]:
-    """Every one-change pair among `records` that ran (a setup measured several times counts
-    by the median of its rates), both ways, measured `where`."""
+    """Every one-change pair among `records` that ran undisturbed (noise.DISTURBED: another
+    process's CPU time, a throttled GPU, a recompile; such a pair's ratio is the disturbance's
+    as much as the change's), both ways, measured `where`; a setup measured several times
+    counts by the median of its rates."""
     return _observations((r, where) for r in records)
 
 
@@ -101,7 +104,7 @@ def _observations(items: Iterable[tuple[Record, str]]) -> list[Observation]:
     files: dict[tuple, set] = {}
     gpus: dict[tuple, str] = {}
     for r, where in items:
-        if not r.ok or not rate(r):
+        if not r.ok or not rate(r) or disturbed(r.noise_flags):
             continue
         plain = r.setup.replace(warmup=0, steps=1)
         key = (_group(r.setup, r.machine.gpu), plain.key())

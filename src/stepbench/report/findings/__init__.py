@@ -5,7 +5,7 @@ zero or more findings; a finding with no data behind it is left out, never inven
 "faster" or "slower" between two setups is checked against the spread of their step times
 (stats.compare): when the difference cannot be told apart from noise the sentence says so, and
 when no spread was recorded it states the direction and the last finding says it was untested.
-No finding rests on a row whose timed steps were disturbed (marks.DISTURBED: other processes
+No finding rests on a row whose timed steps were disturbed (noise.DISTURBED: other processes
 on a busy CPU or on the GPU, throttling, recompilation): a comparison with it is not stated and
 rankings leave it out (words.told, words.steady), and `untested` names both; peak memory is not
 compared when both sides' processes disagreed on it.

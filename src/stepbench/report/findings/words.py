@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from stepbench import stats
-from stepbench.report.marks import MEMORY_FLAG, disturbed
+from stepbench.noise import disturbed
+from stepbench.report.marks import MEMORY_FLAG
 from stepbench.report.rows import Row, eager_twins
 from stepbench.report.table import sig
 from stepbench.workload.spec import is_factory
@@ -53,7 +54,7 @@ def told(a: Row, b: Row) -> bool:
 
 
 def steady(row: Row) -> bool:
-    """Whether nothing outside the step disturbed the row's timed steps (marks.DISTURBED): the
+    """Whether nothing outside the step disturbed the row's timed steps (noise.DISTURBED): the
     rows that rankings (fastest setup and GPU, per dollar, MFU, energy, compile time, the host)
     may use; `untested` names the others."""
     return not disturbed(row.noise_flags)
