@@ -30,7 +30,7 @@ from typing import Callable
 
 from stepbench.claims import Claims
 from stepbench.errors import UserError
-from stepbench.record_checks import not_results, overlap, wrong_value
+from stepbench.record_checks import out_problem, overlap, wrong_value
 from stepbench.record_formats import (FORMAT_V1, FORMATS, LATER_FIELDS, LAYER_GRAPHS,  # noqa: F401
                                       RecordFormat)
 from stepbench.setup import Setup
@@ -309,10 +309,10 @@ class ResultsFile:
         """Fail before anything runs, with the fix, when the file cannot be appended to (opened
         and locked as append does), or holds something other than records (notes, a CSV):
         appending JSON to it would spoil both."""
-        problem = not_results(self.path)
+        problem = out_problem(self.path)
         if problem:
-            raise UserError(f"{self.path} is not a stepbench results file ({problem}); pass a "
-                            "new file or a results file to --out")
+            raise UserError(f"{problem}; pass a new file or a results file to --out",
+                            kind="results_file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = self._open()

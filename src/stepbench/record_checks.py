@@ -184,6 +184,29 @@ def not_results(path: Path) -> str | None:
     return "none of its first lines is a record"
 
 
+def out_problem(path: Path) -> str | None:
+    """Why `path` cannot take a run's records, as far as can be told without making it: a
+    folder, a path under a file, or a file of something else than records (appending JSON to
+    it would spoil both); None otherwise (the run opens it before anything runs)."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        return f"{path} is a folder"
+    there = next((p for p in path.parents if p.exists()), None)
+    if there is not None and not there.is_dir():
+        return f"{path} cannot be made: {there} is a file"
+    problem = not_results(path)
+    return f"{path} is not a stepbench results file ({problem})" if problem else None
+
+
+def holds_records(path: Path) -> bool:
+    """Whether `path` is a results file with content: what a report's, comparison's or price
+    file's --out never writes over."""
+    try:
+        return path.is_file() and path.stat().st_size > 0 and not_results(path) is None
+    except OSError:
+        return False
+
+
 def overlap(earlier, later) -> bool:
     """Whether record `later` started before `earlier` finished (ISO times in UTC, as run
     writes them): two runs measured the same setup at once. A rerun starts after."""
