@@ -24,7 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from stepbench.errors import UserError
+from stepbench.errors import UserError, check_number
 
 RUN, TUNE = "run", "tune"
 SETTING, PART = "stepbench.setting", "stepbench.part"
@@ -105,14 +105,8 @@ class Setting:
         if value is not None and self.choices and value not in self.choices:
             raise UserError(f"{name} takes one of {', '.join(self.choices)}, got {value!r}",
                             kind="unknown_value")
-        if value is not None and self.least is not None:
-            if self.kind is int and value < self.least:
-                raise UserError(f"{name} must be an integer >= {self.least:g}, got {value}",
-                                kind="bad_value")
-            if self.kind is float and not value > self.least:
-                unit = f" {self.unit}" if self.unit else ""
-                raise UserError(f"{name} must be > {self.least:g}{unit}, got {value:g}",
-                                kind="bad_value")
+        if value is not None and self.kind in (int, float) and not self.many:
+            check_number(value, name, self.kind, self.least, self.unit)
         if self.check is not None and value is not None:
             self.check(value, name)
         value = _coerce(self, value)
