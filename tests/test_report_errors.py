@@ -94,6 +94,24 @@ def test_unknown_schema_version_is_warned_named_and_skipped(capsys, tmp_path):
     assert len(rows) == 15
 
 
+@pytest.mark.parametrize("schema", [None, "1", 0])
+def test_a_record_without_stepbenchs_schema_is_not_told_to_upgrade(capsys, tmp_path, schema):
+    # Another tool's line with a `setup` object (a torchtitan script's): no newer stepbench
+    # reads it either.
+    def other(name, lines):
+        if name == "4-h100.jsonl":
+            rec = json.loads(lines[2])
+            rec["schema"] = schema
+            lines[2] = json.dumps(rec)
+        return lines
+
+    folder = copy_post(tmp_path, other)
+    code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "json")
+    assert code == 0 and len(json.loads(out)["rows"]) == 15
+    [line] = [line for line in err.splitlines() if "4-h100.jsonl:3:" in line]
+    assert names(line, "skipped", "not a stepbench record", repr(schema)) and "upgrade" not in line
+
+
 def test_record_without_gpu_is_warned_and_skipped(capsys, tmp_path):
     def no_gpu(name, lines):
         if name == "3-a6000.jsonl":

@@ -467,9 +467,13 @@ def _parse(line: str, where: str, warn) -> Record | None:
     if not isinstance(data, dict) or not isinstance(data.get("setup"), dict):
         warn(f"{where}: skipped a line that is not a stepbench record")
         return None
-    if data.get("schema") != SCHEMA:
-        warn(f"{where}: skipped a record of schema {data.get('schema')!r}; this stepbench reads "
-             f"schema {SCHEMA} (upgrade stepbench to read it)")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        # A newer stepbench's record, or a line of something else that has a `setup` object.
+        warn(f"{where}: skipped a record of schema {schema}; this stepbench reads schema "
+             f"{SCHEMA} (upgrade stepbench to read it)" if type(schema) is int and schema > SCHEMA
+             else f"{where}: skipped a line that is not a stepbench record (schema {schema!r}, "
+                  f"not {SCHEMA})")
         return None
     problem = _problem(data)
     if problem:
