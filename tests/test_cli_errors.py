@@ -66,6 +66,11 @@ CASES = [
     (["--profile", "traces", "--host", "gpu-a"], "conflict", ("--profile",)),
     # A cluster (docs/ray.md, docs/slurm.md), refused before any cluster is asked.
     (["--gpu-type", "H100"], "conflict", ("--gpu-type", "--ray", "--slurm")),
+    # The settings of SSH hosts and rentals, without any: they would be ignored.
+    (["--remote-python", "python3.12"], "conflict", ("--remote-python", "--host", "--rent")),
+    (["--ssh-config", "/etc/hostname"], "conflict", ("--ssh-config", "--host", "--rent")),
+    (["--rent-max-minutes", "30"], "conflict", ("--rent-max-minutes", "--rent")),
+    (["--host", "gpu-a", "--rent-key", "/etc/hostname"], "conflict", ("--rent-key", "--rent")),
     (["--ray", "http://head:8265", "--host", "gpu-a"], "conflict",
      ("--ray", "--host", "--hosts-file", "--rent")),
     (["--ray", "http://head:8265", "--node-rank", "0"], "conflict",

@@ -21,8 +21,8 @@ DEVICE_CHOICES = tuple(d.value for d in Device)
 # The backends a setting chooses (execute/ runs each); a cluster engine places the setups itself.
 RAY = Backend("ray", "Ray", "--ray ADDRESS", cluster=True)
 SLURM = Backend("slurm", "Slurm", "--slurm [PARTITION]", cluster=True)
-HOSTS = Backend("hosts", "SSH hosts")
-RENT = Backend("rent", "rented machines")
+HOSTS = Backend("hosts", "SSH hosts", "--host NAME")
+RENT = Backend("rent", "rented machines", "--rent PROVIDER:GPU")
 
 # The flags' groups in --help, in this order after the ungrouped ones.
 GROUPS = {

@@ -278,7 +278,7 @@ def check_backends(settings) -> None:
                         "runs the setups; pass one of them", kind="conflict")
     names = {b.name for _, b in chosen}
     for s in everything:
-        if s.needs and value_at(settings, s) is not None and not names & set(s.needs):
+        if s.needs and _set(settings, s) and not names & set(s.needs):
             usages = [b.usage for b in dict.fromkeys(
                 x.backend for x in everything if x.backend and x.backend.name in s.needs)]
             raise UserError(f"{s.flag_name} {s.needs_why}; add {' or '.join(usages)} (or drop "
@@ -288,6 +288,13 @@ def check_backends(settings) -> None:
         others = [s.flag_name for s in everything if s.backend and not s.backend.cluster]
         raise UserError(f"{flag} runs the setups on a {engine.title} cluster; drop "
                         f"{_and(others)} (or {flag})", kind="conflict")
+
+
+def _set(settings, s: Setting) -> bool:
+    """Whether setting `s` holds a value of its own: given, not its default (a default means
+    nothing without the backend it is for)."""
+    value = value_at(settings, s)
+    return value not in (None, ()) and value != s.checked(s.default)
 
 
 def _and(items: list[str]) -> str:
