@@ -112,6 +112,35 @@ def test_a_record_without_stepbenchs_schema_is_not_told_to_upgrade(capsys, tmp_p
     assert names(line, "skipped", "not a stepbench record", repr(schema)) and "upgrade" not in line
 
 
+def test_a_file_that_is_no_results_file_is_one_warning_not_one_per_line(capsys, tmp_path):
+    # A gzip of a results file (thousands of lines of bytes), a binary file: one line says so.
+    import gzip
+
+    packed = tmp_path / "r.jsonl.gz"
+    packed.write_bytes(gzip.compress((POST / "4-h100.jsonl").read_bytes() * 50))
+    noise = tmp_path / "noise.jsonl"
+    noise.write_bytes(bytes(range(256)) * 400)
+    code, out, err = report(capsys, packed, noise)
+    assert code == 2 and out == ""
+    assert [line.split(": ")[1:3] for line in err.splitlines()][:2] == [
+        ["warning", f"{packed}"], ["warning", f"{noise}"]], err
+    assert len(err.splitlines()) == 3 and error_line(err.splitlines()[2], "report"), err
+    assert all(names(line, "not a stepbench results file") for line in err.splitlines()[:2])
+    # Beside a results file: that one is reported.
+    code, out, err = report(capsys, packed, POST / "4-h100.jsonl", "--format", "json")
+    assert code == 0 and len(json.loads(out)["rows"]) == 4
+    assert [line for line in err.splitlines() if str(packed) in line] == [
+        f"stepbench report: warning: {packed}: skipped, not a stepbench results file (none of "
+        "its first lines is a record)"]
+
+
+def test_blank_lines_before_the_records_do_not_hide_them(capsys, tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n" * 40 + (POST / "4-h100.jsonl").read_text())
+    code, out, _ = report(capsys, path, "--format", "json")
+    assert code == 0 and len(json.loads(out)["rows"]) == 4
+
+
 def test_record_without_gpu_is_warned_and_skipped(capsys, tmp_path):
     def no_gpu(name, lines):
         if name == "3-a6000.jsonl":

@@ -268,7 +268,9 @@ def not_results(path: Path) -> str | None:
         if not path.is_file() or path.stat().st_size == 0:
             return None
         with open(path, encoding="utf-8", errors="replace") as f:
-            head = [line.strip() for line in f.read(_HEAD_BYTES).splitlines()[:20]]
+            # The first 20 lines that are not blank.
+            head = list(itertools.islice(filter(None, map(str.strip,
+                                                          f.read(_HEAD_BYTES).splitlines())), 20))
     except OSError:
         return None                 # check_writable says why it cannot be used
     for line in filter(None, head):
