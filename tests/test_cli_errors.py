@@ -66,6 +66,8 @@ CASES = [
     (["--profile", "traces", "--host", "gpu-a"], "conflict", ("--profile",)),
     # A cluster (docs/ray.md, docs/slurm.md), refused before any cluster is asked.
     (["--gpu-type", "H100"], "conflict", ("--gpu-type", "--ray", "--slurm")),
+    (["--parallel", "ddp", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:99999"],
+     "bad_value", ("--rdzv-endpoint", "'h:99999'", "HOST:PORT")),
     # The settings of SSH hosts and rentals, without any: they would be ignored.
     (["--remote-python", "python3.12"], "conflict", ("--remote-python", "--host", "--rent")),
     (["--ssh-config", "/etc/hostname"], "conflict", ("--ssh-config", "--host", "--rent")),

@@ -25,6 +25,20 @@ def _margin(value: float, name: str) -> None:
         raise UserError(f"{name} is a percentage from 0 to 99, got {value:g}")
 
 
+def _endpoint(value: str, name: str) -> None:
+    """HOST[:PORT] as torchrun takes it (its port defaults to 29400); [v6]:PORT too."""
+    host, port = value, ""
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    if not host or any(c.isspace() for c in value) or value.endswith(":") or \
+            (port and not (port.isdigit() and 0 < int(port) < 65536)):
+        raise UserError(f"{name} {value!r} is not HOST:PORT; pass node 0's address and a free "
+                        "port there, e.g. 10.0.0.1:29500", kind="bad_value")
+
+
 # The settings of SSH hosts and rented machines (run as hosts) mean nothing without one.
 _REMOTE, _REMOTE_WHY = ("hosts", "rent"), "says how to use the SSH hosts and rented machines"
 _RENT, _RENT_WHY = ("rent",), "sets up the rented machines"
@@ -153,7 +167,8 @@ class RunSettings(Common):
             "[gpus.md](gpus.md#one-job-over-two-hosts))")
     rdzv_endpoint: str | None = setting(
         None, "node 0's address and a free port there, where the hosts of a job meet (torchrun "
-        "--rdzv-endpoint; default: a free port on this host)", metavar="HOST:PORT")
+        "--rdzv-endpoint; default: a free port on this host)", metavar="HOST:PORT",
+        check=_endpoint)
     measure_peak: bool = setting(
         False, "on a GPU, skip measuring the matmul rate (used for mfu_measured)", key="no_peak",
         convert=operator.not_,
