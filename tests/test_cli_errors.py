@@ -1,5 +1,6 @@
 """Bad input to `stepbench run`: one line on stderr that names the fix, exit code 2, no traceback."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -281,6 +282,11 @@ PATH_CASES = [
      ("price file", "'{tmp}/missing.toml'")),
     (["report", "{tmp}/r.jsonl", "--out", "{tmp}"], ("{tmp} ", "Is a directory")),
     (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/file"], ("--plots {tmp}/file", "folder")),
+    # A pipe would wait for a writer forever, a device never end; a read that fails part-way.
+    (["run", "--plan", "{tmp}/pipe"], ("plan {tmp}/pipe", "pipe")),
+    (["run", "--hosts-file", "{tmp}/pipe"], ("hosts file {tmp}/pipe", "pipe")),
+    (["run", "--out", "{tmp}/pipe", "--dry-run"], ("{tmp}/pipe", "regular file", "--out")),
+    (["report", "/proc/self/mem"], ("results file /proc/self/mem", "Input/output error")),
     (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/file/plots"], ("plots", "{tmp}/file/plots")),
 ]
 
@@ -290,6 +296,7 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, tokens, capsys, tmp_pa
     (tmp_path / "file").write_text("not a folder\n")
     shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r.jsonl")
     shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r2.jsonl")
+    os.mkfifo(tmp_path / "pipe")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if args[0] not in ("report", "compare"):
         args += ["--device", "cpu"] + (["--out", str(tmp_path / "new.jsonl")]

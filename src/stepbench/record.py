@@ -416,11 +416,15 @@ class ResultsFile:
         # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
         with _FILE_LOCK, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
             _shared_lock(f.fileno())
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    record = _parse(line, f"{self.path}:{number}", warn)
-                    if record is not None:
-                        records.append((number, record))
+            try:
+                for number, line in enumerate(f, 1):
+                    if line.strip():
+                        record = _parse(line, f"{self.path}:{number}", warn)
+                        if record is not None:
+                            records.append((number, record))
+            except OSError as exc:  # a failing disk or network filesystem, /proc/self/mem
+                raise UserError(f"cannot read results file {self.path} ({exc.strerror}); pass "
+                                "a results file that can be read") from None
         return records
 
     def latest(self, warn: Callable[[str], None] | None = None) -> list[Record]:

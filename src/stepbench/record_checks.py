@@ -292,6 +292,8 @@ def out_problem(path: Path) -> str | None:
     path = Path(path).expanduser()
     if path.is_dir():
         return f"{path} is a folder"
+    if path.exists() and not path.is_file():
+        return f"{path} is not a regular file (a pipe or a device)"
     there = next((p for p in path.parents if p.exists()), None)
     if there is not None and not there.is_dir():
         return f"{path} cannot be made: {there} is a file"
