@@ -433,6 +433,8 @@ def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_pa
     # finite, but no measurement: it would overflow the report's arithmetic
     ("first_step_s", 1e308, "first_step_s is 1e+308, larger than any measurement"),
     ("step_times_ms", [10.0, 1e300], "step_times_ms is [10.0, 1e+300], not a list of numbers"),
+    # an integer past int64: matplotlib's plots cannot take it
+    ("step_ms", 10**30, "step_ms is 1000000000000000000000000000000, larger than any measurement"),
     ("first_step_s", float("inf"), "first_step_s is inf"),
     ("step_times_ms", [10.0, -1.0], "step_times_ms is [10.0, -1.0], not a list of numbers >= 0"),
     ("peak_memory_gb", -0.5, "peak_memory_gb is -0.5"),

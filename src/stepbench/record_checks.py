@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from stepbench.axes import AXES
+from stepbench.errors import INT_MOST
 
 
 def wrong_value(data: dict, record, machine, software) -> str | None:
@@ -50,7 +51,8 @@ def wrong_value(data: dict, record, machine, software) -> str | None:
 
 
 def _why(name: str, value, wanted: str) -> str:
-    if type(value) in (int, float) and math.isfinite(value) and abs(value) >= _LARGEST:
+    if type(value) in (int, float) and math.isfinite(value) and (
+            abs(value) >= _LARGEST or (type(value) is int and abs(value) > INT_MOST)):
         return f"{name} is {_shown(value)}, larger than any measurement"
     return f"{name} is {_shown(value)}, not {wanted}"
 
@@ -215,9 +217,9 @@ def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]
     if kind is float:
         if not finite:
             return (lambda v: type(v) in (float, int)), "a number"
-        return (lambda v: type(v) in _NUMBER_TYPES and -_LARGEST < v < _LARGEST), "a number"
+        return _number, "a number"
     if kind is int:
-        return (lambda v: type(v) is int and -_LARGEST < v < _LARGEST), "an integer"
+        return (lambda v: type(v) is int and -INT_MOST <= v <= INT_MOST), "an integer"
     if kind is bool:
         return (lambda v: isinstance(v, bool)), "true or false"
     if kind is str:
@@ -225,12 +227,21 @@ def _check_of(kind, finite: bool = True) -> tuple[Callable[[object], bool], str]
     return (lambda v: isinstance(v, dict)), "an object"
 
 
+def _number(v) -> bool:
+    """A finite number below _LARGEST in size; an integer within int64 (what numpy and
+    matplotlib take: a larger one is no measurement either)."""
+    if type(v) is int:
+        return -INT_MOST <= v <= INT_MOST
+    return type(v) is float and -_LARGEST < v < _LARGEST
+
+
 def _numbers(v, finite: bool) -> bool:
     """Whether `v` is a list of numbers (with `finite`: finite, below _LARGEST in size), as C
     loops over the list rather than a call per value (NaN is below nothing)."""
     if not isinstance(v, list) or not all(map(_NUMBER_TYPES.__contains__, map(type, v))):
         return False
-    return not finite or all(map(operator.lt, map(abs, v), itertools.repeat(_LARGEST)))
+    return not finite or (all(map(operator.lt, map(abs, v), itertools.repeat(_LARGEST)))
+                          and all(-INT_MOST <= x <= INT_MOST for x in v if type(x) is int))
 
 
 _NUMBER_TYPES = frozenset((int, float))
