@@ -87,6 +87,8 @@ def test_cuda_without_cuda_is_a_one_line_user_error(capsys):
     (["--device", "cpu", "--sustained", "nan"], ("--sustained", "nan")),
     # Matrices larger than any address space: the allocation's failure, not its traceback.
     (["--device", "cpu", "--size", str(10**8)], ("--size 100000000", "smaller --size")),
+    (["--device", "cpu", "--size", str(10**20)], ("--size", str(10**20))),
+    (["--device", "cpu", "--repeats", str(10**20)], ("--repeats", str(10**20))),
 ])
 def test_bad_arguments_are_user_errors(argv, tokens, capsys):
     code, out, err = run_peak(["peak", *argv], capsys)
