@@ -42,11 +42,9 @@ def wrong_value(data: dict, record, machine, software) -> str | None:
         if wrong:
             name = next(n for n in checks if n in wrong)
             return _why(f"{prefix}{name}", values[name], checks[name][1])
-    for name, shape in _OBJECTS.items():
-        if data.get(name) is not None:
-            wrong_part = _misfit(shape, data[name], name)
-            if wrong_part:
-                return wrong_part
+    for name, fits in _object_checks().items():
+        if data.get(name) is not None and not fits(data[name]):
+            return _misfit(_OBJECTS[name], data[name], name)
     return None
 
 
@@ -175,9 +173,37 @@ def _misfit(shape, value, name: str) -> str | None:
 
 
 @functools.cache
+def _object_checks() -> dict[str, Callable[[object], bool]]:
+    """{object field: whether a value fits its shape}, made once from _OBJECTS: the quick
+    test every record takes; `_misfit` says what does not fit, for the few that fail."""
+    return {name: _fits_of(shape, name) for name, shape in _OBJECTS.items()}
+
+
+def _fits_of(shape, key: str) -> Callable[[object], bool]:
+    """Whether a value (not null: the caller skips those, as `_misfit` does) fits `shape`."""
+    if isinstance(shape, dict):
+        by_key = {k: _fits_of(sub, k) for k, sub in shape.items()}
+        return lambda v: isinstance(v, dict) and all(
+            by_key[k](x) for k in by_key.keys() & v.keys() if (x := v[k]) is not None)
+    if isinstance(shape, tuple):
+        each = [_fits_of(sub, key) for sub in shape]
+        return lambda v: isinstance(v, list) and len(v) == len(each) and all(
+            x is None or fits(x) for fits, x in zip(each, v))
+    if isinstance(shape, list):
+        item = _fits_of(shape[0], key)
+        return lambda v: isinstance(v, list) and all(x is None or item(x) for x in v)
+    if typing.get_origin(shape) is dict:
+        value = _fits_of(typing.get_args(shape)[1], key)
+        return lambda v: isinstance(v, dict) and all(x is None or value(x) for x in v.values())
+    return _leaf_check(shape, key)[0]
+
+
+@functools.cache
 def _leaf_check(kind, key: str) -> tuple[Callable[[object], bool], str]:
     fits, wanted = _check_of(kind)
     if key.endswith(_NON_NEGATIVE):
+        if kind is float:       # the common case, without _non_negative's lists
+            return (lambda v: _number(v) and v >= 0), "a number >= 0"
         return _non_negative(fits), wanted.replace("a number", "a number >= 0")
     return fits, wanted
 
