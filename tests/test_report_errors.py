@@ -141,6 +141,22 @@ def test_blank_lines_before_the_records_do_not_hide_them(capsys, tmp_path):
     assert code == 0 and len(json.loads(out)["rows"]) == 4
 
 
+def test_a_distributed_job_without_its_peak_memory_still_has_its_scaling_finding(capsys,
+                                                                               tmp_path):
+    # A value a record may lack (null) is left out of the sentence, not a traceback.
+    records = [json.loads(line) for line in
+               (POST.parent / "cpu-fsdp2-x2.jsonl").read_text().splitlines()]
+    for r in records:
+        r["peak_memory_gb"] = None
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out, err = report(capsys, path, "--format", "json")
+    assert code == 0 and "Traceback" not in err
+    scaling = [f["text"] for f in json.loads(out)["findings"] if f["kind"] == "scaling"]
+    assert scaling and all("scaling efficiency" in text and "peak memory" not in text
+                           for text in scaling), scaling
+
+
 def test_record_without_gpu_is_warned_and_skipped(capsys, tmp_path):
     def no_gpu(name, lines):
         if name == "3-a6000.jsonl":
