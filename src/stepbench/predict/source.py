@@ -126,8 +126,8 @@ def _combine(items) -> Measured:
         floors = [s["shortest_kernel_ms"] for s in splits if s.get("shortest_kernel_ms")]
         floor = min(floors) if floors else None
     step = statistics.median(r.step_ms for r, _ in ok) if ok else None
-    tokens = (statistics.median(r.tokens_per_s * r.step_ms / 1000 for r, _ in ok
-                                if r.tokens_per_s) if ok else None)
+    per_step = [r.tokens_per_s * r.step_ms / 1000 for r, _ in ok if r.tokens_per_s]
+    tokens = statistics.median(per_step) if per_step else None
     peaks = [r.peak_memory_gb for r in records if r.peak_memory_gb is not None]
     reserved = [r.peak_reserved_gb for r in records if r.peak_reserved_gb is not None]
     rates = [r.peak_tflops_measured for r in records if r.peak_tflops_measured]
