@@ -110,8 +110,9 @@ _CLOCKS = {"sm_clock_mhz": int, "mem_clock_mhz": int, "temperature_c": int, "pow
            "energy_mj": int, "load_1m": float, "throttle_reasons": list[str]}
 _RANK = {"rank": int, "local_rank": int, "node": int, "hostname": str, "gpu": str,
          "step_ms": float, "step_ms_median": float, "step_times_ms": list[float],
-         "timed_wall_s": float, "peak_memory_gb": float, "peak_reserved_gb": float,
-         "first_step_s": float}
+         "timed_wall_s": float, "host_lead_ms": float, "peak_memory_gb": float,
+         "peak_reserved_gb": float, "first_step_s": float, "joules_per_step": float,
+         "avg_watts": float, "noise_flags": list[str]}
 _OBJECTS = {
     "compile": {"graphs": int, "graph_breaks": int, "recompiles": int,
                 "recompiles_in_timed": int, "recompile_limit_hits": int, "cache_hits": int,
@@ -125,7 +126,7 @@ _OBJECTS = {
     "threads": {"intra_op": int, "inter_op": int},
     "memory_cap": {"baseline_gb": float, "limit_gb": float, "mechanism": str},
     "ranks": [_RANK],
-    "scaling": {"backend": str, "parallel": str, "nnodes": int, "nproc_per_node": int,
+    "scaling": {"backend": str, "parallel": str, "wrapping": str, "nnodes": int, "nproc_per_node": int,
                 "world_size": int, "efficiency": float, "tokens_per_s_per_gpu": float,
                 "peak_memory_gb_max": float, "rank_step_ms_spread": float, "slowest_rank": int,
                 "baseline": {"repeat": int, "run_id": str, "started_at": str, "step_ms": float,
