@@ -1,5 +1,6 @@
 """Bad input to `stepbench run`: one line on stderr that names the fix, exit code 2, no traceback."""
 
+import os
 import shutil
 from pathlib import Path
 
@@ -46,6 +47,11 @@ CASES = [
     (["--timeout", "0"], "bad_value", ("--timeout", "> 0", "0")),
     (["--repeats", "0"], "bad_value", ("--repeats", ">= 1", "0")),
     (["--memory-limit-gb", "-1"], "bad_value", ("--memory-limit-gb", "> 0", "-1")),
+    # Numbers torch cannot take, or that never end: refused, not a setup error in each process.
+    (["--seed", str(2**64)], "bad_value", ("--seed", str(2**63 - 1), str(2**64))),
+    (["--steps", "1" + "0" * 20], "bad_value", ("--steps", str(2**63 - 1))),
+    (["--timeout", "inf"], "bad_value", ("--timeout", "finite", "inf")),
+    (["--memory-limit-gb", "inf"], "bad_value", ("--memory-limit-gb", "finite", "inf")),
     (["--device", "cuda"], None, ("--device cuda", "CUDA", "--device cpu")),
     (["--model", "/nonexistent/config.json"], None, ("/nonexistent/config.json", "config.json")),
     (["--out", "/proc/stepbench/results.jsonl"], None, ("/proc/stepbench/results.jsonl",)),
@@ -61,6 +67,13 @@ CASES = [
     (["--profile", "traces", "--host", "gpu-a"], "conflict", ("--profile",)),
     # A cluster (docs/ray.md, docs/slurm.md), refused before any cluster is asked.
     (["--gpu-type", "H100"], "conflict", ("--gpu-type", "--ray", "--slurm")),
+    (["--parallel", "ddp", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:99999"],
+     "bad_value", ("--rdzv-endpoint", "'h:99999'", "HOST:PORT")),
+    # The settings of SSH hosts and rentals, without any: they would be ignored.
+    (["--remote-python", "python3.12"], "conflict", ("--remote-python", "--host", "--rent")),
+    (["--ssh-config", "/etc/hostname"], "conflict", ("--ssh-config", "--host", "--rent")),
+    (["--rent-max-minutes", "30"], "conflict", ("--rent-max-minutes", "--rent")),
+    (["--host", "gpu-a", "--rent-key", "/etc/hostname"], "conflict", ("--rent-key", "--rent")),
     (["--ray", "http://head:8265", "--host", "gpu-a"], "conflict",
      ("--ray", "--host", "--hosts-file", "--rent")),
     (["--ray", "http://head:8265", "--node-rank", "0"], "conflict",
@@ -239,7 +252,10 @@ DATA = Path(__file__).parent / "data"
 PATH_CASES = [
     (["run", "--plan", "{tmp}/missing.toml"], ("plan", "{tmp}/missing.toml", "No such file")),
     (["run", "--plan", "{tmp}"], ("plan", "{tmp} ", "Is a directory")),
-    (["run", "--out", "{tmp}"], ("results", "{tmp} ", "Is a directory")),
+    (["run", "--out", "{tmp}"], ("{tmp} ", "folder", "--out")),
+    # A dry run refuses the --out that the run would (it reads and makes nothing).
+    (["run", "--out", "{tmp}", "--dry-run"], ("{tmp} ", "folder", "--out")),
+    (["run", "--out", "{tmp}/file/r.jsonl", "--dry-run"], ("{tmp}/file/r.jsonl", "{tmp}/file ")),
     (["run", "--out", "{tmp}/file/r.jsonl"], ("results", "{tmp}/file/r.jsonl")),
     (["run", "--compile-cache", "{tmp}/file"], ("--compile-cache {tmp}/file", "folder")),
     (["run", "--compile-cache", "{tmp}/file/cache"],
@@ -251,15 +267,26 @@ PATH_CASES = [
     (["run", "--host", "a", "--ssh-config", "{tmp}/missing"], ("SSH config {tmp}/missing",)),
     (["tune", "--budget", "1m", "--compile-cache", "{tmp}/file"], ("--compile-cache {tmp}/file",)),
     (["tune", "--budget", "1m", "--compile-cache", "/proc/nope"], ("--compile-cache /proc/nope ",)),
-    (["tune", "--budget", "1m", "--out", "{tmp}"], ("results file {tmp} ", "Is a directory")),
+    (["tune", "--budget", "1m", "--out", "{tmp}"], ("{tmp} ", "folder", "--out")),
     # A file that holds something else: JSON appended to it would spoil both (issue 37).
     (["run", "--out", "{tmp}/file"], ("{tmp}/file", "results file")),
     (["tune", "--budget", "1m", "--out", "{tmp}/file"], ("{tmp}/file", "results file")),
+    (["run", "--out", "{tmp}/file", "--dry-run"], ("{tmp}/file", "results file")),
+    # A report, comparison or price file never writes over results (the file given to read,
+    # or any other): that would lose them.
+    (["report", "{tmp}/r.jsonl", "--out", "{tmp}/r.jsonl"], ("{tmp}/r.jsonl", "results", "--out")),
+    (["compare", "{tmp}/r.jsonl", "{tmp}/r2.jsonl", "--out", "{tmp}/r.jsonl"],
+     ("{tmp}/r.jsonl", "results", "--out")),
     (["report", "{tmp}/missing.jsonl"], ("results file", "'{tmp}/missing.jsonl'")),
     (["report", "{tmp}/r.jsonl", "--prices", "{tmp}/missing.toml"],
      ("price file", "'{tmp}/missing.toml'")),
     (["report", "{tmp}/r.jsonl", "--out", "{tmp}"], ("{tmp} ", "Is a directory")),
     (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/file"], ("--plots {tmp}/file", "folder")),
+    # A pipe would wait for a writer forever, a device never end; a read that fails part-way.
+    (["run", "--plan", "{tmp}/pipe"], ("plan {tmp}/pipe", "pipe")),
+    (["run", "--hosts-file", "{tmp}/pipe"], ("hosts file {tmp}/pipe", "pipe")),
+    (["run", "--out", "{tmp}/pipe", "--dry-run"], ("{tmp}/pipe", "regular file", "--out")),
+    (["report", "/proc/self/mem"], ("results file /proc/self/mem", "Input/output error")),
     (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/file/plots"], ("plots", "{tmp}/file/plots")),
 ]
 
@@ -268,8 +295,10 @@ PATH_CASES = [
 def test_every_bad_path_flag_is_one_line_and_exit_2(args, tokens, capsys, tmp_path):
     (tmp_path / "file").write_text("not a folder\n")
     shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r.jsonl")
+    shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r2.jsonl")
+    os.mkfifo(tmp_path / "pipe")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    if args[0] != "report":
+    if args[0] not in ("report", "compare"):
         args += ["--device", "cpu"] + (["--out", str(tmp_path / "new.jsonl")]
                                        if "--out" not in args else [])
     code = main(args)
@@ -281,6 +310,7 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, tokens, capsys, tmp_pa
     assert "Traceback" not in err and len(lines) == 1, err
     assert not (tmp_path / "new.jsonl").exists()
     assert (tmp_path / "file").read_text() == "not a folder\n"
+    assert (tmp_path / "r.jsonl").read_bytes() == (DATA / "v0.1" / "cpu-results.jsonl").read_bytes()
 
 
 def test_a_warning_is_one_line_alike_in_every_command(capsys, tmp_path):

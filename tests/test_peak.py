@@ -84,6 +84,11 @@ def test_cuda_without_cuda_is_a_one_line_user_error(capsys):
     (["--device", "cpu", "--repeats", "-1"], ("--repeats", "-1")),
     (["--device", "cpu", "--dtype", "tf32"], ("tf32", "--dtype fp32", "cpu")),
     (["--device", "cpu", "--sustained", "2"], ("--sustained", "cuda", "2", "cpu")),
+    (["--device", "cpu", "--sustained", "nan"], ("--sustained", "nan")),
+    # Matrices larger than any address space: the allocation's failure, not its traceback.
+    (["--device", "cpu", "--size", str(10**8)], ("--size 100000000", "smaller --size")),
+    (["--device", "cpu", "--size", str(10**20)], ("--size", str(10**20))),
+    (["--device", "cpu", "--repeats", str(10**20)], ("--repeats", str(10**20))),
 ])
 def test_bad_arguments_are_user_errors(argv, tokens, capsys):
     code, out, err = run_peak(["peak", *argv], capsys)

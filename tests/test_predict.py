@@ -130,6 +130,25 @@ def test_json_rows_carry_the_prediction_and_say_it_is_one(capsys):
     assert any("torch 2.11.0" in n and "torch 2.8" in n for n in out["notes"])
 
 
+@pytest.mark.parametrize("edit", [
+    lambda record: record["profile"].update(busy_s=None),
+    lambda record: record["profile"]["classes_ms"].update(matmul=None),
+    # every record's: the tokens of a step are not known, the step time is still predicted
+    lambda record: record.update(tokens_per_s=None),
+])
+def test_a_null_inside_a_profile_is_not_measured_not_a_traceback(tmp_path, capsys, edit):
+    lines = Path(RESULTS).read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for r in records:
+        edit(r)
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code = main(["predict", str(path), "--gpu", "L40S", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err
+    assert json.loads(out)["rows"]
+
+
 def test_a_gpu_without_a_price_leaves_tokens_per_dollar_out_said_once(capsys):
     out = run_json(capsys, "--gpu", "L40S,B200", "--price-list", PRICES)
     b200 = [r for r in out["rows"] if r["gpu"] == "NVIDIA B200"]

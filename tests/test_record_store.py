@@ -426,8 +426,15 @@ def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_pa
 
 
 @pytest.mark.parametrize("field, value, why", [
-    ("step_ms", float("nan"), "step_ms is nan, not a number >= 0 or null"),
-    ("step_ms", -3.0, "step_ms is -3.0, not a number >= 0 or null"),
+    ("step_ms", float("nan"), "step_ms is nan, not a number > 0 or null"),
+    ("step_ms", -3.0, "step_ms is -3.0, not a number > 0 or null"),
+    # tokens per second divide by it
+    ("step_ms", 0, "step_ms is 0, not a number > 0 or null"),
+    # finite, but no measurement: it would overflow the report's arithmetic
+    ("first_step_s", 1e308, "first_step_s is 1e+308, larger than any measurement"),
+    ("step_times_ms", [10.0, 1e300], "step_times_ms is [10.0, 1e+300], not a list of numbers"),
+    # an integer past int64: matplotlib's plots cannot take it
+    ("step_ms", 10**30, "step_ms is 1000000000000000000000000000000, larger than any measurement"),
     ("first_step_s", float("inf"), "first_step_s is inf"),
     ("step_times_ms", [10.0, -1.0], "step_times_ms is [10.0, -1.0], not a list of numbers >= 0"),
     ("peak_memory_gb", -0.5, "peak_memory_gb is -0.5"),
@@ -437,6 +444,20 @@ def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_pa
     ("blocks", {"count": -1}, 'blocks is {"count": -1}, not an object'),
     ("blocks", {"class": "Block"}, 'blocks is {"class": "Block"}, not an object'),
     ("blocks", {"count": 2, "class": 7}, "blocks is"),
+    # The objects a report, predict and tune read into: a value inside that does not fit is
+    # named by its path.
+    ("compile", {"graphs": 1, "graph_breaks": "x"}, 'compile.graph_breaks is "x", not an integer'),
+    ("compile", {"break_reasons": 3}, "compile.break_reasons is 3, not a list of strings"),
+    ("energy", {"joules_per_step": "x"}, "energy.joules_per_step is"),
+    ("profile", {"classes_ms": {"matmul": "x"}}, "profile.classes_ms.matmul is"),
+    ("profile", {"classes_ms": "x"}, "profile.classes_ms is"),
+    ("profile", {"busy_s": -1.0}, "profile.busy_s is -1.0, not a number >= 0"),
+    ("search", {"kind": ["max_batch"]}, "search.kind is"),
+    ("search", {"stage": float("nan")}, "search.stage is nan, not a string"),
+    ("search", {"probes": [[4, "ok"]]}, "search.probes[0] is"),
+    ("ranks", [{"rank": 0, "step_times_ms": ["x"]}], "ranks[0].step_times_ms is"),
+    ("telemetry", {"start": {"power_w": "x"}}, "telemetry.start.power_w is"),
+    ("scaling", {"baseline": {"step_ms": []}}, "scaling.baseline.step_ms is"),
 ])
 def test_an_impossible_value_is_a_skipped_line(tmp_path, capsys, field, value, why):
     from stepbench.cli import main

@@ -94,6 +94,69 @@ def test_unknown_schema_version_is_warned_named_and_skipped(capsys, tmp_path):
     assert len(rows) == 15
 
 
+@pytest.mark.parametrize("schema", [None, "1", 0])
+def test_a_record_without_stepbenchs_schema_is_not_told_to_upgrade(capsys, tmp_path, schema):
+    # Another tool's line with a `setup` object (a torchtitan script's): no newer stepbench
+    # reads it either.
+    def other(name, lines):
+        if name == "4-h100.jsonl":
+            rec = json.loads(lines[2])
+            rec["schema"] = schema
+            lines[2] = json.dumps(rec)
+        return lines
+
+    folder = copy_post(tmp_path, other)
+    code, out, err = report(capsys, folder, "--prices", PRICES, "--format", "json")
+    assert code == 0 and len(json.loads(out)["rows"]) == 15
+    [line] = [line for line in err.splitlines() if "4-h100.jsonl:3:" in line]
+    assert names(line, "skipped", "not a stepbench record", repr(schema)) and "upgrade" not in line
+
+
+def test_a_file_that_is_no_results_file_is_one_warning_not_one_per_line(capsys, tmp_path):
+    # A gzip of a results file (thousands of lines of bytes), a binary file: one line says so.
+    import gzip
+
+    packed = tmp_path / "r.jsonl.gz"
+    packed.write_bytes(gzip.compress((POST / "4-h100.jsonl").read_bytes() * 50))
+    noise = tmp_path / "noise.jsonl"
+    noise.write_bytes(bytes(range(256)) * 400)
+    code, out, err = report(capsys, packed, noise)
+    assert code == 2 and out == ""
+    assert [line.split(": ")[1:3] for line in err.splitlines()][:2] == [
+        ["warning", f"{packed}"], ["warning", f"{noise}"]], err
+    assert len(err.splitlines()) == 3 and error_line(err.splitlines()[2], "report"), err
+    assert all(names(line, "not a stepbench results file") for line in err.splitlines()[:2])
+    # Beside a results file: that one is reported.
+    code, out, err = report(capsys, packed, POST / "4-h100.jsonl", "--format", "json")
+    assert code == 0 and len(json.loads(out)["rows"]) == 4
+    assert [line for line in err.splitlines() if str(packed) in line] == [
+        f"stepbench report: warning: {packed}: skipped, not a stepbench results file (none of "
+        "its first lines is a record)"]
+
+
+def test_blank_lines_before_the_records_do_not_hide_them(capsys, tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n" * 40 + (POST / "4-h100.jsonl").read_text())
+    code, out, _ = report(capsys, path, "--format", "json")
+    assert code == 0 and len(json.loads(out)["rows"]) == 4
+
+
+def test_a_distributed_job_without_its_peak_memory_still_has_its_scaling_finding(capsys,
+                                                                               tmp_path):
+    # A value a record may lack (null) is left out of the sentence, not a traceback.
+    records = [json.loads(line) for line in
+               (POST.parent / "cpu-fsdp2-x2.jsonl").read_text().splitlines()]
+    for r in records:
+        r["peak_memory_gb"] = None
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out, err = report(capsys, path, "--format", "json")
+    assert code == 0 and "Traceback" not in err
+    scaling = [f["text"] for f in json.loads(out)["findings"] if f["kind"] == "scaling"]
+    assert scaling and all("scaling efficiency" in text and "peak memory" not in text
+                           for text in scaling), scaling
+
+
 def test_record_without_gpu_is_warned_and_skipped(capsys, tmp_path):
     def no_gpu(name, lines):
         if name == "3-a6000.jsonl":

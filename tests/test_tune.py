@@ -31,7 +31,7 @@ from stepbench.setup import Setup
 
 from conftest import on_a_terminal, run_cli, wait_for, with_hooks
 import replay
-from says import names, table_rows
+from says import error_line, names, table_rows
 
 # ---------------------------------------------------------------- a model of a GPU
 
@@ -906,6 +906,15 @@ def test_a_value_this_machine_cannot_run_is_refused_when_named(argv, message, ca
                  *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_param_of_a_transformers_model_is_refused_as_run_refuses_it(capsys, tmp_path):
+    out = tmp_path / "t.jsonl"
+    code = main(["tune", "--device", "cpu", "--budget", "5m", "--param", "width=8",
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and error_line(err, "tune") and names(err, "--param", "FILE.py:FUNCTION")
+    assert not out.exists()
 
 
 # ---------------------------------------------------------------- the tune's output

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from stepbench.errors import UserError
+from stepbench.errors import UserError, check_number
 from stepbench.workload.spec import is_factory
 
 CUDA, CPU = "cuda", "cpu"
@@ -118,7 +118,8 @@ class Axis:
 
     def check(self, value, what: str | None = None, where: str | None = None):
         """`value` if it is one this axis takes, else a UserError naming the fix. Numbers must
-        be >= `least` (integers) or above it (numbers with a fraction). `where`: how the error
+        be >= `least` (integers) or above it (numbers with a fraction), and fit torch
+        (errors.check_number). `where`: how the error
         names the setting (a plan file's key as the plan spells it); its flag otherwise."""
         if value is None and self.optional:
             return value
@@ -131,17 +132,8 @@ class Axis:
             raise UserError(f"unknown {what or self.noun} {value!r}"
                             + (f" in {where}" if where else "") + "; choose one of: "
                             + ", ".join(map(str, self.choices)), kind="unknown_value")
-        if self.kind is int:
-            if isinstance(value, bool) or not isinstance(value, int) or \
-                    (self.least is not None and value < self.least):
-                least = f" >= {self.least:g}" if self.least is not None else ""
-                raise UserError(f"{name} must be an integer{least}, got {value!r}",
-                                kind="bad_value")
-        elif self.kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise UserError(f"{name} must be a number, got {value!r}", kind="bad_value")
-            if self.least is not None and not value > self.least:
-                raise UserError(f"{name} must be > {self.least:g}, got {value:g}", kind="bad_value")
+        if self.kind in (int, float):
+            check_number(value, name, self.kind, self.least)
         elif not isinstance(value, self.kind) or (self.kind is str and not value):
             raise UserError(f"{name} takes a {self.kind.__name__}, got {value!r}", kind="bad_value")
         return value

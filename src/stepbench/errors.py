@@ -9,6 +9,7 @@ each in every command: `stepbench COMMAND: warning: ...` (`warning_line`, `show_
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -39,6 +40,34 @@ KINDS = (
     "conflict",        # settings that cannot go together ("drop --host ... (or --ray)")
     "results_file",    # the results file cannot be written or appended to
 )
+
+
+# The largest integer a setting takes: torch's (int64), which seeds, sizes and counts go into.
+INT_MOST = 2**63 - 1
+
+
+def check_number(value, name: str, kind: type, least: float | None = None,
+                 unit: str = "") -> None:
+    """A UserError naming `name` (its flag or plan key) unless `value` is a number of `kind`
+    that a setting can take: an integer (int) >= `least` and at most INT_MOST, or a finite
+    number (float) above `least`. The one check of every flag's and plan key's number."""
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                (least is not None and value < least):
+            at_least = f" >= {least:g}" if least is not None else ""
+            raise UserError(f"{name} must be an integer{at_least}, got {value!r}",
+                            kind="bad_value")
+        if value > INT_MOST:
+            raise UserError(f"{name} must be an integer up to {INT_MOST} (torch's largest), got "
+                            f"{value}", kind="bad_value")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"{name} must be a number, got {value!r}", kind="bad_value")
+    if not math.isfinite(value):
+        raise UserError(f"{name} must be a finite number, got {value!r}", kind="bad_value")
+    if least is not None and not value > least:
+        raise UserError(f"{name} must be > {least:g}{f' {unit}' if unit else ''}, got "
+                        f"{value:g}", kind="bad_value")
 
 
 def first_line(text: str | None, limit: int = 200, last: bool = False) -> str:
@@ -88,6 +117,21 @@ def show_warnings(command: str) -> None:
         print(warning_line(command, text), file=file or sys.stderr)
 
     warnings.showwarning = show
+
+
+# std::bad_alloc: C++ code (torch's, under --memory-limit-gb on a CPU) that could not allocate.
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says an allocation failed (torch's OutOfMemoryError, a CPU allocator's
+    RuntimeError, Python's MemoryError), without importing torch."""
+    if isinstance(exc, MemoryError):
+        return True
+    oom_type = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
 
 
 class Unsupported(NotImplementedError):

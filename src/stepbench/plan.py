@@ -27,7 +27,7 @@ from pathlib import Path
 
 from stepbench.axes import AXES as REGISTRY
 from stepbench.errors import UserError
-from stepbench.settings import RunSettings, declared
+from stepbench.settings import RunSettings, declared, read_file
 
 
 def _axes() -> dict[str, object]:
@@ -59,11 +59,8 @@ def read_plan(path: Path, command: type = RunSettings) -> Plan:
     the flags', by `command`.build: settings.RunSettings)."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read plan {path} ({exc.strerror}); pass an existing TOML "
-                        "file to --plan") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(read_file(path, "plan", "pass an existing TOML file to --plan"))
+    except tomllib.TOMLDecodeError as exc:
         raise UserError(f"plan {path} is not valid TOML ({exc}); fix the file") from None
     AXES, SETTINGS = _axes(), _settings(command)
     axes = data.pop("axes", {})

@@ -30,7 +30,7 @@ from typing import Callable
 
 from stepbench.claims import Claims
 from stepbench.errors import UserError
-from stepbench.record_checks import not_results, overlap, wrong_value
+from stepbench.record_checks import out_problem, overlap, wrong_value
 from stepbench.record_formats import (FORMAT_V1, FORMATS, LATER_FIELDS, LAYER_GRAPHS,  # noqa: F401
                                       RecordFormat)
 from stepbench.setup import Setup
@@ -323,10 +323,10 @@ class ResultsFile:
         """Fail before anything runs, with the fix, when the file cannot be appended to (opened
         and locked as append does), or holds something other than records (notes, a CSV):
         appending JSON to it would spoil both."""
-        problem = not_results(self.path)
+        problem = out_problem(self.path)
         if problem:
-            raise UserError(f"{self.path} is not a stepbench results file ({problem}); pass a "
-                            "new file or a results file to --out")
+            raise UserError(f"{problem}; pass a new file or a results file to --out",
+                            kind="results_file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = self._open()
@@ -430,11 +430,15 @@ class ResultsFile:
         # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
         with _FILE_LOCK, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
             _shared_lock(f.fileno())
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    record = _parse(line, f"{self.path}:{number}", warn)
-                    if record is not None:
-                        records.append((number, record))
+            try:
+                for number, line in enumerate(f, 1):
+                    if line.strip():
+                        record = _parse(line, f"{self.path}:{number}", warn)
+                        if record is not None:
+                            records.append((number, record))
+            except OSError as exc:  # a failing disk or network filesystem, /proc/self/mem
+                raise UserError(f"cannot read results file {self.path} ({exc.strerror}); pass "
+                                "a results file that can be read") from None
         return records
 
     def latest(self, warn: Callable[[str], None] | None = None) -> list[Record]:
@@ -480,9 +484,13 @@ def _parse(line: str, where: str, warn) -> Record | None:
     if not isinstance(data, dict) or not isinstance(data.get("setup"), dict):
         warn(f"{where}: skipped a line that is not a stepbench record")
         return None
-    if data.get("schema") != SCHEMA:
-        warn(f"{where}: skipped a record of schema {data.get('schema')!r}; this stepbench reads "
-             f"schema {SCHEMA} (upgrade stepbench to read it)")
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        # A newer stepbench's record, or a line of something else that has a `setup` object.
+        warn(f"{where}: skipped a record of schema {schema}; this stepbench reads schema "
+             f"{SCHEMA} (upgrade stepbench to read it)" if type(schema) is int and schema > SCHEMA
+             else f"{where}: skipped a line that is not a stepbench record (schema {schema!r}, "
+                  f"not {SCHEMA})")
         return None
     problem = _problem(data)
     if problem:

@@ -8,6 +8,7 @@ from typing import Callable
 
 from stepbench.errors import UserError
 from stepbench.record import Record, ResultsFile
+from stepbench.record_checks import not_results
 
 
 def load(paths: list[str], warn: Callable[[str], None]) -> list[Record]:
@@ -28,6 +29,10 @@ def load_each(paths: list[str], warn: Callable[[str], None]) -> list[list[Record
                 warn(f"{path}: given more than once, read once")
                 continue
             seen.add(path.resolve())
+            problem = not_results(path)
+            if problem:     # a gzip file, a CSV: one warning, not one for each of its lines
+                warn(f"{path}: skipped, not a stepbench results file ({problem})")
+                continue
             found = ResultsFile(path).latest(warn)
             if not found:
                 warn(f"{path}: no usable records")

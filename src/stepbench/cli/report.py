@@ -216,6 +216,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
     from stepbench.execute.rent.providers import ProviderError
     from stepbench.execute.rent.rentals import PROVIDERS, price_file, provider
+    from stepbench.report.render import write_output
 
     if args.provider not in PROVIDERS:
         raise UserError(f"--from {args.provider!r}: unknown provider; choose one of: "
@@ -232,11 +233,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    try:
-        args.out.write_text(text)
-    except OSError as exc:
-        raise UserError(f"cannot write {args.out} ({exc.strerror}); pass a writable --out path") \
-            from None
+    write_output(text, args.out)
     count = sum(1 for line in text.splitlines() if line.startswith('"'))
     print(f"wrote {args.out}: {count} GPU types from {args.provider}; use it with stepbench "
           f"report --prices {args.out}", file=sys.stderr)

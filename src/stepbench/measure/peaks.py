@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch
 
-from stepbench.errors import UserError
+from stepbench.errors import UserError, check_number, out_of_memory
 from stepbench.measure.cache import JsonCache, positive_number
 from stepbench.measure.machine import cpu_name, gpu_name, resolve_device
 
@@ -311,19 +311,25 @@ def measure_peak(device: str = "auto", dtype: str = "bf16", size: int | None = N
     (null when the GPU or dtype is not in the table), fraction_of_datasheet (null likewise).
     """
     resolved = resolve_device(device)
-    if size is not None and size <= 0:
-        raise UserError(f"--size must be a positive matrix size, got {size}")
-    if repeats is not None and repeats <= 0:
-        raise UserError(f"--repeats must be positive, got {repeats}")
+    for flag, value in (("--size", size), ("--repeats", repeats)):
+        if value is not None:
+            check_number(value, flag, int, least=1)
     if dtype == "tf32" and resolved == "cpu":
         raise UserError("tf32 is a CUDA tensor-core mode; use --dtype fp32 on cpu")
-    if sustained_s < 0 or (sustained_s > 0 and resolved == "cpu"):
+    if not 0 <= sustained_s < math.inf or (sustained_s > 0 and resolved == "cpu"):
         raise UserError(f"--sustained takes seconds >= 0 and works on cuda only, got "
                         f"{sustained_s:g} on {resolved}")
     size = size or DEFAULT_SIZE[resolved]
     repeats = repeats or DEFAULT_REPEATS[resolved]
-    measured = measure_matmul_tflops(resolved, dtype, n=size, repeats=repeats,
-                                     sustained_s=sustained_s)
+    try:
+        measured = measure_matmul_tflops(resolved, dtype, n=size, repeats=repeats,
+                                         sustained_s=sustained_s)
+    except (RuntimeError, MemoryError) as exc:
+        if not out_of_memory(exc):
+            raise
+        raise UserError(f"--size {size}: two {size} x {size} {dtype} matrices and their product "
+                        f"do not fit in this {resolved}'s memory; pass a smaller --size "
+                        f"(default {DEFAULT_SIZE[resolved]})", kind="bad_value") from None
     gpu = gpu_name(resolved)
     datasheet = datasheet_peak(gpu, dtype) if resolved == "cuda" else None
     return {

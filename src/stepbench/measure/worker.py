@@ -16,11 +16,9 @@ import sys
 import traceback
 
 from stepbench import protocol
-from stepbench.errors import Unsupported, first_line
+from stepbench.errors import Unsupported, first_line, out_of_memory
 from stepbench.workload.spec import is_factory
 
-# std::bad_alloc: C++ code (torch's, under --memory-limit-gb on a CPU) that could not allocate.
-OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
 # Messages that mean "this combination cannot run here", not "stepbench has a bug".
 # oneDNN's words when it could not make a primitive: under a CPU memory cap, an allocation of
 # its own that the cap refused (a step that needs more than the cap, like a tensor's that fails).
@@ -145,7 +143,7 @@ def classify_exception(exc: BaseException, capped: bool = False) -> tuple[str, s
         exc = exc.__cause__ or exc.__context__
     for link in chain:
         text = str(link).lower()
-        if _is_oom(link, text) or (capped and any(m in text for m in CAPPED_OOM_MARKERS)):
+        if out_of_memory(link) or (capped and any(m in text for m in CAPPED_OOM_MARKERS)):
             return "oom", f"{type(link).__name__}: {_first_line(link)}"
     for link in chain:
         text = str(link).lower()
@@ -156,15 +154,6 @@ def classify_exception(exc: BaseException, capped: bool = False) -> tuple[str, s
             named = "" if isinstance(link, Unsupported) else f"{type(link).__name__}: "
             return "unsupported", named + _first_line(link)
     return "error", f"{type(chain[0]).__name__}: {_first_line(chain[0])}"
-
-
-def _is_oom(exc: BaseException, text: str) -> bool:
-    if isinstance(exc, MemoryError):
-        return True
-    oom_type = getattr(sys.modules.get("torch"), "OutOfMemoryError", None)
-    if oom_type is not None and isinstance(exc, oom_type):
-        return True
-    return isinstance(exc, RuntimeError) and any(m in text for m in OOM_MARKERS)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -121,12 +121,13 @@ def _combine(items) -> Measured:
     if splits:
         classes = _median_of([s["classes_ms"] for s in splits])
         counts = _median_of([s.get("class_kernels") or {} for s in splits])
-        busy = statistics.median(s["busy_s"] * 1000 for s in splits)
+        busy_ms = [s["busy_s"] * 1000 for s in splits if s.get("busy_s") is not None]
+        busy = statistics.median(busy_ms) if busy_ms else None
         floors = [s["shortest_kernel_ms"] for s in splits if s.get("shortest_kernel_ms")]
         floor = min(floors) if floors else None
     step = statistics.median(r.step_ms for r, _ in ok) if ok else None
-    tokens = (statistics.median(r.tokens_per_s * r.step_ms / 1000 for r, _ in ok
-                                if r.tokens_per_s) if ok else None)
+    per_step = [r.tokens_per_s * r.step_ms / 1000 for r, _ in ok if r.tokens_per_s]
+    tokens = statistics.median(per_step) if per_step else None
     peaks = [r.peak_memory_gb for r in records if r.peak_memory_gb is not None]
     reserved = [r.peak_reserved_gb for r in records if r.peak_reserved_gb is not None]
     rates = [r.peak_tflops_measured for r in records if r.peak_tflops_measured]
@@ -142,8 +143,10 @@ def _combine(items) -> Measured:
 
 
 def _median_of(dicts: list[dict]) -> dict:
-    names = sorted({k for d in dicts for k in d})
-    return {k: statistics.median(d.get(k, 0) for d in dicts) for k in names}
+    """Each key's median over `dicts` (0 where one lacks it); a null value is not measured."""
+    names = sorted({k for d in dicts for k in d if d[k] is not None})
+    return {k: statistics.median(v for d in dicts if (v := d.get(k, 0)) is not None)
+            for k in names}
 
 
 def require_profiles(steps: list[Measured], paths: list[str]) -> list[Measured]:

@@ -48,7 +48,7 @@ def tried_table(entries: list[Entry], title: str | None = None) -> Table:
         verdict = verdicts.get((r.setup.key(), r.machine.gpu))
         name = r.setup.name + (f" ({r.setup.params})" if r.setup.params else "")
         cells.append([stage_text(stage, r), name, str(r.setup.batch), r.setup.dtype,
-                      r.status, f"{r.tokens_per_s:,.0f}" if r.ok else "-",
+                      r.status, table.num(r.tokens_per_s, 0, thousands=True) if r.ok else "-",
                       table.sig(r.step_ms) + "".join(noise_marks(r.noise_flags)) if r.ok else "-",
                       f"{r.peak_memory_gb:.1f} GB" if r.peak_memory_gb is not None else "-",
                       f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",

@@ -18,12 +18,12 @@ from stepbench.settings.common import (DEFAULT_OUT, DEFAULT_TUNE_OUT, DEVICE_CHO
                                        Common)
 from stepbench.settings.declare import (RUN, TUNE, Backend, Setting, chosen_backends, declared,
                                         part, setting)
-from stepbench.settings.origin import Origin, read_hosts_file, writable_folder
+from stepbench.settings.origin import Origin, read_file, read_hosts_file, writable_folder
 from stepbench.settings.run import MaxBatchOptions, Remote, Rent, RunSettings
 from stepbench.settings.tune import SEARCHED, TuneSettings, parse_budget
 
 __all__ = ["UserError", "Device", "Objective", "Start", "DEFAULT_OUT", "DEFAULT_TUNE_OUT",
            "DEVICE_CHOICES", "GROUPS", "Common", "RUN", "TUNE", "Backend", "Setting",
-           "chosen_backends", "declared", "part", "setting", "Origin", "read_hosts_file",
+           "chosen_backends", "declared", "part", "setting", "Origin", "read_file", "read_hosts_file",
            "writable_folder", "MaxBatchOptions", "Remote", "Rent", "RunSettings", "SEARCHED",
            "TuneSettings", "parse_budget"]

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import ClassVar, Mapping
 
 from stepbench.errors import UserError
+from stepbench.record_checks import out_problem
 from stepbench.settings.choices import Device, PinCpus, Start
 from stepbench.settings.declare import (RUN, TUNE, Backend, Group, chosen_backends, setting)
 
@@ -20,8 +21,8 @@ DEVICE_CHOICES = tuple(d.value for d in Device)
 # The backends a setting chooses (execute/ runs each); a cluster engine places the setups itself.
 RAY = Backend("ray", "Ray", "--ray ADDRESS", cluster=True)
 SLURM = Backend("slurm", "Slurm", "--slurm [PARTITION]", cluster=True)
-HOSTS = Backend("hosts", "SSH hosts")
-RENT = Backend("rent", "rented machines")
+HOSTS = Backend("hosts", "SSH hosts", "--host NAME")
+RENT = Backend("rent", "rented machines", "--rent PROVIDER:GPU")
 
 # The flags' groups in --help, in this order after the ungrouped ones.
 GROUPS = {
@@ -61,6 +62,15 @@ def _partition(value: str, name: str) -> None:
     if value and (value.startswith("-") or any(c.isspace() or c == "," for c in value)):
         raise UserError(f"{name} takes one partition's name (or none, for the default one), "
                         f"got {value!r}", kind="bad_value")
+
+
+def _results_file(value: Path, name: str) -> None:
+    """An --out that cannot take records (a folder, a file of notes) is refused with the other
+    settings, before anything is read or run, a dry run included."""
+    problem = out_problem(value)
+    if problem:
+        raise UserError(f"{problem}; pass {name} a new file or a results file",
+                        kind="results_file")
 
 
 def frozen(values: Mapping) -> Mapping:
@@ -124,6 +134,7 @@ class Common:
         per={TUNE: {"doc_default": "`~/.cache/stepbench/inductor`"}})
     out: Path = setting(
         Path(DEFAULT_OUT), "results file, JSON Lines, appended; rerun to resume", plan=True,
+        check=_results_file,
         doc="results file, appended as each setup ends; rerun the same command to resume",
         per={TUNE: {"default": Path(DEFAULT_TUNE_OUT)}})
     format: str = setting(

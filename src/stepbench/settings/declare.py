@@ -24,7 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from stepbench.errors import UserError
+from stepbench.errors import UserError, check_number
 
 RUN, TUNE = "run", "tune"
 SETTING, PART = "stepbench.setting", "stepbench.part"
@@ -105,14 +105,8 @@ class Setting:
         if value is not None and self.choices and value not in self.choices:
             raise UserError(f"{name} takes one of {', '.join(self.choices)}, got {value!r}",
                             kind="unknown_value")
-        if value is not None and self.least is not None:
-            if self.kind is int and value < self.least:
-                raise UserError(f"{name} must be an integer >= {self.least:g}, got {value}",
-                                kind="bad_value")
-            if self.kind is float and not value > self.least:
-                unit = f" {self.unit}" if self.unit else ""
-                raise UserError(f"{name} must be > {self.least:g}{unit}, got {value:g}",
-                                kind="bad_value")
+        if value is not None and self.kind in (int, float) and not self.many:
+            check_number(value, name, self.kind, self.least, self.unit)
         if self.check is not None and value is not None:
             self.check(value, name)
         value = _coerce(self, value)
@@ -284,7 +278,7 @@ def check_backends(settings) -> None:
                         "runs the setups; pass one of them", kind="conflict")
     names = {b.name for _, b in chosen}
     for s in everything:
-        if s.needs and value_at(settings, s) is not None and not names & set(s.needs):
+        if s.needs and _set(settings, s) and not names & set(s.needs):
             usages = [b.usage for b in dict.fromkeys(
                 x.backend for x in everything if x.backend and x.backend.name in s.needs)]
             raise UserError(f"{s.flag_name} {s.needs_why}; add {' or '.join(usages)} (or drop "
@@ -294,6 +288,13 @@ def check_backends(settings) -> None:
         others = [s.flag_name for s in everything if s.backend and not s.backend.cluster]
         raise UserError(f"{flag} runs the setups on a {engine.title} cluster; drop "
                         f"{_and(others)} (or {flag})", kind="conflict")
+
+
+def _set(settings, s: Setting) -> bool:
+    """Whether setting `s` holds a value of its own: given, not its default (a default means
+    nothing without the backend it is for)."""
+    value = value_at(settings, s)
+    return value not in (None, ()) and value != s.checked(s.default)
 
 
 def _and(items: list[str]) -> str:

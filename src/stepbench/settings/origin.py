@@ -82,13 +82,24 @@ def writable_folder(path: Path, flag: str, make: bool = False) -> Path:
     return path
 
 
+def read_file(path: Path, what: str, fix: str) -> str:
+    """The text of the file a flag names, or a UserError ("cannot read plan p.toml (...);
+    FIX"): one that is not there, cannot be read, or is a pipe or a device (reading one would
+    wait for a writer, or never end)."""
+    path = Path(path)
+    try:
+        if path.exists() and not path.is_file() and not path.is_dir():
+            raise UserError(f"cannot read {what} {path} (not a regular file: a pipe or a "
+                            f"device); {fix}")
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {what} {path} ({getattr(exc, 'strerror', None) or exc}); "
+                        f"{fix}") from None
+
+
 def read_hosts_file(path: Path) -> list[str]:
     """One host a line (alias or user@host[:port]); blank lines and # comments are skipped."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read hosts file {path} ({getattr(exc, 'strerror', None) or exc}); "
-                        "pass a text file with one host a line") from None
+    lines = read_file(path, "hosts file", "pass a text file with one host a line").splitlines()
     hosts = [h for h in (line.split("#", 1)[0].strip() for line in lines) if h]
     if not hosts:
         raise UserError(f"hosts file {path} names no host; write one alias or user@host[:port] "
@@ -96,4 +107,4 @@ def read_hosts_file(path: Path) -> list[str]:
     return hosts
 
 
-__all__ = ["Origin", "writable_folder", "read_hosts_file"]
+__all__ = ["Origin", "writable_folder", "read_file", "read_hosts_file"]

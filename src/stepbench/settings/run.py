@@ -25,6 +25,25 @@ def _margin(value: float, name: str) -> None:
         raise UserError(f"{name} is a percentage from 0 to 99, got {value:g}")
 
 
+def _endpoint(value: str, name: str) -> None:
+    """HOST[:PORT] as torchrun takes it (its port defaults to 29400); [v6]:PORT too."""
+    host, port = value, ""
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    if not host or any(c.isspace() for c in value) or value.endswith(":") or \
+            (port and not (port.isdigit() and 0 < int(port) < 65536)):
+        raise UserError(f"{name} {value!r} is not HOST:PORT; pass node 0's address and a free "
+                        "port there, e.g. 10.0.0.1:29500", kind="bad_value")
+
+
+# The settings of SSH hosts and rented machines (run as hosts) mean nothing without one.
+_REMOTE, _REMOTE_WHY = ("hosts", "rent"), "says how to use the SSH hosts and rented machines"
+_RENT, _RENT_WHY = ("rent",), "sets up the rented machines"
+
+
 @dataclass(frozen=True, kw_only=True)
 class MaxBatchOptions:
     """How `run --max-batch` probes (search/max_batch.py)."""
@@ -57,18 +76,22 @@ class Remote:
         None, "a file of hosts, one alias or user@host[:port] a line (# comments)",
         metavar="FILE", backend=HOSTS)
     ssh_config: Path | None = setting(   # None: ~/.ssh/config, as ssh reads it
-        None, "the OpenSSH config to read instead of ~/.ssh/config", metavar="FILE")
+        None, "the OpenSSH config to read instead of ~/.ssh/config", metavar="FILE",
+        needs=_REMOTE, needs_why=_REMOTE_WHY)
     python: str = setting(               # the Python there that holds torch
         "python3", "the Python on the hosts that has torch; stepbench installs itself into "
         "an environment that uses its packages (default python3)", key="remote_python",
+        needs=_REMOTE, needs_why=_REMOTE_WHY,
         metavar="PATH", empty_is_default=True)
     setup: str | None = setting(         # shell code run before each command there
         None, "shell code run on each host before each stepbench command there, in the same "
         "shell, e.g. 'module load cuda' or 'source ~/torch/bin/activate'", key="remote_setup",
+        needs=_REMOTE, needs_why=_REMOTE_WHY,
         metavar="SHELL")
     dir: str = setting(                  # relative to the home folder there
         ".cache/stepbench", "where stepbench keeps its environment and work files on the "
-        "hosts (default ~/.cache/stepbench)", key="remote_dir", metavar="DIR",
+        "hosts (default ~/.cache/stepbench)", key="remote_dir",
+        needs=_REMOTE, needs_why=_REMOTE_WHY, metavar="DIR",
         empty_is_default=True, doc_default="`~/.cache/stepbench`")
 
     def checked(self) -> "Remote":
@@ -100,18 +123,22 @@ class Rent:
     key: str | None = setting(           # the SSH private key to log in with
         None, "the SSH private key to log in with; its public key is registered with the "
         "provider once (default ~/.ssh/id_ed25519, id_ecdsa, id_rsa)", key="rent_key",
+        needs=_RENT, needs_why=_RENT_WHY,
         metavar="FILE")
     timeout_s: float = setting(          # to start and answer SSH
         900.0, "how long a machine may take to start and answer SSH before it is deleted "
-        "(default 900)", key="rent_timeout", metavar="SECONDS", least=0, unit="seconds",
+        "(default 900)", key="rent_timeout",
+        needs=_RENT, needs_why=_RENT_WHY, metavar="SECONDS", least=0, unit="seconds",
         empty_is_default=True)
     max_minutes: int = setting(          # the provider deletes the machine after this
         120, "the provider deletes each machine after this many minutes whatever happens "
         "here: the safety net if stepbench cannot (default 120)", key="rent_max_minutes",
+        needs=_RENT, needs_why=_RENT_WHY,
         metavar="MINUTES", check=between(5, 10080), empty_is_default=True)
     template: str | None = setting(
         None, "the provider's machine image (template); it must have Python 3.11+ with torch "
-        "(default: the provider's default)", key="rent_template", metavar="NAME")
+        "(default: the provider's default)", key="rent_template",
+        needs=_RENT, needs_why=_RENT_WHY, metavar="NAME")
     prices: bool = setting(              # a dry run asks the providers for today's prices
         False, "with --dry-run: ask the providers for each rental's machine and price now "
         "(needs the API key and the network; nothing is created). Without it a dry run "
@@ -140,7 +167,8 @@ class RunSettings(Common):
             "[gpus.md](gpus.md#one-job-over-two-hosts))")
     rdzv_endpoint: str | None = setting(
         None, "node 0's address and a free port there, where the hosts of a job meet (torchrun "
-        "--rdzv-endpoint; default: a free port on this host)", metavar="HOST:PORT")
+        "--rdzv-endpoint; default: a free port on this host)", metavar="HOST:PORT",
+        check=_endpoint)
     measure_peak: bool = setting(
         False, "on a GPU, skip measuring the matmul rate (used for mfu_measured)", key="no_peak",
         convert=operator.not_,

@@ -215,10 +215,11 @@ def scaling(rows: list[Row]) -> list[Finding]:
         if row.scaling_efficiency is None or not steady(row):
             continue
         speedup = row.scaling_efficiency * row.setup.world_size
+        memory = ("" if row.peak_memory_gb is None else
+                  f", peak memory {row.peak_memory_gb:.1f} GB per GPU")
         items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the tokens/s of one GPU "
                      f"({percent(row.scaling_efficiency)} scaling efficiency, "
-                     f"{row.tokens_per_s_per_gpu:,.0f} tokens/s per GPU), peak memory "
-                     f"{row.peak_memory_gb:.1f} GB per GPU")
+                     f"{row.tokens_per_s_per_gpu:,.0f} tokens/s per GPU){memory}")
     if not items:
         return []
     label = rows[0].setup.parallel_label

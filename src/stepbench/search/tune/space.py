@@ -50,6 +50,10 @@ def space_for(settings) -> tuple[Space, list[str]]:
         # where the search starts.
         firsts = {name: values[0] for name, values in space.items()}
         space["params"] = list(tune_params({**settings.values, **firsts}))
+    else:
+        from stepbench.workload.plan import no_params
+
+        no_params(settings.values)      # as run refuses it: a transformers model takes none
     return space, [text for texts in notes.values() for text in texts]
 
 
