@@ -456,6 +456,8 @@ def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_pa
     ("search", {"stage": float("nan")}, "search.stage is nan, not a string"),
     ("search", {"probes": [[4, "ok"]]}, "search.probes[0] is"),
     ("ranks", [{"rank": 0, "step_times_ms": ["x"]}], "ranks[0].step_times_ms is"),
+    ("ranks", [{"rank": 0, "step_times_ms": [1.0, -2.0]}],
+     "ranks[0].step_times_ms is [1.0, -2.0], not a list of numbers >= 0"),
     ("telemetry", {"start": {"power_w": "x"}}, "telemetry.start.power_w is"),
     ("scaling", {"baseline": {"step_ms": []}}, "scaling.baseline.step_ms is"),
 ])
@@ -501,7 +503,7 @@ def test_a_duplicate_measured_at_the_same_time_is_a_warning_not_a_silent_drop(tm
 def test_latest_and_resume_match_records_by_one_identity(tmp_path):
     """latest() keeps the last record per resume_parts; resume_key is the same parts as text,
     the text of files written before hosts (no host: three items)."""
-    from stepbench.record import key_text, resume_key
+    from stepbench.record import resume_key
 
     plain, on_host, other_gpu = a_record(run_id="a"), a_record(run_id="b"), a_record(run_id="c")
     on_host.host = "gpu-box"
@@ -510,7 +512,7 @@ def test_latest_and_resume_match_records_by_one_identity(tmp_path):
     assert plain.resume_parts() == again.resume_parts() != on_host.resume_parts()
     assert json.loads(plain.resume_key()) == [plain.setup.key(), 0, "cpu"]
     assert json.loads(on_host.resume_key())[-1] == "gpu-box"
-    assert on_host.resume_key() == key_text(on_host.resume_parts()) == resume_key(
+    assert on_host.resume_key() == json.dumps(list(on_host.resume_parts())) == resume_key(
         on_host.setup, 0, "cpu", "gpu-box")
     path = tmp_path / "r.jsonl"
     path.write_bytes(b"".join(line_of(r) for r in (plain, on_host, other_gpu, again)))

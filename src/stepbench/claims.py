@@ -79,7 +79,7 @@ class Claims:
         while True:
             owner = self._take(key, label)
             if owner is None:
-                found = self._record(key, since, match)
+                found = self._record(since, match)
                 if found is not None:
                     self.release(key)     # measured and released since this run read the file
                 return found
@@ -89,7 +89,7 @@ class Claims:
                 say(f"another stepbench run (pid {owner['pid']}{where}) is measuring {what} "
                     f"into {self.results.path}; waiting for its record")
                 said = True
-            found = self._record(key, since, match)
+            found = self._record(since, match)
             if found is not None:
                 return found
             time.sleep(CLAIM_POLL_S)
@@ -183,7 +183,8 @@ class Claims:
         except (OSError, ValueError):
             return None
 
-    def _record(self, key: str, since: int, match: Callable[[list], object]):
+    def _record(self, since: int, match: Callable[[list], object]):
+        """What `match` finds among the records appended since byte `since` (read silently)."""
         return match(self.results.read(lambda message: None, since=since))
 
 

@@ -202,7 +202,7 @@ class Record:
         return resume_parts(self.setup, self.repeat, self.machine.gpu, self.host)
 
     def resume_key(self) -> str:     # resume_parts as text
-        return key_text(self.resume_parts())
+        return resume_key(self.setup, self.repeat, self.machine.gpu, self.host)
 
     def to_dict(self) -> dict:
         data = {"schema": self.schema}
@@ -275,13 +275,9 @@ def resume_parts(setup: Setup, repeat: int, gpu: str | None, host: str | None = 
 
 
 def resume_key(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> str:
-    """resume_parts as text (key_text): what resume and claim files match records by."""
-    return key_text(resume_parts(setup, repeat, gpu, host))
-
-
-def key_text(parts: tuple) -> str:
-    """resume_parts as JSON text; without a host, what it always was (old files resume)."""
-    *kept, host = parts
+    """resume_parts as JSON text, what resume and claim files match records by; without a
+    host, what it always was (old files resume)."""
+    *kept, host = resume_parts(setup, repeat, gpu, host)
     return json.dumps(kept + ([host] if host is not None else []))
 
 
@@ -423,22 +419,18 @@ class ResultsFile:
         records = []
         try:
             raw = open(self.path, "rb")
-        except OSError as exc:      # a folder, no permission
-            raise UserError(f"cannot read results file {self.path} ({exc.strerror}); pass a "
-                            "results file to --out") from None
-        raw.seek(since)     # line numbers count from there (claims.py's read, which is silent)
-        # errors="replace": one garbled byte spoils its line (skipped below), not the whole file.
-        with _FILE_LOCK, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
-            _shared_lock(f.fileno())
-            try:
+            raw.seek(since)   # line numbers count from there (claims.py's read, which is silent)
+            # errors="replace": one garbled byte spoils its line (skipped below), not the file.
+            with _FILE_LOCK, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
+                _shared_lock(f.fileno())
                 for number, line in enumerate(f, 1):
                     if line.strip():
                         record = _parse(line, f"{self.path}:{number}", warn)
                         if record is not None:
                             records.append((number, record))
-            except OSError as exc:  # a failing disk or network filesystem, /proc/self/mem
-                raise UserError(f"cannot read results file {self.path} ({exc.strerror}); pass "
-                                "a results file that can be read") from None
+        except OSError as exc:  # a folder, no permission, a failing disk, /proc/self/mem
+            raise UserError(f"cannot read results file {self.path} ({exc.strerror}); pass a "
+                            "results file that can be read") from None
         return records
 
     def latest(self, warn: Callable[[str], None] | None = None) -> list[Record]:

@@ -84,9 +84,7 @@ def _checks(cls) -> dict[str, tuple[Callable[[object], bool], str]]:
             fits = _positive(fits)
             wanted = wanted.replace("a number", "a number > 0")
         elif name.endswith(_NON_NEGATIVE) or name == "step_times_ms":
-            fits = _non_negative(fits)
-            wanted = wanted.replace("a number", "a number >= 0").replace("of numbers",
-                                                                     "of numbers >= 0")
+            fits, wanted = _non_negative_check(fits, wanted)
         out[name] = (fits, wanted)
     out.update({name: check for name, check in _SHAPES.items() if name in out})
     return out
@@ -199,13 +197,19 @@ def _fits_of(shape, key: str) -> Callable[[object], bool]:
     return _leaf_check(shape, key)[0]
 
 
+def _non_negative_check(fits, wanted: str) -> tuple[Callable[[object], bool], str]:
+    """(fits, wanted) of a time, memory or rate: the same, and never below 0."""
+    return _non_negative(fits), wanted.replace("a number", "a number >= 0").replace(
+        "of numbers", "of numbers >= 0")
+
+
 @functools.cache
 def _leaf_check(kind, key: str) -> tuple[Callable[[object], bool], str]:
     fits, wanted = _check_of(kind)
     if key.endswith(_NON_NEGATIVE):
         if kind is float:       # the common case, without _non_negative's lists
             return (lambda v: _number(v) and v >= 0), "a number >= 0"
-        return _non_negative(fits), wanted.replace("a number", "a number >= 0")
+        return _non_negative_check(fits, wanted)
     return fits, wanted
 
 
