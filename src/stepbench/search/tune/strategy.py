@@ -125,8 +125,8 @@ class Tuner:
         if self.budget.finalizing:
             return 0.0
         leaders, want = self.leaders(), min(FINAL_PROCESSES, self.repeats)
-        prices = [self.price(s).total for s in wanted(self, leaders)
-                  for _ in range(want - len(self.seen.processes(s)))]
+        prices = [p for s in wanted(self, leaders)
+                  for p in [self.price(s).total] * max(0, want - len(self.seen.processes(s)))]
         return self.budget.reserve(prices + [self.price(self.reference_setup(s.batch, s)).total
                                              for s in leaders if self.reference_at(s.batch, s) is None])
 
@@ -395,7 +395,8 @@ class Tuner:
         while True:
             candidates = [self.assess(s) for s in proposals() if not self.seen.processes(s)
                           and s not in said.attempted]
-            left = self.left_s() - self.reserve_s()
+            now, kept = self.left_s(), self.reserve_s()
+            left = now - kept
             for c in candidates:
                 # A candidate the results file holds costs nothing more: a resumed tune takes
                 # what it took before, though the budget counts it spent from the start.
@@ -407,7 +408,7 @@ class Tuner:
                     said.unmeasured[c.setup] = c
             ready = [c for c in candidates if c.reason is None]
             if not ready:
-                said.ended = why_ended(candidates, max(self.left_s(), 0.0), self.reserve_s())
+                said.ended = why_ended(candidates, max(now, 0.0), kept)
                 return
             pick = max(ready, key=lambda c: (c.per_second, -c.price.total))
             said.attempted.add(pick.setup)
