@@ -277,6 +277,12 @@ PATH_CASES = [
     (["report", "{tmp}/r.jsonl", "--out", "{tmp}/r.jsonl"], ("{tmp}/r.jsonl", "results", "--out")),
     (["compare", "{tmp}/r.jsonl", "{tmp}/r2.jsonl", "--out", "{tmp}/r.jsonl"],
      ("{tmp}/r.jsonl", "results", "--out")),
+    # ... refused as the flag is read: before plots are written, prices fetched, records read.
+    (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/plots", "--out", "{tmp}/r2.jsonl"],
+     ("--out", "{tmp}/r2.jsonl", "results")),
+    (["prices", "--out", "{tmp}/r.jsonl"], ("--out", "{tmp}/r.jsonl", "results")),
+    (["predict", "{tmp}/missing.jsonl", "--gpu", "L40S", "--out", "{tmp}/r.jsonl"],
+     ("--out", "{tmp}/r.jsonl", "results")),
     (["report", "{tmp}/missing.jsonl"], ("results file", "'{tmp}/missing.jsonl'")),
     (["report", "{tmp}/r.jsonl", "--prices", "{tmp}/missing.toml"],
      ("price file", "'{tmp}/missing.toml'")),
@@ -298,17 +304,20 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, tokens, capsys, tmp_pa
     shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r2.jsonl")
     os.mkfifo(tmp_path / "pipe")
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    if args[0] not in ("report", "compare"):
+    if args[0] not in ("report", "compare", "prices", "predict"):
         args += ["--device", "cpu"] + (["--out", str(tmp_path / "new.jsonl")]
                                        if "--out" not in args else [])
-    code = main(args)
+    try:
+        code = main(args)
+    except SystemExit as exc:           # refused as argparse reads the flag
+        code = exc.code
     err = capsys.readouterr().err
     assert code == 2, err
     assert not missing(err, *(t.replace("{tmp}", str(tmp_path)) for t in tokens)), err
     # (The report warns about what it read before it fails to write: "no price for 'cpu'".)
     lines = [line for line in err.strip().splitlines() if "warning:" not in line]
     assert "Traceback" not in err and len(lines) == 1, err
-    assert not (tmp_path / "new.jsonl").exists()
+    assert not (tmp_path / "new.jsonl").exists() and not (tmp_path / "plots").exists()
     assert (tmp_path / "file").read_text() == "not a folder\n"
     assert (tmp_path / "r.jsonl").read_bytes() == (DATA / "v0.1" / "cpu-results.jsonl").read_bytes()
 

@@ -343,6 +343,15 @@ def out_problem(path: Path) -> str | None:
     return f"{path} is not a stepbench results file ({problem})" if problem else None
 
 
+def written_over(path: Path) -> str | None:
+    """Why a report's, comparison's, prediction's or price file's --out may not be `path` (a
+    results file: writing over it would lose its records), or None."""
+    if holds_records(path):
+        return f"{path} holds stepbench results, which writing there would lose; pass --out a " \
+               "new file"
+    return None
+
+
 def holds_records(path: Path) -> bool:
     """Whether `path` is a results file with content: what a report's, comparison's or price
     file's --out never writes over."""

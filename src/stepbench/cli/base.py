@@ -25,6 +25,21 @@ def given(args: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(args).items() if k not in ("handler", "command")}
 
 
+def output_path(value: str):
+    """The type of report's, compare's, predict's and prices' --out: a results file is refused
+    as the flag is read, before anything is read, computed or fetched (writing over it would
+    lose its records; report/render.py's write_output refuses it too, for the API)."""
+    from pathlib import Path
+
+    from stepbench.record_checks import written_over
+
+    path = Path(value)
+    problem = written_over(path)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return path
+
+
 def say(command: str, text: str) -> None:
     print(f"stepbench {command}: {text}", file=sys.stderr)
 

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from stepbench.cli.base import output_path
 from stepbench.cli.report import REPORT_FORMATS, add_filters, filters_of
 from stepbench.errors import UserError
 
@@ -36,7 +37,7 @@ def add(sub) -> None:
     add_filters(p)
     p.add_argument("--format", choices=REPORT_FORMATS, default="table",
                    help="output format (default: table)")
-    p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
+    p.add_argument("--out", type=output_path, metavar="PATH", help="write the output here instead of stdout")
     p.set_defaults(handler=cmd_compare)
 
 

@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from stepbench.cli.base import output_path
 from stepbench.report.render import FORMATS  # the Document's formats, as report renders them
 
 
@@ -32,7 +33,7 @@ def add(sub) -> None:
                         "STEM-profiles beside the results file)")
     p.add_argument("--format", choices=FORMATS, default="table",
                    help="output format (default: table)")
-    p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
+    p.add_argument("--out", type=output_path, metavar="PATH", help="write the output here instead of stdout")
     p.set_defaults(handler=cmd_predict)
 
 

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from stepbench.cli.base import output_path
 from stepbench.cli.flags import add_settings
 from stepbench.errors import UserError
 from stepbench.report.render import FORMATS as REPORT_FORMATS  # every format a Document renders
@@ -38,7 +39,7 @@ def add(sub) -> None:
                         "per million tokens to the details (records with NVML energy only)")
     p.add_argument("--format", choices=REPORT_FORMATS, default="table",
                    help="output format (default: table)")
-    p.add_argument("--out", metavar="PATH", help="write the output here instead of stdout")
+    p.add_argument("--out", type=output_path, metavar="PATH", help="write the output here instead of stdout")
     p.add_argument("--plots", metavar="DIR", help="also write the plots as PNG files into DIR")
     p.add_argument("--label", action="append", metavar="NAME",
                    help="a name for each FILE, once per FILE in order: its records keep rows of "
@@ -206,7 +207,7 @@ def add_prices(sub) -> None:
     p.add_argument("--from", dest="provider", required=True, metavar="PROVIDER",
                    help="the provider: runcrate (its API key from the environment: "
                         "RUNCRATE_API_KEY)")
-    p.add_argument("--out", type=Path, metavar="FILE",
+    p.add_argument("--out", type=output_path, metavar="FILE",
                    help="write the TOML price file here (default: stdout)")
     p.set_defaults(handler=cmd_prices)
 

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from stepbench.errors import UserError
-from stepbench.record_checks import holds_records
+from stepbench.record_checks import written_over
 from stepbench.report import jsontext, table
 from stepbench.report.layout import Document, Table
 
@@ -40,9 +40,9 @@ def render(doc: Document, fmt: str) -> str:
 def write_output(text: str, path: Path) -> None:
     """Write a rendered report (or price file); an unwritable path, or a results file (whose
     records writing over it would lose), is a UserError naming it."""
-    if holds_records(path):
-        raise UserError(f"{path} holds stepbench results, which writing there would lose; pass "
-                        "--out a new file", kind="results_file")
+    problem = written_over(path)       # (the commands' --out refuses it as it is parsed)
+    if problem:
+        raise UserError(problem, kind="results_file")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
