@@ -128,9 +128,10 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
     numbers are, prices and failures' messages (the results table's notes; each details table
     carries its own, `details`)."""
     notes = []
+    # A user's workload counts its own units: the unit the headers name (unit_headers).
+    unit = rows_unit(rows)
+    per_dollar = unit_columns(["M tokens per $"], unit)[0]
     if explain:
-        # A user's workload counts its own units (unit_headers names them in the columns).
-        unit = rows_unit(rows)           # the unit the headers name (unit_headers)
         if unit == TOKENS:
             rate = "Tokens/s is batch x sequence per step time"
         elif unit is not None:
@@ -141,12 +142,10 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      "the peak allocated during the timed steps; First step includes "
                      "compilation.")
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
-        unit = rows_unit(rows) or TOKENS
-        per_dollar = unit_columns(["M tokens per $"], unit)[0]
-        notes.append(f'"{per_dollar}" is training {unit} per dollar of GPU time, in millions, '
-                     "at each machine's hourly price.")
+        notes.append(f'"{per_dollar}" is training {unit or TOKENS} per dollar of GPU time, in '
+                     "millions, at each machine's hourly price.")
     if any(r.setup.distributed for r in rows):
-        notes.append(distributed_note(rows))
+        notes.append(distributed_note(rows, unit))
     labels = setup_labels(rows)
     notes += [f"{DEPARTS_MARK} loss guard: {r.loss_guard.describe(labels[id(r)])}; "
               "do not take its speed as a way to train this model." for r in rows if r.departs]
@@ -181,7 +180,6 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         notes.append("Other noise flags: " + ", ".join(unknown) + " (see the details).")
     missing = sorted({r.gpu_name for r in rows if r.price_per_hour is None})
     if missing:
-        per_dollar = unit_headers(["M tokens per $"], rows)[0]
         notes.append("No price for " + ", ".join(missing) + f": {per_dollar} is left blank.")
     rented = sorted({(r.gpu, r.price_source) for r in rows
                      if r.price_source not in (None, "given")})
@@ -239,12 +237,13 @@ DISTRIBUTED_NOTE = (
     "the job.")
 
 
-def distributed_note(rows: list[Row]) -> str:
-    """DISTRIBUTED_NOTE in a user's workload's own unit where the rows share one."""
-    unit = rows_unit(rows)
-    rate = unit_columns(["Tokens/s"], unit)[0]
-    if rate == "Tokens/s":
+def distributed_note(rows: list[Row], unit: str | None = None) -> str:
+    """DISTRIBUTED_NOTE in a user's workload's own unit where the rows share one (`unit`: the
+    rows' rows_unit, where the caller has it)."""
+    unit = unit or rows_unit(rows)
+    if unit in (None, TOKENS):
         return DISTRIBUTED_NOTE
+    rate = unit_columns(["Tokens/s"], unit)[0]
     unit = unit.lower()                              # in a sentence; the header capitalizes it
     return (DISTRIBUTED_NOTE.replace("Tokens/s counts the global batch (batch x sequence x "
                                      "processes)", f"{rate} counts the global batch ({unit} per "
