@@ -104,11 +104,14 @@ def test_a_workload_dir_travels_whole_and_a_path_above_the_folder_maps_below_it(
     cwd = found.write(tmp_path / "there")
     assert (cwd / "../proj/nets/mlp.py").resolve() == (tmp_path / "there/proj/nets/mlp.py")
     assert (cwd / "../proj/nets/helper.py").read_text() == "WIDTH = 16\n"
-    # Without --workload-dir, the file alone.
+    # Without --workload-dir, the file alone (one that imports nothing beside it).
+    mlp = tmp_path / "proj" / "nets" / "mlp.py"
+    mlp.write_text(mlp.read_text().replace("from helper import WIDTH", "WIDTH = 16"))
     alone = carry.gather(MODEL)
     assert sorted(alone.files) == ["proj/nets/mlp.py"] and alone.cwd == carry.CWD
     assert alone.sha != found.sha
     # The same files, the same archive and name (a host unpacks them once).
+    mlp.write_text(FACTORY.format(origin=str((tmp_path / "proj").resolve())))
     assert carry.gather(MODEL, "../proj").archive() == found.archive()
     assert carry.gather(MODEL, "../proj").sha == found.sha
 
@@ -127,6 +130,27 @@ def test_an_absolute_path_or_too_big_a_folder_is_refused_in_one_line(tmp_path, m
     with pytest.raises(UserError, match=r"holds 0 MiB; a job carries at most 0 MiB to the Ray "
                                         r"cluster: pass a --workload-dir with the code alone"):
         carry.gather(MODEL, "../proj", "the Ray cluster")
+
+
+def test_a_file_that_imports_a_module_beside_it_is_refused_alone_naming_workload_dir(
+        tmp_path, monkeypatch):
+    # Alone, helper.py would not travel and every setup would fail with "No module named".
+    monkeypatch.chdir(project(tmp_path))
+    with pytest.raises(UserError) as refused:
+        carry.gather(MODEL, what="SSH hosts")
+    assert lines_naming(str(refused.value), "../proj/nets/mlp.py", "imports helper",
+                        "SSH hosts", "--workload-dir ../proj/nets")
+    # With the folder it travels; a package folder beside the file counts, a data folder or an
+    # import with a fallback (in a try block) does not.
+    assert "proj/nets/helper.py" in carry.gather(MODEL, "../proj/nets").files
+    nets = tmp_path / "proj" / "nets"
+    (nets / "mlp.py").write_text("try:\n    import helper\nexcept ImportError:\n    pass\n"
+                                 "import torch\nfrom data import x\n")
+    (nets / "data").mkdir()
+    assert sorted(carry.gather(MODEL).files) == ["proj/nets/mlp.py"]
+    (nets / "data" / "__init__.py").write_text("x = 1\n")
+    with pytest.raises(UserError, match="imports data, which sits beside it"):
+        carry.gather(MODEL)
 
 
 def test_hostprep_unpacks_the_archive_once_and_gives_the_folder_the_path_resolves_in(
