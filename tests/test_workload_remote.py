@@ -153,6 +153,29 @@ def test_a_file_that_imports_a_module_beside_it_is_refused_alone_naming_workload
         carry.gather(MODEL)
 
 
+def test_a_module_missing_where_the_setup_runs_names_the_fix_and_stays_unsupported(
+        tmp_path, monkeypatch):
+    # What a setup's process says on the other machine, where the import fails at the build.
+    from stepbench.measure.worker import classify_exception
+    from stepbench.workload.loader import load_function
+
+    (tmp_path / "eager.py").write_text("import helper_not_here\n\n\ndef make(batch_size, "
+                                       "device): ...\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "net.py").write_text("import flash_not_here\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for model, tokens in [("eager.py:make", ("eager.py", "--workload-dir")),
+                          ("pkg_not_here.net:make", ("pkg_not_here.net", "PYTHONPATH")),
+                          ("pkg.net:make", ("imported by pkg.net", "install it"))]:
+        with pytest.raises(ModuleNotFoundError) as caught:
+            load_function(model)
+        assert caught.value.name in ("helper_not_here", "pkg_not_here", "flash_not_here")
+        status, message = classify_exception(caught.value)
+        assert status == "unsupported" and lines_naming(message, "No module named", *tokens)
+
+
 def test_hostprep_unpacks_the_archive_once_and_gives_the_folder_the_path_resolves_in(
         tmp_path, monkeypatch):
     monkeypatch.chdir(project(tmp_path))
