@@ -127,7 +127,8 @@ def test_an_absolute_path_or_too_big_a_folder_is_refused_in_one_line(tmp_path, m
     # An absolute --workload-dir is fine: the file's path is the relative one.
     assert carry.gather(MODEL, tmp_path / "proj").sources == (os.path.join("..", "proj"),)
     monkeypatch.setattr(carry, "LIMIT_BYTES", 12)
-    with pytest.raises(UserError, match=r"holds 0 MiB; a job carries at most 0 MiB to the Ray "
+    with pytest.raises(UserError, match=r"holds 0 MiB \(the largest file: \.\./proj/nets/mlp\.py, "
+                                        r"0 MiB\); a job carries at most 0 MiB to the Ray "
                                         r"cluster: pass a --workload-dir with the code alone"):
         carry.gather(MODEL, "../proj", "the Ray cluster")
 

@@ -201,8 +201,10 @@ def gather(models, workload_dir=None, what: str = "the remote machines") -> Carr
             chosen[str(target)] = path
     size = sum(path.stat().st_size for path in chosen.values())
     if size > LIMIT_BYTES:      # said before anything is read
-        raise UserError(f"{', '.join(sources)} holds {size / 2**20:.0f} MiB; a job "
-                        f"carries at most {LIMIT_BYTES // 2**20} MiB to {what}: pass a "
+        name, path = max(chosen.items(), key=lambda item: item[1].stat().st_size)
+        raise UserError(f"{', '.join(sources)} holds {size / 2**20:.0f} MiB (the largest file: "
+                        f"{os.path.relpath(path, here)}, {path.stat().st_size / 2**20:.0f} MiB); "
+                        f"a job carries at most {LIMIT_BYTES // 2**20} MiB to {what}: pass a "
                         "--workload-dir with the code alone")
     return Carried({name: path.read_bytes() for name, path in chosen.items()}, str(cwd),
                    tuple(sources))
