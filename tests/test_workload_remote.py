@@ -210,6 +210,19 @@ def test_ray_lets_factories_through_and_still_refuses_a_config(tmp_path, monkeyp
         check_model_files(f"{tmp_path}/proj/nets/mlp.py:make")
 
 
+def test_a_ray_dry_run_refuses_what_cannot_travel_as_the_run_would(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ray")
+    from stepbench.cli import main
+
+    monkeypatch.chdir(project(tmp_path))
+    args = ["run", "--ray", "http://127.0.0.1:1", "--device", "cpu", "--modes", "eager",
+            "--model", MODEL, "--dry-run"]
+    assert main(args) == 2          # the file alone would leave helper.py behind
+    assert lines_naming(capsys.readouterr().err, "imports helper", "--workload-dir ../proj/nets")
+    assert main([*args, "--workload-dir", "../proj"]) == 0
+    assert "mlp.py:make" in capsys.readouterr().out
+
+
 def test_slurm_checks_the_factorys_file_or_folder_is_shared(tmp_path, monkeypatch):
     import stepbench
     from stepbench.execute.slurm import cluster as slurmcluster
