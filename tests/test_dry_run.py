@@ -138,6 +138,7 @@ def test_a_factory_says_what_would_travel(offline, key, tmp_path, monkeypatch, c
     code, out, err = dry_run(capsys, *args, "--workload-dir", "nets", "--remote-dir", "/srv/sb")
     assert code == 0, err
     assert names(err, "nets (2 files", "/srv/sb/workloads/")
+    assert out.splitlines()[0] == "host alpha (SSH; --device cpu): 1 setup"
     code, out, err = dry_run(capsys, *args, "--workload-dir", "nets", "--format", "json")
     for machine in json.loads(out):
         assert machine["carries"] == {"paths": ["nets"], "files": 2, "bytes": sum(

@@ -42,7 +42,8 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
                          indent=1))
     else:
         for m in machines:
-            print(f"{_machine_line(m)}: {len(m['setups'])} setups")
+            count = len(m["setups"])
+            print(f"{_machine_line(m)}: {count} setup{'s' if count != 1 else ''}")
             for setup in m["setups"]:
                 print("  " + setup_line(setup))
     if auto and specs:
