@@ -174,7 +174,8 @@ def test_a_module_missing_where_the_setup_runs_names_the_fix_and_stays_unsupport
             load_function(model)
         assert caught.value.name in ("helper_not_here", "pkg_not_here", "flash_not_here")
         status, message = classify_exception(caught.value)
-        assert status == "unsupported" and lines_naming(message, "No module named", *tokens)
+        assert status == "unsupported" and lines_naming(message, "No module named", *tokens,
+                                                        "--rerun")
 
 
 def test_hostprep_unpacks_the_archive_once_and_gives_the_folder_the_path_resolves_in(

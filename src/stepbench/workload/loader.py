@@ -50,7 +50,9 @@ def load_module(where: str):
                    "'export PYTHONPATH=DIR')")
         else:
             fix = f"imported by {where}; install it where the setup runs"
-        raise ModuleNotFoundError(f"{exc} ({fix})", name=exc.name, path=exc.path) from exc
+        # This record resumes as done, like any other: the fix is measured with --rerun.
+        raise ModuleNotFoundError(f"{exc} ({fix}; then run again with --rerun)", name=exc.name,
+                                  path=exc.path) from exc
 
 
 def _load_module(where: str):
