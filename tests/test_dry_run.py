@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from stepbench.cli import main
-from says import names, user_error
+from says import lines_naming, names, user_error
 
 asyncssh = pytest.importorskip("asyncssh")
 
@@ -122,3 +122,28 @@ def test_prices_are_asked_for_only_with_rent_prices_and_a_dry_run(key, capsys):
         assert main(["run", *args]) == 2
         assert names(capsys.readouterr().err, "--rent-prices", "--rent", "--dry-run")
         assert user_error(["run", *args]).kind == "conflict"
+
+
+def test_a_factory_says_what_would_travel(offline, key, tmp_path, monkeypatch, capsys):
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "net.py").write_text("import helper\n\n\ndef make(batch_size, device):"
+                                              "\n    ...\n")
+    (tmp_path / "nets" / "helper.py").write_text("WIDTH = 4\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["--host", "alpha", "--rent", "runcrate:L40S", "--rent-key", key, "--device", "cpu",
+            "--modes", "eager", "--model", "nets/net.py:make"]
+    # The file alone would leave its import behind: refused, naming the fix.
+    code, out, err = dry_run(capsys, *args)
+    assert code == 2 and lines_naming(err, "imports helper", "--workload-dir nets")
+    code, out, err = dry_run(capsys, *args, "--workload-dir", "nets", "--remote-dir", "/srv/sb")
+    assert code == 0, err
+    assert names(err, "nets (2 files", "/srv/sb/workloads/")
+    assert out.splitlines()[0] == "host alpha (SSH; --device cpu): 1 setup"
+    code, out, err = dry_run(capsys, *args, "--workload-dir", "nets", "--format", "json")
+    for machine in json.loads(out):
+        assert machine["carries"] == {"paths": ["nets"], "files": 2, "bytes": sum(
+            p.stat().st_size for p in (tmp_path / "nets").iterdir())}
+    assert names(err, "~/.cache/stepbench/workloads/")
+    # A preset carries nothing.
+    code, out, err = dry_run(capsys, "--host", "alpha", "--modes", "eager", "--format", "json")
+    assert json.loads(out)[0]["carries"] is None and "is sent" not in err

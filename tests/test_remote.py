@@ -153,6 +153,12 @@ def test_a_lost_connection_is_the_hosts_one_line():
     # The golden of a host's lost-connection line, word for word.
     assert host.lost == ("lost the connection while eager+sdpa batch 48 seq 64 ran (the "
                          "connection closed)")
+    # A factory's setups that differ only in --param: the line names which one was running.
+    mlp = Setup(model="nets/mlp.py:make", mode="eager", attn="sdpa", batch=2, seq=1, device="cpu",
+                params="width=16")
+    host.lost = None                  # (a lost host runs nothing more)
+    host.run(Job(mlp), "alpha", 60.0, lambda message: None)
+    assert names(host.lost, "eager batch 2 width=16 ran")
 
 
 def test_hosts_file(tmp_path):

@@ -104,3 +104,17 @@ def test_lead_is_capped(capsys, tmp_path):
     key = [f["kind"] for f in doc["findings"] if f["key"]]
     assert len(key) == LEAD_MAX
     assert sorted(key) == ["fastest_gpu"] * 2 + ["fastest_setup"] * 3
+
+
+def test_a_factorys_findings_count_its_own_units(capsys, tmp_path):
+    # Two hosts' records of a user's factory (units "samples"): its findings count samples, as
+    # its table's columns do, never tokens.
+    records = [rec(mode, gpu=gpu, step_ms=ms, units="samples", model="nets/mlp.py:make")
+               for gpu, ms in (("NVIDIA H200", 50), ("NVIDIA L40S", 200))
+               for mode in ("eager", "compile")]
+    doc, _ = run_report(capsys, tmp_path, records, "--price", "NVIDIA H200=3.5",
+                        "--price", "NVIDIA L40S=0.5")
+    texts = {f["kind"]: f["text"] for f in doc["findings"]}
+    assert names(texts["fastest_gpu"], "samples/s") and names(texts["fastest_setup"], "samples/s")
+    assert names(texts["tokens_per_dollar"], "most samples", "M samples per $")
+    assert not [t for t in texts.values() if "tokens" in t]

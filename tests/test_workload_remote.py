@@ -104,11 +104,14 @@ def test_a_workload_dir_travels_whole_and_a_path_above_the_folder_maps_below_it(
     cwd = found.write(tmp_path / "there")
     assert (cwd / "../proj/nets/mlp.py").resolve() == (tmp_path / "there/proj/nets/mlp.py")
     assert (cwd / "../proj/nets/helper.py").read_text() == "WIDTH = 16\n"
-    # Without --workload-dir, the file alone.
+    # Without --workload-dir, the file alone (one that imports nothing beside it).
+    mlp = tmp_path / "proj" / "nets" / "mlp.py"
+    mlp.write_text(mlp.read_text().replace("from helper import WIDTH", "WIDTH = 16"))
     alone = carry.gather(MODEL)
     assert sorted(alone.files) == ["proj/nets/mlp.py"] and alone.cwd == carry.CWD
     assert alone.sha != found.sha
     # The same files, the same archive and name (a host unpacks them once).
+    mlp.write_text(FACTORY.format(origin=str((tmp_path / "proj").resolve())))
     assert carry.gather(MODEL, "../proj").archive() == found.archive()
     assert carry.gather(MODEL, "../proj").sha == found.sha
 
@@ -124,9 +127,55 @@ def test_an_absolute_path_or_too_big_a_folder_is_refused_in_one_line(tmp_path, m
     # An absolute --workload-dir is fine: the file's path is the relative one.
     assert carry.gather(MODEL, tmp_path / "proj").sources == (os.path.join("..", "proj"),)
     monkeypatch.setattr(carry, "LIMIT_BYTES", 12)
-    with pytest.raises(UserError, match=r"holds 0 MiB; a job carries at most 0 MiB to the Ray "
+    with pytest.raises(UserError, match=r"holds 0 MiB \(the largest file: \.\./proj/nets/mlp\.py, "
+                                        r"0 MiB\); a job carries at most 0 MiB to the Ray "
                                         r"cluster: pass a --workload-dir with the code alone"):
         carry.gather(MODEL, "../proj", "the Ray cluster")
+
+
+def test_a_file_that_imports_a_module_beside_it_is_refused_alone_naming_workload_dir(
+        tmp_path, monkeypatch):
+    # Alone, helper.py would not travel and every setup would fail with "No module named".
+    monkeypatch.chdir(project(tmp_path))
+    with pytest.raises(UserError) as refused:
+        carry.gather(MODEL, what="SSH hosts")
+    assert lines_naming(str(refused.value), "../proj/nets/mlp.py", "imports helper",
+                        "SSH hosts", "--workload-dir ../proj/nets")
+    # With the folder it travels; a package folder beside the file counts, a data folder or an
+    # import with a fallback (in a try block) does not.
+    assert "proj/nets/helper.py" in carry.gather(MODEL, "../proj/nets").files
+    nets = tmp_path / "proj" / "nets"
+    (nets / "mlp.py").write_text("try:\n    import helper\nexcept ImportError:\n    pass\n"
+                                 "import torch\nfrom data import x\n")
+    (nets / "data").mkdir()
+    assert sorted(carry.gather(MODEL).files) == ["proj/nets/mlp.py"]
+    (nets / "data" / "__init__.py").write_text("x = 1\n")
+    with pytest.raises(UserError, match="imports data, which sits beside it"):
+        carry.gather(MODEL)
+
+
+def test_a_module_missing_where_the_setup_runs_names_the_fix_and_stays_unsupported(
+        tmp_path, monkeypatch):
+    # What a setup's process says on the other machine, where the import fails at the build.
+    from stepbench.measure.worker import classify_exception
+    from stepbench.workload.loader import load_function
+
+    (tmp_path / "eager.py").write_text("import helper_not_here\n\n\ndef make(batch_size, "
+                                       "device): ...\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "net.py").write_text("import flash_not_here\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for model, tokens in [("eager.py:make", ("eager.py", "--workload-dir")),
+                          ("pkg_not_here.net:make", ("pkg_not_here.net", "PYTHONPATH")),
+                          ("pkg.net:make", ("imported by pkg.net", "install it"))]:
+        with pytest.raises(ModuleNotFoundError) as caught:
+            load_function(model)
+        assert caught.value.name in ("helper_not_here", "pkg_not_here", "flash_not_here")
+        status, message = classify_exception(caught.value)
+        assert status == "unsupported" and lines_naming(message, "No module named", *tokens,
+                                                        "--rerun")
 
 
 def test_hostprep_unpacks_the_archive_once_and_gives_the_folder_the_path_resolves_in(
@@ -160,6 +209,19 @@ def test_ray_lets_factories_through_and_still_refuses_a_config(tmp_path, monkeyp
         check_model_files(str(tmp_path / "config.json"))
     with pytest.raises(UserError, match="does not travel to the Ray cluster"):
         check_model_files(f"{tmp_path}/proj/nets/mlp.py:make")
+
+
+def test_a_ray_dry_run_refuses_what_cannot_travel_as_the_run_would(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("ray")
+    from stepbench.cli import main
+
+    monkeypatch.chdir(project(tmp_path))
+    args = ["run", "--ray", "http://127.0.0.1:1", "--device", "cpu", "--modes", "eager",
+            "--model", MODEL, "--dry-run"]
+    assert main(args) == 2          # the file alone would leave helper.py behind
+    assert lines_naming(capsys.readouterr().err, "imports helper", "--workload-dir ../proj/nets")
+    assert main([*args, "--workload-dir", "../proj"]) == 0
+    assert "mlp.py:make" in capsys.readouterr().out
 
 
 def test_slurm_checks_the_factorys_file_or_folder_is_shared(tmp_path, monkeypatch):

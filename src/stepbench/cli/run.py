@@ -59,6 +59,7 @@ def run_on(backend, settings: RunSettings) -> int:
         shown = backend.dry_run(settings)
         if shown is not None:
             return shown
+        backend.precheck(settings)      # what needs no cluster: a factory that cannot travel
         shown, why = backend.dry_run_device(settings)
         local = settings.resolved(shown)
         if why:

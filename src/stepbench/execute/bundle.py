@@ -183,6 +183,7 @@ def gather(models, workload_dir=None, what: str = "the remote machines") -> Carr
         if folder is not None and _holds(folder, file):
             sources.setdefault(os.path.relpath(folder, here), folder)
         else:
+            _check_alone(file, what)
             sources.setdefault(os.path.normpath(file), here / file)
     depth = max(_climbs(given) for given in sources)
     cwd = PurePosixPath(*([CWD] * depth)) if depth else PurePosixPath(".")
@@ -200,11 +201,37 @@ def gather(models, workload_dir=None, what: str = "the remote machines") -> Carr
             chosen[str(target)] = path
     size = sum(path.stat().st_size for path in chosen.values())
     if size > LIMIT_BYTES:      # said before anything is read
-        raise UserError(f"{', '.join(sources)} holds {size / 2**20:.0f} MiB; a job "
-                        f"carries at most {LIMIT_BYTES // 2**20} MiB to {what}: pass a "
+        name, path = max(chosen.items(), key=lambda item: item[1].stat().st_size)
+        raise UserError(f"{', '.join(sources)} holds {size / 2**20:.0f} MiB (the largest file: "
+                        f"{os.path.relpath(path, here)}, {path.stat().st_size / 2**20:.0f} MiB); "
+                        f"a job carries at most {LIMIT_BYTES // 2**20} MiB to {what}: pass a "
                         "--workload-dir with the code alone")
     return Carried({name: path.read_bytes() for name, path in chosen.items()}, str(cwd),
                    tuple(sources))
+
+
+def _check_alone(file: str, what: str) -> None:
+    """Refuse a factory file that travels alone but imports a module beside it: there the import
+    would fail in every setup (`No module named 'helper'`), and the fix is --workload-dir. Only
+    the module's top-level imports count (one in a try block may have a fallback)."""
+    import ast
+
+    path = Path(file)
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return          # the factory's own check says what is wrong with the file
+    names = [alias.name for node in tree.body if isinstance(node, ast.Import)
+             for alias in node.names]
+    names += [node.module or "" for node in tree.body
+              if isinstance(node, ast.ImportFrom) and node.level == 0]
+    for name in dict.fromkeys(n.split(".")[0] for n in names if n):
+        if (path.parent / f"{name}.py").is_file() or \
+                (path.parent / name / "__init__.py").is_file():
+            folder = os.path.normpath(path.parent)
+            raise UserError(f"--model {file} imports {name}, which sits beside it and does "
+                            f"not travel to {what} with the file alone; pass --workload-dir "
+                            f"{folder} (the folder that holds both) so that it travels too")
 
 
 def _holds(folder: Path, file: str) -> bool:

@@ -34,6 +34,28 @@ def split(model: str) -> tuple[str, str]:
 
 
 def load_module(where: str):
+    """The factory's module; a module it cannot find is a ModuleNotFoundError that names the fix
+    (on another machine: the module beside the file that did not travel, the package that is
+    not installed there)."""
+    try:
+        return _load_module(where)
+    except ModuleNotFoundError as exc:
+        if exc.name and where.endswith(".py"):
+            fix = (f"imported by {where}: a module beside the file travels to another machine "
+                   "only with --workload-dir (the folder that holds both); a package must be "
+                   "installed where the setup runs")
+        elif exc.name and (where + ".").startswith(exc.name + "."):
+            fix = (f"--model {where}:... is imported as installed where the setup runs: install "
+                   "it there or add its folder to PYTHONPATH there (on SSH hosts: --remote-setup "
+                   "'export PYTHONPATH=DIR')")
+        else:
+            fix = f"imported by {where}; install it where the setup runs"
+        # This record resumes as done, like any other: the fix is measured with --rerun.
+        raise ModuleNotFoundError(f"{exc} ({fix}; then run again with --rerun)", name=exc.name,
+                                  path=exc.path) from exc
+
+
+def _load_module(where: str):
     if not where.endswith(".py"):
         return importlib.import_module(where)
     path = Path(where).resolve()

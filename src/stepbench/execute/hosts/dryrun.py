@@ -14,6 +14,8 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
     """`run --host/--rent --dry-run`: the setups each SSH host and each rented machine would
     run, after the checks that need no other machine; nothing is contacted (--rent-prices asks
     the providers for each rental's machine and price)."""
+    from stepbench.execute.bundle import carried
+    from stepbench.execute.hosts.fleet import _where
     from stepbench.execute.rent.rentals import API_KEYS, check_rentals, quote_rentals
 
     rentals, key = check_rentals(settings.rent) if settings.rent.specs else ([], None)
@@ -22,7 +24,10 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
     # Whose defaults each machine's setups show: a host's device is known once it is probed
     # there (a GPU host's are shown), a rented machine has GPUs.
     shown = "cuda" if auto else settings.device
-    common = {"device": settings.device, "defaults_of": shown,
+    workload = carried(settings, _where(settings))
+    carries = workload and {"paths": list(workload.sources), "files": len(workload.files),
+                            "bytes": workload.size}
+    common = {"device": settings.device, "defaults_of": shown, "carries": carries,
               "setups": settings.resolved(shown).plan()}
     machines = [{"host": spec.name, "via": "ssh", "address": spec.host, "user": spec.user,
                  "port": spec.port, **common} for spec in specs]
@@ -37,7 +42,8 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
                          indent=1))
     else:
         for m in machines:
-            print(f"{_machine_line(m)}: {len(m['setups'])} setups")
+            count = len(m["setups"])
+            print(f"{_machine_line(m)}: {count} setup{'s' if count != 1 else ''}")
             for setup in m["setups"]:
                 print("  " + setup_line(setup))
     if auto and specs:
@@ -46,6 +52,9 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
         say("each machine runs the defaults of its own device; shown: a GPU's"
                    + (" (a host without one runs the CPU's: --device cpu --dry-run lists them)"
                       if differs else ""))
+    if workload:
+        say(f"each machine is sent {workload.describe().removeprefix('carries ')}, unpacked "
+            f"there under {_home(settings.remote.dir)}/workloads/")
     checked = []
     if specs:
         checked += ["the host names"] + [f"{what} {path}" for what, path in (
@@ -83,6 +92,11 @@ def _machine_line(m: dict) -> str:
              if m["price_per_hour"] is not None else "")
     return (f"rented {m['host']} ({m['gpu_count']} x {m['gpu_type']} from {m['provider']}"
             f"{price}{'; ' + device if device else ''})")
+
+
+def _home(folder: str) -> str:
+    """--remote-dir as the hosts read it: a relative one is in the home folder."""
+    return folder if folder.startswith(("/", "~")) else f"~/{folder}"
 
 
 def _workload(setup) -> tuple:

@@ -37,6 +37,7 @@ from stepbench.errors import UserError
 from stepbench.execute.hosts import hostprep
 from stepbench.execute.hosts import hostside
 from stepbench.execute.hosts.hostside import Exit, Lines
+from stepbench.execute import progress
 from stepbench.execute.protocol import (KILL_GRACE_S, STDERR_TAIL_CHARS, Executor, Job, OnMessage,
                                         Outcome, now_iso, worker_command)
 from stepbench.settings import Remote
@@ -320,7 +321,7 @@ class SSHExecutor(Executor):
             dirs.append(cache)
 
         lines = Lines(outcome, on_message)
-        self.running = setup.batch_words
+        self.running = progress.job_name(job)      # as its progress lines name it (--param too)
         start = time.monotonic()
         end = self.loop.call(self._exec(self.command(job, payload), env, dirs, timeout_s, lines,
                                         payload))
