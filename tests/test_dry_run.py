@@ -137,7 +137,8 @@ def test_a_factory_says_what_would_travel(offline, key, tmp_path, monkeypatch, c
     assert code == 2 and lines_naming(err, "imports helper", "--workload-dir nets")
     code, out, err = dry_run(capsys, *args, "--workload-dir", "nets", "--remote-dir", "/srv/sb")
     assert code == 0, err
-    assert names(err, "nets (2 files", "/srv/sb/workloads/")
+    size = sum(p.stat().st_size for p in (tmp_path / "nets").iterdir())
+    assert names(err, f"nets (2 files, {size} bytes)", "/srv/sb/workloads/")   # not "0 KiB"
     assert out.splitlines()[0] == "host alpha (SSH; --device cpu): 1 setup"
     code, out, err = dry_run(capsys, *args, "--workload-dir", "nets", "--format", "json")
     for machine in json.loads(out):

@@ -151,8 +151,9 @@ class Carried:
 
     def describe(self) -> str:
         """One line for the run's notes: what travels."""
+        size = f"{self.size} bytes" if self.size < 1024 else f"{self.size / 1024:,.0f} KiB"
         return (f"carries {', '.join(self.sources)} ({len(self.files)} "
-                f"file{'s' if len(self.files) != 1 else ''}, {self.size / 1024:.0f} KiB)")
+                f"file{'s' if len(self.files) != 1 else ''}, {size})")
 
 
 def factory_files(models) -> list[str]:
