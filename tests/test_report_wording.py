@@ -7,7 +7,8 @@ import json
 
 import numpy as np
 
-from test_report_stats import rec, run_report, texts
+from says import names
+from test_report_stats import rec, report_text, run_report, texts
 
 
 def _steps(rng, mean, spread, n=20):
@@ -150,3 +151,30 @@ def test_a_shared_cache_whose_counters_are_missing_is_not_cold(capsys, tmp_path)
                _compiled(0, 3.4, "shared"), _compiled(1, 3.5, "shared")]
     doc, _ = run_report(capsys, tmp_path, copy.deepcopy(records))
     assert "cold" not in texts(doc, "compile_cost").replace("cold for a graph's first", "")
+
+
+def test_a_workload_counting_images_says_images_in_every_finding_and_energy_header(capsys,
+                                                                                 tmp_path):
+    """A user's workload that counts images: its fastest setup and GPU, per dollar and energy
+    findings, and the energy table's headers and note, count images, never tokens (an H200
+    ResNet run read "Most tokens per kWh of GPU energy: 19M")."""
+    rng = np.random.default_rng(2)
+    records = []
+    for gpu, scale in (("NVIDIA H200", 1.0), ("NVIDIA L40S", 2.0)):
+        for mode, mean in (("eager", 50.0), ("compile", 20.0)):
+            step = _steps(rng, mean * scale, 0.2)
+            records.append(rec(mode, gpu=gpu, steps=step, first_step_s=5.0, units="images",
+                               units_per_step=128, model="resnet.py:make", batch=128,
+                               energy={"joules_per_step": 10.0 * scale,
+                                       "tokens_per_kwh": 128 / (10.0 * scale) * 3.6e6}))
+    doc, _ = run_report(capsys, tmp_path, records, "--price", "NVIDIA H200=3.5",
+                        "--price", "NVIDIA L40S=1.0")
+    for kind, token in (("fastest_setup", "images/s"), ("fastest_gpu", "images/s"),
+                        ("tokens_per_dollar", "M images per $"),
+                        ("energy", "Most images per kWh")):
+        text = texts(doc, kind)
+        assert token in text and "token" not in text, (kind, text)
+    energy = next(n for n in doc["notes"] if n.startswith("Energy ("))
+    assert names(energy, "J/image", "M images per kWh") and "token" not in energy
+    table = report_text(capsys, "markdown", tmp_path / "results.jsonl")
+    assert names(table, "J/image", "M images per kWh") and "J/token" not in table
