@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from stepbench import record_files
 from stepbench import stats
+from stepbench.axes import AXES
 from stepbench.errors import UserError
 from stepbench.report import meta as about
 from stepbench.report import searches, table
@@ -205,7 +206,7 @@ def compare_document(before: list[str], after: list[str], *,
         raise UserError(
             f"no setup ran in both {labels[0]} ({len(rows[0])} setups) and {labels[1]} "
             f"({len(rows[1])}); setups match when every setting but warm-up and timed steps is "
-            "equal, on the same GPU")
+            f"equal, on the same GPU{_nearest(rows, labels)}")
     names = setup_labels([c.before for c in changes] + only[0] + only[1])
     for c in changes:
         if c.both_ran:
@@ -233,6 +234,30 @@ def compare_document(before: list[str], after: list[str], *,
                                for key, side in zip(("before", "after"), only)},
                  "fail_above": fail_above, "failed": failed, "inconclusive": unsure}
     return doc, failed
+
+
+def _nearest(rows: list[list[Row]], labels: tuple[str, str]) -> str:
+    """Where no setup matched, what the closest before and after setups differ in (the GPU, or
+    the settings with each side's value): a setting added since the before run (init: its
+    records drew the weights on the CPU) is otherwise invisible in both files."""
+    timing = {a.name for a in AXES if a.timing}
+    best = None
+    for b in rows[0]:
+        for a in rows[1]:
+            names = set(b.setup.fields()) | set(a.setup.fields())
+            diff = [n for n in sorted(names - timing)
+                    if getattr(b.setup, n) != getattr(a.setup, n)]
+            diff += ["gpu"] if b.gpu != a.gpu else []
+            if diff and (best is None or len(diff) < len(best[0])):
+                best = (diff, b, a)
+    if best is None:
+        return ""
+    diff, b, a = best
+
+    def value(row: Row, name: str):
+        return row.gpu if name == "gpu" else getattr(row.setup, name)
+    return ("; the closest pair differs in " + ", ".join(
+        f"{n} ({value(b, n)} in {labels[0]}, {value(a, n)} in {labels[1]})" for n in diff))
 
 
 def _key(row: Row) -> tuple[str, str]:
