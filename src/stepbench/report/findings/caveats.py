@@ -17,10 +17,13 @@ from stepbench.units import TOKENS, percent
 
 def loss_guard(rows: list[Row]) -> list[Finding]:
     """Setups whose losses depart from their reference's (stepbench.guard): fast or not, they
-    train something else, and the other findings leave them out."""
+    train something else, and the rankings (words.best_per_gpu, the fastest setup) leave them
+    out; the sentence names every ranking, as a reader sees a better MFU or energy in the
+    details."""
     return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.name)}; its "
                     "numbers do not describe training this model, so it is left out of the "
-                    "fastest setup and GPU.", frozenset({WRONG_LOSS}))
+                    "rankings (fastest setup and GPU, per dollar, MFU, energy).",
+                    frozenset({WRONG_LOSS}))
             for r in rows if r.departs]
 
 
