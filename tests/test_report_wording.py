@@ -178,3 +178,35 @@ def test_a_workload_counting_images_says_images_in_every_finding_and_energy_head
     assert names(energy, "J/image", "M images per kWh") and "token" not in energy
     table = report_text(capsys, "markdown", tmp_path / "results.jsonl")
     assert names(table, "J/image", "M images per kWh") and "J/token" not in table
+
+
+def test_two_compiled_twins_on_one_gpu_are_named_and_a_small_p_within_the_noise_says_why(
+        capsys, tmp_path):
+    """compile+sdpa and compile/layer+sdpa, each against eager+sdpa on one H200: the findings
+    said "NVIDIA H200 67.1 vs 93.1 ms ... and NVIDIA H200 85.7 vs 93.1 ms", "on both GPUs" of
+    one GPU, and "within the noise, p = 0.00" (a one-process pair whose median ratio's interval
+    held 1 while Mann-Whitney's p was 0.0003)."""
+    # The H200's step times (h200-2026-12-02-fsdp2-one-call1 and -titan-x1), to 0.1 ms.
+    eager = [rec("eager", repeat=0, peak_memory_gb=17.4, steps=[
+        97.7, 96.7, 91.4, 93.4, 96.9, 103.7, 91.5, 96.3, 107.2, 101.9, 100.2, 89.6, 89.6, 97.1,
+        95.7, 101.2, 100.4, 101.8, 94.5, 100.0]),
+        rec("eager", repeat=1, peak_memory_gb=17.4, steps=[91.9] + [88.7, 88.8] * 9 + [88.7])]
+    rng = np.random.default_rng(3)
+    whole = [rec("compile", repeat=i, steps=_steps(rng, 67.0, 0.3), first_step_s=45.0,
+                 peak_memory_gb=13.4) for i in range(2)]
+    layer = [rec("compile", first_step_s=20.0, peak_memory_gb=16.3, steps=[
+        89.3, 85.1, 92.2, 84.1, 80.6, 89.5, 82.3, 92.7, 82.7, 84.3, 77.7, 79.0, 90.2, 89.4, 90.8,
+        91.0, 87.0, 85.6, 83.1, 78.2])]
+    layer[0]["setup"].update(compile_scope="layer", name="compile/layer+sdpa")
+    doc, _ = run_report(capsys, tmp_path, eager + whole + layer)
+    speed = texts(doc, "compile_speed")
+    assert names(speed, "compile+sdpa on NVIDIA H200 67.0 vs 93.1 ms",
+                 "compile/layer+sdpa on NVIDIA H200")
+    assert "p = 0.00" not in speed and names(speed, "within the noise", "p < 0.01",
+                                              "95% interval", "holds 1")
+    memory = texts(doc, "compile_memory")
+    assert "both GPUs" not in memory and names(memory, "for compile+sdpa on NVIDIA H200",
+                                               "compile/layer+sdpa on NVIDIA H200")
+    payback = texts(doc, "compile_payback")
+    assert names(payback, "for compile+sdpa on NVIDIA H200",
+                 "not measurably for compile/layer+sdpa on NVIDIA H200")
