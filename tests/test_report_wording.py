@@ -210,3 +210,19 @@ def test_two_compiled_twins_on_one_gpu_are_named_and_a_small_p_within_the_noise_
     payback = texts(doc, "compile_payback")
     assert names(payback, "for compile+sdpa on NVIDIA H200",
                  "not measurably for compile/layer+sdpa on NVIDIA H200")
+
+
+def test_two_ways_of_testing_are_two_clauses(capsys, tmp_path):
+    """Processes on both sides for one pair, one process on a side for another: the testing
+    finding joined the two ways with "and" into "... excludes 1 and p < 0.05 and with a
+    Mann-Whitney U test and ...", one run-on clause."""
+    rng = np.random.default_rng(4)
+    records = [rec("eager", repeat=i, steps=_steps(rng, 100.0, 1.0)) for i in range(2)]
+    records += [rec("compile", repeat=i, steps=_steps(rng, 80.0, 1.0), first_step_s=30.0)
+                for i in range(2)]
+    records += [rec("eager", "eager", steps=_steps(rng, 200.0, 1.0))]
+    doc, _ = run_report(capsys, tmp_path, records)
+    text = texts(doc, "testing")
+    assert text.startswith("Differences were tested in 2 ways: by their processes")
+    assert names(text, "p < 0.05; with a Mann-Whitney U test", "significant when both agree")
+    assert "and with" not in text
