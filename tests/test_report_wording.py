@@ -3,6 +3,8 @@ untested gaps, compile payback that never came, small memory changes, and compil
 a shared inductor cache (issue 23)."""
 
 import copy
+import csv
+import io
 import json
 
 import numpy as np
@@ -178,6 +180,9 @@ def test_a_workload_counting_images_says_images_in_every_finding_and_energy_head
     assert names(energy, "J/image", "M images per kWh") and "token" not in energy
     table = report_text(capsys, "markdown", tmp_path / "results.jsonl")
     assert names(table, "J/image", "M images per kWh") and "J/token" not in table
+    # CSV has no header to rename: each row says what its tokens_per_s counts.
+    rows = list(csv.DictReader(io.StringIO(report_text(capsys, "csv", tmp_path / "results.jsonl"))))
+    assert {r["units"] for r in rows} == {"images"}
 
 
 def test_two_compiled_twins_on_one_gpu_are_named_and_a_small_p_within_the_noise_says_why(
