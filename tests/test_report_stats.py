@@ -350,7 +350,10 @@ def test_a_compiled_setup_beyond_tolerance_of_its_eager_twin_departs(capsys, tmp
     # It names every ranking that leaves the row out: a reader sees its MFU and energy in the
     # details, better than the "best" a finding names (an H200 ResNet run's 15% against 6%).
     assert names(finding["text"], "rankings", "fastest setup and GPU", "per dollar", "MFU",
-                 "energy")
+                 "energy", "compile payback")
+    # Its speed is still compared, marked; a step that trains something else pays back nothing.
+    assert names(texts(doc, "compile_speed"), "90.0 vs 100 ms", "its loss departs, !")
+    assert texts(doc, "compile_payback") == ""
     path = tmp_path / "results.jsonl"
     [departs] = [r for r in table_rows(report_text(capsys, "markdown", path))
                  if r[:2] == ["NVIDIA H200", "compile+sdpa"] and "departs" in r[-1]]

@@ -17,12 +17,13 @@ from stepbench.units import TOKENS, percent
 
 def loss_guard(rows: list[Row]) -> list[Finding]:
     """Setups whose losses depart from their reference's (stepbench.guard): fast or not, they
-    train something else, and the rankings (words.best_per_gpu, the fastest setup) leave them
-    out; the sentence names every ranking, as a reader sees a better MFU or energy in the
-    details."""
+    train something else, and the rankings (words.best_per_gpu, the fastest setup) and
+    compile_payback leave them out; the sentence names each, as a reader sees a better MFU or
+    energy in the details."""
     return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.name)}; its "
                     "numbers do not describe training this model, so it is left out of the "
-                    "rankings (fastest setup and GPU, per dollar, MFU, energy).",
+                    "rankings (fastest setup and GPU, per dollar, MFU, energy) and of the "
+                    "compile payback.",
                     frozenset({WRONG_LOSS}))
             for r in rows if r.departs]
 

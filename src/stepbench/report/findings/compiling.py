@@ -26,8 +26,10 @@ def compile_speed(rows: list[Row]) -> list[Finding]:
         where = places([c for _, c in pairs])
         for eager, comp in pairs:
             phrase, direction = verdict(comp, eager)
+            # Its speed stands, but not as a way to train the model (loss_guard says why).
+            departs = "; its loss departs, !" if comp.departs or eager.departs else ""
             items.append(f"{where[id(comp)]} {sig(comp.step_ms)} vs {sig(eager.step_ms)} ms "
-                         f"({phrase})")
+                         f"({phrase}{departs})")
             if direction in ("slower", "faster"):
                 moved.append((comp.step_ms / eager.step_ms, where[id(comp)], direction))
             elif direction == "noise":
@@ -175,7 +177,9 @@ def compile_payback(rows: list[Row]) -> list[Finding]:
         paid, never, noise = [], [], []
         where = places([c for _, c in pairs])
         for eager, comp in pairs:
-            if comp.first_step_s is None or not told(comp, eager):
+            # A step that trains something else pays back nothing (loss_guard names it).
+            if comp.first_step_s is None or not told(comp, eager) or comp.departs or \
+                    eager.departs:
                 continue
             _, direction = verdict(comp, eager)
             if direction == "faster":
