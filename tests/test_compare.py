@@ -277,6 +277,43 @@ def test_files_without_a_common_setup_are_an_error(capsys, tmp_path):
     assert err.count("\n") == 1 and names(err, "before (2 setups)", "after (4)")
 
 
+def test_a_ratio_of_means_against_the_medians_shown_gets_a_note_with_the_means(capsys,
+                                                                              tmp_path):
+    """One after process far slower, the others a little faster: the ms columns (medians of
+    per-process means) fall while the ratio (of their means) rises; the H200's eager+sdpa read
+    90.3 -> 90.8 ms beside 0.961 with nothing to say why."""
+    def one_slow(r):
+        if r["setup"]["mode"] == "eager":
+            factor = 1.35 if r["repeat"] == 2 else 0.99
+            r["step_times_ms"] = [t * factor for t in r["step_times_ms"]]
+            r["step_ms"] *= factor
+        return r
+    code, out, err = compare(capsys, BEFORE, after(tmp_path, compile_factor=1.0, edit=one_slow))
+    assert code == 0, err
+    [note] = [line for line in out.splitlines() if "ratio is of the means" in line]
+    assert names(note, "eager+sdpa on NVIDIA H200", "95.2 ms in before", "other way", "medians")
+    assert "compile+sdpa" not in note
+
+
+def test_no_common_setup_names_what_the_closest_pair_differs_in(capsys, tmp_path):
+    """Records from before `init` existed (their weights were drawn on the CPU) against a run of
+    today's default (drawn on the GPU): the error says which setting kept them apart, which
+    neither file shows (an H200 matrix of 2026-11-30 against the default run of 12-02)."""
+    def drawn_on_device(r):
+        r["setup"]["init"] = "device"
+        return r
+    code, _, err = compare(capsys, BEFORE, after(tmp_path, edit=drawn_on_device))
+    assert code == 2 and err.count("\n") == 1
+    assert names(err, "no setup ran in both", "init (cpu in before, device in after)")
+    # Otherwise equal setups on two GPUs: the GPU is what differs.
+    def elsewhere(r):
+        r["machine"]["gpu"] = "NVIDIA L40S"
+        return r
+    code, _, err = compare(capsys, BEFORE, after(tmp_path, edit=elsewhere))
+    assert code == 2 and names(err, "gpu (NVIDIA H200 in before, NVIDIA L40S in after)")
+    assert "init" not in err
+
+
 @pytest.mark.slow
 def test_fail_above_is_the_exit_code_of_a_real_process(tmp_path):
     """As CI runs it: `python -m stepbench compare ... --fail-above` in its own process exits 1

@@ -93,6 +93,12 @@ def test_host_bound_time_scales_by_nothing():
     slow = model.predict(step({"matmul": 50.0}, 100.0), h200, gpus.lookup("L4"))
     assert slow.step_ms == pytest.approx(50.0 * 989.4 / 121.0)
     assert slow.step_ms_high > slow.step_ms * 1.15
+    # Busy 94.6% of the step (the H200's compile+sdpa, idle 3.7 of 67.7 ms, as plain profiled
+    # steps run): the kernels, not the host, set it, so a faster GPU predicts a faster step, not
+    # the source's whole 67.7 ms with a zero-width interval.
+    kept_up = model.predict(step({"matmul": 64.07}, 67.7), h200, b200)
+    assert kept_up.host_ms == 0.0 and kept_up.step_ms < 50.0
+    assert kept_up.step_ms_low < kept_up.step_ms < kept_up.step_ms_high
 
 
 def test_fp8_on_a_gpu_without_fp8_has_no_basis():

@@ -51,6 +51,20 @@ def test_the_table_markdown_and_html_open_with_what_was_measured(capsys):
     assert names(software, "<strong>Software:</strong>", "torch 2.8.0+cu128", "4.57.1")
 
 
+def test_a_searchs_batch_sizes_read_as_a_range_in_numeric_order(capsys):
+    """A max-batch search wrote its probes as they came (4, 8, 16, 32, 64, 48, ...): the header
+    said "batch 4 x 2048, 8 x 2048, 16 x 2048, 32 x 2048, 64 x 2048, 48 x 2048, ..." (15 on
+    the H200 run of 2026-12-01); its range and count instead, in every format."""
+    data = Path(__file__).parent / "data" / "max-batch-h200.jsonl"
+    assert report(capsys, data).startswith(
+        "Measured: llama-468m, batch 4 to 64 x 2048 (12 sizes), bf16, on NVIDIA H200 ")
+    assert "batch 4 to 64 x 2048 (12 sizes)" in report(capsys, data, "--format", "html")
+    # A few sizes are listed, in numeric order; shapes of several lengths keep the models'.
+    assert meta.shapes(["8 x 2048", "4 x 2048", "16 x 2048"]) == \
+        "4 x 2048, 8 x 2048 and 16 x 2048"
+    assert meta.shapes(["8 x 1024", "128"]) == "8 x 1024 and 128"
+
+
 def test_csv_rows_carry_their_versions_and_dates(capsys):
     rows = list(csv.DictReader(io.StringIO(report(capsys, POST, "--format", "csv"))))
     assert {(r["torch"], r["transformers"], r["stepbench_version"]) for r in rows} == \

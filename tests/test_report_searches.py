@@ -157,6 +157,21 @@ def test_a_tunes_records_are_its_own_table_and_not_listed_again_in_details_searc
     assert sum(r["search"].startswith("tune ") for r in rows) == len(tuned)
 
 
+CPU_TUNE = TUNE.parent / "cpu-2core-2026-12-05-tunes-loaded-3m-final" / "tune-1.jsonl"
+
+
+def test_a_cpu_tunes_table_prints_memory_as_the_results_do_and_its_own_flop_share():
+    """A CPU tune of llama-tiny: its table printed peaks of 0.03-0.08 GB as "0.0 GB" and
+    "0.1 GB" beside the Results' 0.03 GB, and the FLOP note said "about 3% more (+1.9% ...)"
+    beside a column of +1.8%: 3% is llama-468m's share at 2048 tokens."""
+    doc = report_document([str(CPU_TUNE)])
+    [tune] = [t for t in doc.tables if t.title.startswith("Tune")]
+    peaks = [cells[7] for cells in tune.cells]
+    assert "0.0 GB" not in peaks and "0.03 GB" in peaks and "0.08 GB" in peaks
+    note = next(n for t in doc.tables for n in t.notes if n.startswith("FLOP counter diff"))
+    assert names(note, "+1.9% for llama-tiny at 256 tokens") and "3%" not in note
+
+
 def test_a_disturbed_side_gets_no_gain_only_the_batches_it_reached():
     # Issue 37: no claim rests on a row whose timed steps something outside the step disturbed
     # (‡): the finding still says how far each batch grew, and names the mark instead of a gain.

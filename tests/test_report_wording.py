@@ -3,11 +3,14 @@ untested gaps, compile payback that never came, small memory changes, and compil
 a shared inductor cache (issue 23)."""
 
 import copy
+import csv
+import io
 import json
 
 import numpy as np
 
-from test_report_stats import rec, run_report, texts
+from says import names
+from test_report_stats import rec, report_text, run_report, texts
 
 
 def _steps(rng, mean, spread, n=20):
@@ -150,3 +153,81 @@ def test_a_shared_cache_whose_counters_are_missing_is_not_cold(capsys, tmp_path)
                _compiled(0, 3.4, "shared"), _compiled(1, 3.5, "shared")]
     doc, _ = run_report(capsys, tmp_path, copy.deepcopy(records))
     assert "cold" not in texts(doc, "compile_cost").replace("cold for a graph's first", "")
+
+
+def test_a_workload_counting_images_says_images_in_every_finding_and_energy_header(capsys,
+                                                                                 tmp_path):
+    """A user's workload that counts images: its fastest setup and GPU, per dollar and energy
+    findings, and the energy table's headers and note, count images, never tokens (an H200
+    ResNet run read "Most tokens per kWh of GPU energy: 19M")."""
+    rng = np.random.default_rng(2)
+    records = []
+    for gpu, scale in (("NVIDIA H200", 1.0), ("NVIDIA L40S", 2.0)):
+        for mode, mean in (("eager", 50.0), ("compile", 20.0)):
+            step = _steps(rng, mean * scale, 0.2)
+            records.append(rec(mode, gpu=gpu, steps=step, first_step_s=5.0, units="images",
+                               units_per_step=128, model="resnet.py:make", batch=128,
+                               energy={"joules_per_step": 10.0 * scale,
+                                       "tokens_per_kwh": 128 / (10.0 * scale) * 3.6e6}))
+    doc, _ = run_report(capsys, tmp_path, records, "--price", "NVIDIA H200=3.5",
+                        "--price", "NVIDIA L40S=1.0")
+    for kind, token in (("fastest_setup", "images/s"), ("fastest_gpu", "images/s"),
+                        ("tokens_per_dollar", "M images per $"),
+                        ("energy", "Most images per kWh")):
+        text = texts(doc, kind)
+        assert token in text and "token" not in text, (kind, text)
+    energy = next(n for n in doc["notes"] if n.startswith("Energy ("))
+    assert names(energy, "J/image", "M images per kWh") and "token" not in energy
+    table = report_text(capsys, "markdown", tmp_path / "results.jsonl")
+    assert names(table, "J/image", "M images per kWh") and "J/token" not in table
+    # CSV has no header to rename: each row says what its tokens_per_s counts.
+    rows = list(csv.DictReader(io.StringIO(report_text(capsys, "csv", tmp_path / "results.jsonl"))))
+    assert {r["units"] for r in rows} == {"images"}
+
+
+def test_two_compiled_twins_on_one_gpu_are_named_and_a_small_p_within_the_noise_says_why(
+        capsys, tmp_path):
+    """compile+sdpa and compile/layer+sdpa, each against eager+sdpa on one H200: the findings
+    said "NVIDIA H200 67.1 vs 93.1 ms ... and NVIDIA H200 85.7 vs 93.1 ms", "on both GPUs" of
+    one GPU, and "within the noise, p = 0.00" (a one-process pair whose median ratio's interval
+    held 1 while Mann-Whitney's p was 0.0003)."""
+    # The H200's step times (h200-2026-12-02-fsdp2-one-call1 and -titan-x1), to 0.1 ms.
+    eager = [rec("eager", repeat=0, peak_memory_gb=17.4, steps=[
+        97.7, 96.7, 91.4, 93.4, 96.9, 103.7, 91.5, 96.3, 107.2, 101.9, 100.2, 89.6, 89.6, 97.1,
+        95.7, 101.2, 100.4, 101.8, 94.5, 100.0]),
+        rec("eager", repeat=1, peak_memory_gb=17.4, steps=[91.9] + [88.7, 88.8] * 9 + [88.7])]
+    rng = np.random.default_rng(3)
+    whole = [rec("compile", repeat=i, steps=_steps(rng, 67.0, 0.3), first_step_s=45.0,
+                 peak_memory_gb=13.4) for i in range(2)]
+    layer = [rec("compile", first_step_s=20.0, peak_memory_gb=16.3, steps=[
+        89.3, 85.1, 92.2, 84.1, 80.6, 89.5, 82.3, 92.7, 82.7, 84.3, 77.7, 79.0, 90.2, 89.4, 90.8,
+        91.0, 87.0, 85.6, 83.1, 78.2])]
+    layer[0]["setup"].update(compile_scope="layer", name="compile/layer+sdpa")
+    doc, _ = run_report(capsys, tmp_path, eager + whole + layer)
+    speed = texts(doc, "compile_speed")
+    assert names(speed, "compile+sdpa on NVIDIA H200 67.0 vs 93.1 ms",
+                 "compile/layer+sdpa on NVIDIA H200")
+    assert "p = 0.00" not in speed and names(speed, "within the noise", "p < 0.01",
+                                              "95% interval", "holds 1")
+    memory = texts(doc, "compile_memory")
+    assert "both GPUs" not in memory and names(memory, "for compile+sdpa on NVIDIA H200",
+                                               "compile/layer+sdpa on NVIDIA H200")
+    payback = texts(doc, "compile_payback")
+    assert names(payback, "for compile+sdpa on NVIDIA H200",
+                 "not measurably for compile/layer+sdpa on NVIDIA H200")
+
+
+def test_two_ways_of_testing_are_two_clauses(capsys, tmp_path):
+    """Processes on both sides for one pair, one process on a side for another: the testing
+    finding joined the two ways with "and" into "... excludes 1 and p < 0.05 and with a
+    Mann-Whitney U test and ...", one run-on clause."""
+    rng = np.random.default_rng(4)
+    records = [rec("eager", repeat=i, steps=_steps(rng, 100.0, 1.0)) for i in range(2)]
+    records += [rec("compile", repeat=i, steps=_steps(rng, 80.0, 1.0), first_step_s=30.0)
+                for i in range(2)]
+    records += [rec("eager", "eager", steps=_steps(rng, 200.0, 1.0))]
+    doc, _ = run_report(capsys, tmp_path, records)
+    text = texts(doc, "testing")
+    assert text.startswith("Differences were tested in 2 ways: by their processes")
+    assert names(text, "p < 0.05; with a Mann-Whitney U test", "significant when both agree")
+    assert "and with" not in text

@@ -89,8 +89,12 @@ def unit_columns(columns: list[str], unit: str | None) -> list[str]:
     """`columns` with `unit` in place of tokens; unchanged for tokens or None (several units)."""
     if unit in (None, TOKENS):
         return list(columns)
+    one = unit[:-1] if unit.endswith("s") else unit        # images: J/image
     names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $",
-             "Tokens/s per GPU": f"{unit.capitalize()}/s per GPU"}
+             "Tokens/s per GPU": f"{unit.capitalize()}/s per GPU", "J/token": f"J/{one}",
+             "M tokens per kWh": f"M {unit} per kWh",
+             "$/M tokens (hourly)": f"$/M {unit} (hourly)",
+             "$/M tokens (energy)": f"$/M {unit} (energy)"}
     return [names.get(c, c) for c in columns]
 
 

@@ -11,7 +11,7 @@ import statistics
 from stepbench.guard import DEPARTS, OK, Verdict
 from stepbench.record import LAYER_GRAPHS
 from stepbench.report import table
-from stepbench.report.columns import unit_headers
+from stepbench.report.columns import rows_unit, unit_columns, unit_headers
 from stepbench.report.layout import Table
 from stepbench.report.rows import Row, setup_labels
 from stepbench.units import percent
@@ -78,7 +78,8 @@ def _flop_counter_note(rows: list[Row]) -> str | None:
     return ("FLOP counter diff compares the FLOPs that torch's FlopCounterMode counted for "
             "one forward and backward with the convention's FLOPs per token x batch x "
             "sequence. With a fused attention kernel (sdpa, flex_attention) the counter finds "
-            "about 3% more" + (f" ({expected})" if expected else "")
+            + (f"more ({expected})" if expected else "more (about 3% for llama-468m at 2048 "
+                                                     "tokens)")
             + ", because torch also counts the Q @ K^T product that the kernel's backward "
             "recomputes, 2*L*d*T per token; eager attention keeps the scores and matches to "
             "within 0.1% (the convention also counts the norm weights, which do no matmul).")
@@ -96,14 +97,19 @@ def _recompute_share(row: Row) -> str | None:
 def _energy_note(rows: list[Row]) -> str | None:
     if not any(r.joules_per_token is not None or r.tokens_per_kwh is not None for r in rows):
         return None
-    note = ("Energy (J per token, M tokens per kWh) is the GPU's alone, from NVML's energy "
+    unit = rows_unit(rows)
+    joules, per_kwh, hourly, cost = unit_columns(
+        ["J/token", "M tokens per kWh", "$/M tokens (hourly)", "$/M tokens (energy)"], unit)
+    several = "" if unit else "; tokens here are each workload's own unit, its records' units"
+    note = (f"Energy ({joules}, {per_kwh}{several}) is the GPU's alone, from NVML's energy "
             "counter over the timed steps; the host, its cooling and the power supply's losses "
             "are not in it.")
     priced = [r for r in rows if r.energy_cost_per_m_tokens is not None]
     if priced:
-        note += (f" \"$/M tokens (energy)\" is that electricity per million tokens at "
-                 f"${priced[0].energy_price_per_kwh:g} per kWh; \"$/M tokens (hourly)\" is "
-                 "the GPU time per million tokens at the machine's hourly price, which usually "
+        million = f"million {unit or 'tokens'}"
+        note += (f" \"{cost}\" is that electricity per {million} at "
+                 f"${priced[0].energy_price_per_kwh:g} per kWh; \"{hourly}\" is "
+                 f"the GPU time per {million} at the machine's hourly price, which usually "
                  "includes the electricity.")
     return note
 

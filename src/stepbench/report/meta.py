@@ -18,9 +18,31 @@ def title(models: list[str], dtypes: list[str], where: str, batch_seq: list[str]
     given), precision(s) and the machine(s)."""
     parts = [_join(models)]
     if batch_seq:
-        parts.append("batch " + _join(batch_seq))
+        parts.append("batch " + shapes(batch_seq))
     parts.append(", ".join(dtypes))
     return ", ".join(parts) + f", on {where}"
+
+
+# More batch sizes of one sequence length than this read as a range (a max-batch search's).
+SHAPES_LISTED = 4
+
+
+def shapes(batch_seq: list[str]) -> str:
+    """Batch sizes of one sequence length in numeric order, not the order the records were
+    written in (a max-batch search's probes: 4, 8, 16, 32, 64, 48, 40, ...), and more than
+    SHAPES_LISTED of them as their range: "4 to 64 x 2048 (15 sizes)". Shapes of several
+    sequence lengths keep their order (that of the models, "gpt and resnet, 8 x 1024 and 128")."""
+    def key(shape: str) -> tuple:
+        batch, _, seq = shape.partition(" x ")
+        return (int(batch) if batch.isdigit() else 0, shape)
+    if len({s.partition(" x ")[2] for s in batch_seq}) > 1:
+        return _join(batch_seq)
+    ordered = sorted(batch_seq, key=key)
+    if len(ordered) > SHAPES_LISTED:
+        low, high = ordered[0].partition(" x ")[0], ordered[-1].partition(" x ")[0]
+        tail = ordered[0].partition(" x ")[2]
+        return f"{low} to {high}{' x ' + tail if tail else ''} ({len(ordered)} sizes)"
+    return _join(ordered)
 
 
 def machine_name(record: Record) -> str:

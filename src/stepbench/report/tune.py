@@ -50,7 +50,7 @@ def tried_table(entries: list[Entry], title: str | None = None) -> Table:
         cells.append([stage_text(stage, r), name, str(r.setup.batch), r.setup.dtype,
                       r.status, table.num(r.tokens_per_s, 0, thousands=True) if r.ok else "-",
                       table.sig(r.step_ms) + "".join(noise_marks(r.noise_flags)) if r.ok else "-",
-                      f"{r.peak_memory_gb:.1f} GB" if r.peak_memory_gb is not None else "-",
+                      table.gb(r.peak_memory_gb),
                       f"{r.first_step_s:.1f}" if r.first_step_s is not None else "-",
                       verdict.status if verdict else "-"])
     notes = mark_notes(r.noise_flags for _, r in entries if r.ok)
@@ -226,7 +226,8 @@ def _against(result: TuneResult, a: Record, b: Record) -> str:
 
 
 def peak(record: Record) -> str:
-    return f"{record.peak_memory_gb:.1f} GB" if record.peak_memory_gb is not None else "unknown"
+    """As the tables print it (table.gb): a CPU tune's 0.03 GB, not "0.0 GB"."""
+    return table.gb(record.peak_memory_gb) if record.peak_memory_gb is not None else "unknown"
 
 
 def versus(comparison: dict | None) -> str:

@@ -17,10 +17,14 @@ from stepbench.units import TOKENS, percent
 
 def loss_guard(rows: list[Row]) -> list[Finding]:
     """Setups whose losses depart from their reference's (stepbench.guard): fast or not, they
-    train something else, and the other findings leave them out."""
+    train something else, and the rankings (words.best_per_gpu, the fastest setup) and
+    compile_payback leave them out; the sentence names each, as a reader sees a better MFU or
+    energy in the details."""
     return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.name)}; its "
                     "numbers do not describe training this model, so it is left out of the "
-                    "fastest setup and GPU.", frozenset({WRONG_LOSS}))
+                    "rankings (fastest setup and GPU, per dollar, MFU, energy) and of the "
+                    "compile payback.",
+                    frozenset({WRONG_LOSS}))
             for r in rows if r.departs]
 
 
@@ -84,8 +88,11 @@ def testing(rows: list[Row]) -> list[Finding]:
         return [Finding("testing", "The records hold no per-step times and too few processes "
                         "per setup, so the differences above are stated as measured, untested "
                         "against noise.")]
-    used = set(methods)
-    text = "Differences were tested " + join([TESTS[m] for m in TESTS if m in used])
+    used = [TESTS[m] for m in TESTS if m in set(methods)]
+    # Each way is a clause of its own (it has its own "and"s): joined by "and", two read as one
+    # ("... excludes 1 and p < 0.05 and with a Mann-Whitney U test and ...").
+    text = ("Differences were tested " + used[0] if len(used) == 1 else
+            f"Differences were tested in {len(used)} ways: " + "; ".join(used))
     if untested:
         text += (f"; {untested} of {len(pairs)} comparisons had too few step times or "
                  "processes to test (e.g. one process without per-step times) and are stated "
@@ -95,14 +102,15 @@ def testing(rows: list[Row]) -> list[Finding]:
 
 # How each kind of stats.Comparison was tested, for the `testing` finding.
 TESTS = {
-    "processes": ("by their processes where both setups ran two or more: a hierarchical "
+    "processes": ("by their processes where both setups ran two or more, with a hierarchical "
                   "bootstrap (processes resampled, then the steps within each) of the ratio of "
                   "mean step times, significant when its 95% interval excludes 1 and p < 0.05"),
     "means": ("with a Mann-Whitney U test and a 95% bootstrap interval of the ratio of medians "
-              "on per-process means where the records kept no per-step times"),
+              "on per-process means where the records kept no per-step times, significant when both "
+              "agree (p < 0.05, the interval excludes 1)"),
     "steps": ("with a Mann-Whitney U test and a 95% bootstrap interval of the ratio of medians "
-              "on per-step times where a setup ran one process, which misses the spread "
-              "between processes"),
+              "on per-step times where a setup ran one process, significant when both agree "
+              "(p < 0.05, the interval excludes 1), which misses the spread between processes"),
 }
 
 

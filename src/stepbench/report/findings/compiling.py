@@ -7,6 +7,7 @@ import math
 
 from stepbench.report.findings.words import (FITS_ONLY_COMPILED, NOISE, Finding, change,
                                              compiler, every, join, memory_told, on_gpus, one,
+                                             places,
                                              secs, span, steady, told, variants, verdict,
                                              with_attn)
 from stepbench.report.rows import Row
@@ -22,20 +23,26 @@ def compile_speed(rows: list[Row]) -> list[Finding]:
         if not pairs:
             continue
         items, moved, tags = [], [], set()
+        where = places([c for _, c in pairs])
         for eager, comp in pairs:
             phrase, direction = verdict(comp, eager)
-            items.append(f"{comp.gpu} {sig(comp.step_ms)} vs {sig(eager.step_ms)} ms ({phrase})")
+            # Its speed stands, but not as a way to train the model (loss_guard says why).
+            departs = "; its loss departs, !" if comp.departs or eager.departs else ""
+            items.append(f"{where[id(comp)]} {sig(comp.step_ms)} vs {sig(eager.step_ms)} ms "
+                         f"({phrase}{departs})")
             if direction in ("slower", "faster"):
-                moved.append((comp.step_ms / eager.step_ms, comp.gpu, direction))
+                moved.append((comp.step_ms / eager.step_ms, where[id(comp)], direction))
             elif direction == "noise":
                 tags.add(NOISE)
-        lead = _speed_lead(moved, len(pairs), compiler(mode))
+        noun = "GPUs" if len(set(where.values())) == len({c.gpu for _, c in pairs}) else \
+            "compiled setups"
+        lead = _speed_lead(moved, len(pairs), compiler(mode), noun)
         out.append(Finding("compile_speed", with_attn(attn, pairs, f"{lead}compiled against "
                            f"eager step time: {join(items)}."), frozenset(tags)))
     return out
 
 
-def _speed_lead(moved: list[tuple], total: int, name: str) -> str:
+def _speed_lead(moved: list[tuple], total: int, name: str, noun: str = "GPUs") -> str:
     if len(moved) < 2:
         return ""
     moved.sort()
@@ -44,7 +51,7 @@ def _speed_lead(moved: list[tuple], total: int, name: str) -> str:
     if lo_dir == hi_dir:
         first, last = ((lo_size, lo_gpu), (hi_size, hi_gpu)) if lo_dir == "slower" else \
             ((hi_size, hi_gpu), (lo_size, lo_gpu))
-        where = every(total, "GPUs") if len(moved) == total else f"{len(moved)} of {total} GPUs"
+        where = every(total, noun) if len(moved) == total else f"{len(moved)} of {total} {noun}"
         return (f"{name} made the step {lo_dir} on {where}, by {first[0]} ({first[1]}) to "
                 f"{last[0]} ({last[1]}); ")
     return (f"{name} changed the step time by between {hi_size} slower ({hi_gpu}) and "
@@ -60,24 +67,25 @@ def compile_memory(rows: list[Row]) -> list[Finding]:
         if not pairs:
             continue
         moved = {id(c): _memory_change(e.peak_memory_gb, c.peak_memory_gb) for e, c in pairs}
+        where = places([c for _, c in pairs])
         lower = [(e, c) for e, c in pairs if moved[id(c)] < 0]
         higher = [(e, c) for e, c in pairs if moved[id(c)] > 0]
-        same = [c.gpu for e, c in pairs if moved[id(c)] == 0]
+        same = [where[id(c)] for e, c in pairs if moved[id(c)] == 0]
         parts = []
         if lower:
             pct = [(1 - c.peak_memory_gb / e.peak_memory_gb) * 100 for e, c in lower]
             saved = [e.peak_memory_gb - c.peak_memory_gb for e, c in lower]
             parts.append(
-                f"cut peak memory {on_gpus([c.gpu for _, c in lower], len(pairs))} by "
+                f"cut peak memory {on_gpus([where[id(c)] for _, c in lower], len(pairs))} by "
                 f"{span(pct, lambda x: f'{x:.0f}', '%')} ({span(saved, gbs, ' GB')}): from "
                 f"{span([e.peak_memory_gb for e, _ in lower], gbs, ' GB')} to "
                 f"{span([c.peak_memory_gb for _, c in lower], gbs, ' GB')}")
         if higher:
             parts.append(f"raised {'it' if parts else 'peak memory'} on " + join(
-                [f"{c.gpu} by {(c.peak_memory_gb / e.peak_memory_gb - 1) * 100:.0f}% "
+                [f"{where[id(c)]} by {(c.peak_memory_gb / e.peak_memory_gb - 1) * 100:.0f}% "
                  f"({gbs(e.peak_memory_gb)} to {gbs(c.peak_memory_gb)} GB)"
                  if e.peak_memory_gb else
-                 f"{c.gpu} ({gbs(e.peak_memory_gb)} to {gbs(c.peak_memory_gb)} GB)"
+                 f"{where[id(c)]} ({gbs(e.peak_memory_gb)} to {gbs(c.peak_memory_gb)} GB)"
                  for e, c in higher]))
         if same:
             parts.append(f"left {'it' if parts else 'peak memory'} unchanged on " + join(same))
@@ -167,8 +175,11 @@ def compile_payback(rows: list[Row]) -> list[Finding]:
     parts, tags = [], set()
     for (attn, mode), pairs in variants(rows).items():
         paid, never, noise = [], [], []
+        where = places([c for _, c in pairs])
         for eager, comp in pairs:
-            if comp.first_step_s is None or not told(comp, eager):
+            # A step that trains something else pays back nothing (loss_guard names it).
+            if comp.first_step_s is None or not told(comp, eager) or comp.departs or \
+                    eager.departs:
                 continue
             _, direction = verdict(comp, eager)
             if direction == "faster":
@@ -177,19 +188,19 @@ def compile_payback(rows: list[Row]) -> list[Finding]:
                 # Wall time of the compiled run up to then: its first (compiling) step included.
                 took = comp.first_step_s + (steps - 1) * comp.step_ms / 1000
                 paid.append(f"after about {count} step{'s' if steps > 1 else ''} "
-                            f"({duration(took)}) on {comp.gpu}")
+                            f"({duration(took)}) {on_gpus([where[id(comp)]], 0)}")
             elif direction == "noise":
-                noise.append(comp.gpu)
+                noise.append(where[id(comp)])
             else:
-                never.append(comp.gpu)
+                never.append(where[id(comp)])
         clauses = [f"paid back its compile time {join(paid)}"] if paid else []
         if never:
-            clauses.append(("never on " if clauses else "never paid back its compile time on ")
-                           + f"{join(never)}, where compiled steps were not faster")
+            clauses.append(("never " if clauses else "never paid back its compile time ")
+                           + f"{on_gpus(never, 0)}, where compiled steps were not faster")
         if noise:
-            clauses.append(("not measurably on " if clauses else
-                            "did not measurably pay back its compile time on ")
-                           + f"{join(noise)}, where the difference was within the noise")
+            clauses.append(("not measurably " if clauses else
+                            "did not measurably pay back its compile time ")
+                           + f"{on_gpus(noise, 0)}, where the difference was within the noise")
             tags.add(NOISE)
         if clauses:
             parts.append(with_attn(attn, pairs, f"{compiler(mode)} " + "; ".join(clauses) + "."))

@@ -8,10 +8,10 @@ from itertools import permutations
 
 from stepbench.report.findings.words import (ACROSS_GPUS, NOISE, Finding, best_per_gpu, alike,
                                              attention_pairs, change, compare_rows, compiler,
-                                             every, join, span, steady, told, verdict)
+                                             counted, every, join, span, steady, told, verdict)
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
-from stepbench.units import percent, unit_of
+from stepbench.units import percent
 
 
 def attention_speed(rows: list[Row]) -> list[Finding]:
@@ -90,7 +90,7 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
             items.append((f"{top.name} and {second.name} on {gpu}, {alike(second, top)}", ""))
         else:
             lead = change(top.step_ms, second.step_ms)[0] or "no"
-            items.append((f"{top.name} on {gpu} ({top.tokens_per_s:,.0f} {unit(rows)}/s, "
+            items.append((f"{top.name} on {gpu} ({top.tokens_per_s:,.0f} {counted(rows)}/s, "
                           f"{sig(top.step_ms)} ms; {lead} faster than the runner-up, "
                           f"{second.name} at {sig(second.step_ms)} ms", ")"))
     if not items:
@@ -106,13 +106,13 @@ def fastest_setup(rows: list[Row]) -> list[Finding]:
 
 def gpus(rows: list[Row]) -> list[Finding]:
     """Tokens per dollar across GPUs, and the fastest GPU against the runner-up with prices."""
-    out = []
+    out, unit = [], counted(rows)
     by_dollar = best_per_gpu(rows, lambda r: r.m_tokens_per_dollar)
     by_speed = best_per_gpu(rows, lambda r: r.tokens_per_s)
     if len(by_dollar) >= 2:
         top, rest = by_dollar[0], by_dollar[1:]
-        text = (f"Per dollar, {top.gpu} trained the most {unit(rows)}: "
-                f"{sig(top.m_tokens_per_dollar, 2)}M {unit(rows)} per $ with {top.name}, against "
+        text = (f"Per dollar, {top.gpu} trained the most {unit}: "
+                f"{sig(top.m_tokens_per_dollar, 2)}M {unit} per $ with {top.name}, against "
                 + join([f"{sig(r.m_tokens_per_dollar, 2)}M on {r.gpu}" for r in rest]))
         fastest = by_speed[0]
         if fastest.gpu != top.gpu and fastest.price_per_hour:
@@ -122,7 +122,7 @@ def gpus(rows: list[Row]) -> list[Finding]:
     elif len(by_dollar) == 1:
         top = by_dollar[0]
         out.append(Finding("tokens_per_dollar", f"On {top.gpu}, {top.name} trained the most "
-                           f"{unit(rows)} per dollar: {sig(top.m_tokens_per_dollar, 2)}M per $."))
+                           f"{unit} per dollar: {sig(top.m_tokens_per_dollar, 2)}M per $."))
     if len(by_speed) >= 2 and told(*by_speed[:2]):
         top, second = by_speed[:2]
         _, direction = verdict(second, top)
@@ -131,20 +131,13 @@ def gpus(rows: list[Row]) -> list[Finding]:
             text = (f"{top.gpu} and {second.gpu} were the fastest GPUs, "
                     f"{alike(second, top)}")
         else:
-            per_s = f"{unit(rows)}/s"
-            text = (f"{top.gpu} was the fastest GPU ({top.tokens_per_s:,.0f} {per_s} with "
+            text = (f"{top.gpu} was the fastest GPU ({top.tokens_per_s:,.0f} {unit}/s with "
                     f"{top.name}), {_times(top.tokens_per_s / second.tokens_per_s)} "
-                    f"{second.gpu} ({second.tokens_per_s:,.0f} {per_s} with {second.name})")
+                    f"{second.gpu} ({second.tokens_per_s:,.0f} {unit}/s with {second.name})")
             if top.price_per_hour and second.price_per_hour:
                 text += f" at {_times(top.price_per_hour / second.price_per_hour)} its price"
         out.append(Finding("fastest_gpu", text + ".", tags))
     return out
-
-
-def unit(rows: list[Row]) -> str:
-    """What one workload's throughput counts (its records' `units`): a user's factory counts
-    samples or its own unit, a transformers model tokens."""
-    return unit_of(*(r.units for row in rows for r in row.records))
 
 
 def _times(ratio: float) -> str:
@@ -207,12 +200,13 @@ def _host_lead(rows: list[Row]) -> Finding:
 
 
 def energy(rows: list[Row]) -> list[Finding]:
-    """Most tokens per kWh per GPU."""
+    """Most tokens (the workload's unit) per kWh per GPU."""
     best = best_per_gpu(rows, lambda r: r.tokens_per_kwh)
     if not best:
         return []
     items = [f"{sig(r.tokens_per_kwh / 1e6, 2)}M on {r.gpu} with {r.name}" for r in best]
-    return [Finding("energy", f"Most {unit(rows)} per kWh of GPU energy: " + join(items) + ".")]
+    return [Finding("energy", f"Most {counted(rows)} per kWh of GPU energy: " + join(items)
+                    + ".")]
 
 
 def scaling(rows: list[Row]) -> list[Finding]:
@@ -224,9 +218,10 @@ def scaling(rows: list[Row]) -> list[Finding]:
         speedup = row.scaling_efficiency * row.setup.world_size
         memory = ("" if row.peak_memory_gb is None else
                   f", peak memory {row.peak_memory_gb:.1f} GB per GPU")
-        items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the {unit(rows)}/s of one GPU "
+        unit = counted(rows)
+        items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the {unit}/s of one GPU "
                      f"({percent(row.scaling_efficiency)} scaling efficiency, "
-                     f"{row.tokens_per_s_per_gpu:,.0f} {unit(rows)}/s per GPU){memory}")
+                     f"{row.tokens_per_s_per_gpu:,.0f} {unit}/s per GPU){memory}")
     if not items:
         return []
     label = rows[0].setup.parallel_label

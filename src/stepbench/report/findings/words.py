@@ -14,10 +14,17 @@ from stepbench.noise import disturbed
 from stepbench.report.marks import MEMORY_FLAG
 from stepbench.report.rows import Row, eager_twins
 from stepbench.report.table import sig
+from stepbench.units import TOKENS, common_unit
 from stepbench.workload.spec import is_factory
 
 
 BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "160%"
+
+
+def counted(rows: list[Row]) -> str:
+    """What one workload's rows count per step, for a sentence: its records' unit (a user's
+    images or samples), tokens where they name none or several."""
+    return common_unit(r.units for row in rows for r in row.records if r.ok) or TOKENS
 
 
 # Tags a rule may give its finding (what its content says, for `key_findings`).
@@ -86,7 +93,7 @@ def verdict(new: Row, old: Row) -> tuple[str, str]:
     their step times finds no significant difference."""
     result = compare_rows(new, old)
     if result is not None and result.significant is False:
-        return f"within the noise, p = {result.p_value:.2f}", "noise"
+        return f"within the noise, {odds(result)}", "noise"
     size, direction = change(new.step_ms, old.step_ms)
     return (f"{size} {direction}" if size else "the same"), direction
 
@@ -106,7 +113,19 @@ def alike(new: Row, old: Row) -> str:
     low, high = result.ci if result.ci else (0.0, math.inf)
     close = 1 / (1 + EQUAL_WITHIN) <= low and high <= 1 + EQUAL_WITHIN
     what = "equally fast within the noise" if close else "not told apart from the noise"
-    return f"{what} ({sig(old.step_ms)} vs {sig(new.step_ms)} ms, p = {result.p_value:.2f})"
+    return f"{what} ({sig(old.step_ms)} vs {sig(new.step_ms)} ms, {odds(result)})"
+
+
+def odds(result: stats.Comparison) -> str:
+    """A test's p-value as a reader can take it: "p = 0.37"; "p < 0.01", never "p = 0.00"; and
+    where p is small but the ratio's 95% interval still holds 1 (the two must agree for a
+    difference, stats.compare), that interval, else "within the noise, p = 0.00" reads as a
+    contradiction (compile/layer+sdpa against eager+sdpa on an H200: p = 0.0003, 0.90-1.01)."""
+    p = f"p = {result.p_value:.2f}" if result.p_value >= 0.01 else "p < 0.01"
+    if result.p_value < stats.ALPHA and result.ci:
+        low, high = result.ci
+        return f"{p} but the ratio's 95% interval, {low:.2f}-{high:.2f}, holds 1"
+    return p
 
 
 def join(items: list[str]) -> str:
@@ -134,7 +153,24 @@ def every(n: int, noun: str) -> str:
 
 
 def on_gpus(gpus: list[str], total: int) -> str:
-    return f"on {every(total, 'GPUs')}" if len(gpus) == total > 1 else "on " + join(gpus)
+    """"on all 3 GPUs" where `gpus` (distinct, as `places` gives them) are every one of `total`;
+    else "on A and B", or "for compile+sdpa on A and ..." where a place names its setup."""
+    if len(gpus) == total > 1 and len(set(gpus)) == total and not any(map(_named, gpus)):
+        return f"on {every(total, 'GPUs')}"
+    return ("for " if any(map(_named, gpus)) else "on ") + join(gpus)
+
+
+def places(rows: list[Row]) -> dict[int, str]:
+    """Where each of `rows` (compiled twins, each against its eager one) ran, by id, for a
+    sentence: its GPU; its setup on its GPU where another of `rows` ran on the same GPU
+    (compiled whole and per layer), else "NVIDIA H200 67.1 vs 93.1 ms and NVIDIA H200 85.7 vs
+    93.1 ms" and "on both GPUs" said of one GPU."""
+    gpus = [r.gpu for r in rows]
+    return {id(r): f"{r.name} on {r.gpu}" if gpus.count(r.gpu) > 1 else r.gpu for r in rows}
+
+
+def _named(place: str) -> bool:
+    return " on " in place
 
 
 def compiler(compile_mode: str) -> str:
