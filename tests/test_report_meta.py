@@ -134,3 +134,19 @@ def test_json_text_is_json_dumps_indent_2(capsys):
             jsontext.dumps(bad)
         with pytest.raises(error):
             json.dumps(bad, indent=2, allow_nan=False)
+
+
+def test_the_commands_json_on_stdout_is_standard_json_a_nan_is_null():
+    """run's and tune's --format json (jsontext.strict): Python writes a NaN loss as NaN, which
+    strict parsers (a browser's JSON.parse) refuse; null there, the rest as json.dumps writes."""
+    def refuse(name):
+        raise ValueError(f"not standard JSON: {name}")
+
+    value = [{"loss_last": float("nan"), "losses": [1.0, float("inf"), -float("inf")],
+              "step_ms": 12.5, "setup": {"name": "eager"}}]
+    text = jsontext.strict(value, indent=1)
+    assert json.loads(text, parse_constant=refuse) == [
+        {"loss_last": None, "losses": [1.0, None, None], "step_ms": 12.5,
+         "setup": {"name": "eager"}}]
+    plain = [{"step_ms": 12.5}]
+    assert jsontext.strict(plain, indent=1) == json.dumps(plain, indent=1)

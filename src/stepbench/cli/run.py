@@ -4,12 +4,12 @@ rented machines or a cluster, every backend through its site (execute/registry.p
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from stepbench.cli.base import EXIT_FAILED, EXIT_OK, outcome, report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_settings
+from stepbench.report.jsontext import strict
 from stepbench.settings import DEFAULT_OUT, RUN, RunSettings
 
 def add(sub, settings: type = RunSettings) -> None:
@@ -157,7 +157,7 @@ def print_records(settings: RunSettings, records, searched=(), hints: bool = Tru
     measurements. `hints`: then, on stderr, where the results are and the command that reports
     them."""
     if settings.format == "json":
-        print(json.dumps([r.to_dict() for r in records], indent=1), flush=True)
+        print(strict([r.to_dict() for r in records], indent=1), flush=True)
     else:
         from stepbench.report.document import run_document
         from stepbench.report.render import render
@@ -172,7 +172,7 @@ def print_plan(plan, fmt: str) -> None:
     from stepbench.setup import setup_line
 
     if fmt == "json":
-        print(json.dumps([s.to_dict() for s in plan], indent=1))
+        print(strict([s.to_dict() for s in plan], indent=1))
         return
     for setup in plan:
         print(setup_line(setup))
@@ -185,7 +185,7 @@ def print_searches(plan, settings: RunSettings) -> None:
 
     items = describe(plan, settings.max_batch, settings.repeats)
     if settings.format == "json":
-        print(json.dumps(items, indent=1))
+        print(strict(items, indent=1))
         return
     for item in items:
         print(describe_line(item))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 
 from stepbench.cli.base import given, report_hint, say, stopped
 from stepbench.cli.flags import add_axis_flags, add_settings
+from stepbench.report.jsontext import strict
 from stepbench.settings import TUNE, TuneSettings
 
 
@@ -96,7 +96,7 @@ def print_result(result, fmt: str) -> None:
     """json: the TuneResult object (a documented output); every other format: the tune's
     Document (its table and verdict), rendered as the report renders one."""
     if fmt == "json":
-        print(json.dumps(result.to_dict(), indent=1, default=str))
+        print(strict(result.to_dict(), indent=1, default=str))
         return
     from stepbench.report.render import render
     from stepbench.report.tune import tune_document

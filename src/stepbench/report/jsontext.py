@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from json import encoder
 
 _NESTED = (list, tuple, dict)     # written over several lines unless empty
@@ -90,3 +91,24 @@ def _encoder(level: int):
 
 def _unknown(value):
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def finite(value):
+    """`value` with NaN and infinity (a diverged loss) as null: JSON has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def strict(value, **options) -> str:
+    """json.dumps(value, **options) as standard JSON: a NaN or an infinity (which Python writes
+    as NaN and Infinity, and strict parsers refuse) as null. The commands' `--format json`
+    output on stdout; the results file keeps them (a diverged loss is a result)."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(finite(value), allow_nan=False, **options)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from pathlib import Path
 
 from stepbench.errors import UserError
@@ -198,18 +197,7 @@ def render_json(doc: Document) -> str:
     try:
         return jsontext.dumps(data) + "\n"
     except ValueError:          # a NaN or an infinity somewhere: walk the whole object for it
-        return jsontext.dumps(_finite(data)) + "\n"
-
-
-def _finite(value):
-    """NaN and infinity (a diverged loss) as null: JSON has no such numbers."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+        return jsontext.dumps(jsontext.finite(data)) + "\n"
 
 
 # ---------------------------------------------------------------- HTML
