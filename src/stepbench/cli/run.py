@@ -176,7 +176,7 @@ def print_plan(plan, fmt: str) -> None:
         return
     for setup in plan:
         print(setup_line(setup))
-    print(f"{len(plan)} setups", file=sys.stderr)
+    print(f"{len(plan)} setup{'s' if len(plan) != 1 else ''}", file=sys.stderr)
 
 
 def print_searches(plan, settings: RunSettings) -> None:

@@ -127,11 +127,14 @@ class ClusterBackend(Backend):
         self.module().require()
 
     def dry_run_device(self, settings) -> tuple[str, str | None]:
-        """Nothing is contacted: a GPU's defaults are shown for `auto`."""
+        """Nothing is contacted: a GPU's defaults are shown for `auto`; and what each job is
+        sent, where the engine's module says (`travels`: Ray's jobs carry a factory's file)."""
         shown = "cuda" if settings.device == "auto" else settings.device
-        why = ("the cluster's device decides the defaults (its GPUs, else the CPU); shown: "
-               f"{shown}'s") if settings.device == "auto" else None
-        return shown, why
+        said = [f"the cluster's device decides the defaults (its GPUs, else the CPU); shown: "
+                f"{shown}'s"] if settings.device == "auto" else []
+        travels = getattr(self.module(), "travels", None)
+        carried = travels(settings) if travels else None
+        return shown, "; ".join(said + ([carried] if carried else [])) or None
 
     def precheck(self, settings) -> None:
         self.module().precheck(settings)

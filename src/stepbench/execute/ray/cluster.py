@@ -172,6 +172,19 @@ def precheck(settings) -> None:
         jobs_address(settings.ray)
 
 
+def travels(settings) -> str | None:
+    """For a dry run: what each job is sent (a factory file or --workload-dir folder, as its
+    working_dir), or None where nothing travels."""
+    from stepbench.execute.bundle import gather
+
+    carried = gather(settings.values["model"], getattr(settings, "workload_dir", None),
+                     "the Ray cluster")
+    if carried is None:
+        return None
+    return (f"each Ray job is sent {carried.describe().removeprefix('carries ')} as its "
+            "working_dir")
+
+
 def open_cluster(settings, note) -> Cluster:
     return connect(settings.ray, note)
 
