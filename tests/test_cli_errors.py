@@ -281,6 +281,11 @@ PATH_CASES = [
     (["report", "{tmp}/r.jsonl", "--plots", "{tmp}/plots", "--out", "{tmp}/r2.jsonl"],
      ("--out", "{tmp}/r2.jsonl", "results")),
     (["prices", "--out", "{tmp}/r.jsonl"], ("--out", "{tmp}/r.jsonl", "results")),
+    # ... nor over the price list it reads.
+    (["report", "{tmp}/r.jsonl", "--prices", "{tmp}/prices.toml", "--out", "{tmp}/prices.toml"],
+     ("--out {tmp}/prices.toml", "--prices")),
+    (["predict", "{tmp}/r.jsonl", "--gpu", "L40S", "--price-list", "{tmp}/prices.toml", "--out",
+      "{tmp}/prices.toml"], ("--out {tmp}/prices.toml", "--price-list")),
     (["predict", "{tmp}/missing.jsonl", "--gpu", "L40S", "--out", "{tmp}/r.jsonl"],
      ("--out", "{tmp}/r.jsonl", "results")),
     (["report", "{tmp}/missing.jsonl"], ("results file", "'{tmp}/missing.jsonl'")),
@@ -303,6 +308,7 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, tokens, capsys, tmp_pa
     shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r.jsonl")
     shutil.copy(DATA / "v0.1" / "cpu-results.jsonl", tmp_path / "r2.jsonl")
     os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "prices.toml").write_text('[prices]\n"NVIDIA H200" = 3.5\n')
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     if args[0] not in ("report", "compare", "prices", "predict"):
         args += ["--device", "cpu"] + (["--out", str(tmp_path / "new.jsonl")]
@@ -319,6 +325,7 @@ def test_every_bad_path_flag_is_one_line_and_exit_2(args, tokens, capsys, tmp_pa
     assert "Traceback" not in err and len(lines) == 1, err
     assert not (tmp_path / "new.jsonl").exists() and not (tmp_path / "plots").exists()
     assert (tmp_path / "file").read_text() == "not a folder\n"
+    assert (tmp_path / "prices.toml").read_text() == '[prices]\n"NVIDIA H200" = 3.5\n'
     assert (tmp_path / "r.jsonl").read_bytes() == (DATA / "v0.1" / "cpu-results.jsonl").read_bytes()
 
 

@@ -40,6 +40,24 @@ def output_path(value: str):
     return path
 
 
+def out_is_not(out, given, flag: str) -> None:
+    """A UserError where --out `out` is the file `flag` reads (`given`, a price list): writing
+    the output there would replace what the command reads."""
+    import os
+
+    from stepbench.errors import UserError
+
+    if out is None or given is None:
+        return
+    try:
+        same = os.path.samefile(out, given)
+    except OSError:     # either does not exist (yet): not the same file
+        return
+    if same:
+        raise UserError(f"--out {out} is the file {flag} reads; writing there would replace "
+                        "it: pass --out a new file")
+
+
 def say(command: str, text: str) -> None:
     print(f"stepbench {command}: {text}", file=sys.stderr)
 

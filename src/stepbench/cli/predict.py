@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import output_path
+from stepbench.cli.base import out_is_not, output_path
 from stepbench.report.render import FORMATS  # the Document's formats, as report renders them
 
 
@@ -54,6 +54,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from stepbench.predict.document import build
     from stepbench.report.render import render, write_output
 
+    out_is_not(args.out, args.price_list, "--price-list")
     warnings = []
     doc = build(args.results, gpu_names(args.gpu), args.price_list, args.traces,
                 warn=warnings.append)

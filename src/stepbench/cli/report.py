@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import output_path
+from stepbench.cli.base import out_is_not, output_path
 from stepbench.cli.flags import add_settings
 from stepbench.errors import UserError
 from stepbench.report.render import FORMATS as REPORT_FORMATS  # every format a Document renders
@@ -134,6 +134,7 @@ def _report(args: argparse.Namespace) -> int:
     from stepbench.report.render import render, write_output
 
     settings = report_settings(args)
+    out_is_not(args.out, args.prices, "--prices")
     prices = prices_of(args)
     predicted = predicted_section(args, settings.predict, prices) if settings.predict else None
     doc = report_document(args.files, prices=prices, energy_price=args.energy_price,
