@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from stepbench.guard import OK
 from stepbench.report.findings.words import (WRONG_LOSS, Finding, best_per_gpu, attention_pairs,
-                                             every, join, memory_told, steady, told,
+                                             counted, every, join, memory_told, steady, told,
                                              variants)
-from stepbench.report.columns import rows_unit
 from stepbench.report.marks import disturbed_marks
 from stepbench.report.rows import Row
 from stepbench.report.table import sig
-from stepbench.units import TOKENS, percent
+from stepbench.units import percent
 
 
 def loss_guard(rows: list[Row]) -> list[Finding]:
@@ -141,7 +140,7 @@ def untested(rows: list[Row]) -> list[Finding]:
     left = [r for r in rows if r.ok and not r.departs and not steady(r)]
     if left:
         out.append(Finding("untested", "Left out of the fastest setup and GPU, "
-                           f"{rows_unit(rows) or TOKENS} per dollar, MFU, energy, compile time and where the "
+                           f"{counted(rows)} per dollar, MFU, energy, compile time and where the "
                            "host set the pace, "
                            f"because their timed steps were disturbed ({disturbed_marks(*left)}): "
                            + join([f"{r.name} on {r.gpu} ({sig(r.step_ms)} ms)" for r in left])

@@ -11,10 +11,11 @@ from itertools import combinations
 
 from stepbench import stats
 from stepbench.noise import disturbed
+from stepbench.report.columns import rows_unit
 from stepbench.report.marks import MEMORY_FLAG
 from stepbench.report.rows import Row, eager_twins
 from stepbench.report.table import sig
-from stepbench.units import TOKENS, common_unit
+from stepbench.units import TOKENS
 from stepbench.workload.spec import is_factory
 
 
@@ -22,9 +23,10 @@ BIG_RATIO = 1.5   # from here on a difference reads better as "2.6x" than as "16
 
 
 def counted(rows: list[Row]) -> str:
-    """What one workload's rows count per step, for a sentence: its records' unit (a user's
-    images or samples), tokens where they name none or several."""
-    return common_unit(r.units for row in rows for r in row.records if r.ok) or TOKENS
+    """What one workload's rows count per step, for a sentence: the unit the table's headers
+    name (columns.rows_unit: a user's images or samples), tokens where they name several (a
+    finding speaks only of rows that ran)."""
+    return rows_unit(rows) or TOKENS
 
 
 # Tags a rule may give its finding (what its content says, for `key_findings`).
