@@ -15,7 +15,7 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
     run, after the checks that need no other machine; nothing is contacted (--rent-prices asks
     the providers for each rental's machine and price)."""
     from stepbench.execute.bundle import carried
-    from stepbench.execute.hosts.fleet import _where
+    from stepbench.execute.hosts.fleet import destination
     from stepbench.execute.rent.rentals import API_KEYS, check_rentals, quote_rentals
 
     rentals, key = check_rentals(settings.rent) if settings.rent.specs else ([], None)
@@ -24,7 +24,7 @@ def dry_run_hosts(settings: RunSettings, specs: list) -> int:
     # Whose defaults each machine's setups show: a host's device is known once it is probed
     # there (a GPU host's are shown), a rented machine has GPUs.
     shown = "cuda" if auto else settings.device
-    workload = carried(settings, _where(settings))
+    workload = carried(settings, destination(settings))
     carries = workload and {"paths": list(workload.sources), "files": len(workload.files),
                             "bytes": workload.size}
     common = {"device": settings.device, "defaults_of": shown, "carries": carries,

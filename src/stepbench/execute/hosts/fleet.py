@@ -59,11 +59,12 @@ def check_hosts(settings: RunSettings) -> list:
 
     specs = [parse_host(name) for name in settings.remote.hosts]
     require_asyncssh()
-    carried(settings, _where(settings))     # a factory file that cannot travel: refused now
+    carried(settings, destination(settings))     # a factory file that cannot travel: refused now
     return specs
 
 
-def _where(settings: RunSettings) -> str:
+def destination(settings: RunSettings) -> str:
+    """The machines a host run's factory files travel to, in words (bundle.carried's `what`)."""
     return "rented machines" if settings.rent.specs and not settings.remote.hosts \
         else "SSH hosts"
 
@@ -88,7 +89,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
 
     options = settings.remote
     models = model_copies(settings.values["model"])
-    workload = carried(settings, _where(settings))
+    workload = carried(settings, destination(settings))
     wheel = bundle.build()
     run_id = new_run_id()
     loop = loop or EventLoop()

@@ -175,13 +175,12 @@ def precheck(settings) -> None:
 def travels(settings) -> str | None:
     """For a dry run: what each job is sent (a factory file or --workload-dir folder, as its
     working_dir), or None where nothing travels."""
-    from stepbench.execute.bundle import gather
+    from stepbench.execute.bundle import carried
 
-    carried = gather(settings.values["model"], getattr(settings, "workload_dir", None),
-                     "the Ray cluster")
-    if carried is None:
+    workload = carried(settings, "the Ray cluster")
+    if workload is None:
         return None
-    return (f"each Ray job is sent {carried.describe().removeprefix('carries ')} as its "
+    return (f"each Ray job is sent {workload.describe().removeprefix('carries ')} as its "
             "working_dir")
 
 
