@@ -118,19 +118,17 @@ def _split_wide(columns: list[str], cells: list[list[str]], align: str,
 
 # ---------------------------------------------------------------- CSV and JSON
 
+# "units" says what tokens_per_s and m_tokens_per_dollar count in that row (tokens, a user's
+# images or samples): a report of two workloads has no header that names both.
 CSV_KEYS = ["gpu", "price_per_hour", "setup", "status", "step_ms", "tokens_per_s",
             "peak_memory_gb", "first_step_s", "m_tokens_per_dollar", "mode", "attn",
             "compile_mode", "model", "params", "batch", "seq", "dtype", "units", "repeats",
-            "step_ms_ci_low",
-            "step_ms_ci_high", "noise_flags", "first_step_warm_s", "compile_cache", "graph_breaks",
+            "step_ms_ci_low", "step_ms_ci_high", "noise_flags", "first_step_warm_s",
+            "compile_cache", "graph_breaks",
             "recompiles", "mfu", "mfu_source", "achieved_tflops", "mfu_measured", "mfu_datasheet",
             "flop_counter_diff", "tokens_per_kwh", "joules_per_token", "dollars_per_m_tokens",
             "energy_cost_per_m_tokens", "loss_guard", "loss_guard_rel_diff", "torch",
             "transformers", "stepbench_version", "started_first", "started_last", "label"]
-
-
-# "units" says what tokens_per_s and m_tokens_per_dollar count in that row (tokens, a user's
-# images or samples): a report of two workloads has no header that names both.
 
 
 def render_csv(doc: Document) -> str:

@@ -211,14 +211,13 @@ def energy(rows: list[Row]) -> list[Finding]:
 
 def scaling(rows: list[Row]) -> list[Finding]:
     """A distributed job against one GPU without a wrapper: tokens/s, efficiency, memory per GPU."""
-    items = []
+    items, unit = [], counted(rows)
     for row in rows:
         if row.scaling_efficiency is None or not steady(row):
             continue
         speedup = row.scaling_efficiency * row.setup.world_size
         memory = ("" if row.peak_memory_gb is None else
                   f", peak memory {row.peak_memory_gb:.1f} GB per GPU")
-        unit = counted(rows)
         items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the {unit}/s of one GPU "
                      f"({percent(row.scaling_efficiency)} scaling efficiency, "
                      f"{row.tokens_per_s_per_gpu:,.0f} {unit}/s per GPU){memory}")
