@@ -818,6 +818,25 @@ def test_a_batch_change_gains_no_more_than_its_factor_allows_however_it_was_meas
     assert GainTable(observed(compile_key, 9.0)).lookup(compile_key).hi == 9.0
 
 
+def test_a_resumed_tune_counts_an_earlier_invocation_by_its_span_not_only_its_walls():
+    from stepbench.record import Record
+    from stepbench.search.tune.budget import spent_by
+
+    def record(run_id, start, end, wall):
+        return Record(run_id=run_id, repeat=0, setup=BASE, status="ok", wall_s=wall,
+                      started_at=f"2026-12-05T03:40:{start:02d}Z",
+                      finished_at=f"2026-12-05T03:40:{end:02d}Z")
+
+    # Its two measurements took 3 s of 20: the server's start and the search between them
+    # were the tune's time too (a loaded CPU's 60 s tune: 47.6 s of walls in a 53.0 s span).
+    earlier = [record("a", 0, 2, 2.0), record("a", 19, 20, 1.0)]
+    assert spent_by(earlier) == 20.0
+    assert spent_by(earlier + [record("b", 30, 35, 4.0)]) == 25.0      # each invocation's own
+    # Without their times, or where the walls add up to more, the walls.
+    assert spent_by([Record(run_id="c", repeat=0, setup=BASE, status="ok", wall_s=2.5)]) == 2.5
+    assert spent_by([record("d", 0, 1, 4.0)]) == 4.0
+
+
 def test_a_pair_that_other_work_disturbed_is_no_observation():
     from stepbench.record import Machine, Record
     from stepbench.search.gains import observations

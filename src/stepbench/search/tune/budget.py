@@ -1,13 +1,15 @@
 """A tune's budget and the value of its candidates: the time it may spend and has spent, what
 a candidate may add per second it costs.
 
-The budget counts the wall time of every measurement the tune used (stored ones included) plus
-this invocation's own time; what a measurement costs comes from its parts (search/prices.py).
+The budget counts the wall time of every measurement the tune used (stored ones included; an
+interrupted invocation of this tune by its span, `spent_by`) plus this invocation's own time;
+what a measurement costs comes from its parts (search/prices.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Callable
 
 from stepbench.record import Record
@@ -56,6 +58,30 @@ class Budget:
         if record.run_id != run_id and key not in self.counted:
             self.stored_s += record.wall_s or 0.0
             self.counted.add(key)
+
+
+def spent_by(records: list[Record]) -> float:
+    """What earlier invocations of a tune spent, from their records: each invocation (run_id)
+    from its first measurement's start to its last one's end, where the records say when, and
+    never less than their wall times. Their wall times alone leave out the invocation's own
+    time between measurements (the process server's start, the search itself): a tune run to
+    its end and started again found seconds it had already spent, and measured more (a 60 s
+    tune on a loaded CPU: 47.6 s of wall times in a 53.0 s span)."""
+    spent = 0.0
+    for run in dict.fromkeys(r.run_id for r in records):
+        mine = [r for r in records if r.run_id == run]
+        walls = sum(r.wall_s or 0.0 for r in mine)
+        try:
+            span = (max(_moment(r.finished_at) for r in mine)
+                    - min(_moment(r.started_at) for r in mine))
+        except (AttributeError, ValueError):  # a record without its times: its wall time alone
+            span = 0.0
+        spent += max(walls, span)
+    return spent
+
+
+def _moment(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 @dataclass

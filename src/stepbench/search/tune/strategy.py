@@ -21,7 +21,8 @@ from stepbench.execute.local import SERVER
 from stepbench.record import Record
 from stepbench.search.gains import GainTable, committed, differences, prior, rate, source_kind
 from stepbench.search.prices import Price, Prices
-from stepbench.search.tune.budget import BEAT, LADDER_SHARE, Budget, Candidate, expected_gain, why_ended
+from stepbench.search.tune.budget import (BEAT, LADDER_SHARE, Budget, Candidate, expected_gain,
+                                          spent_by, why_ended)
 from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final, wanted
 from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line, outcome
 from stepbench.search.tune.results import TuneResult, is_earlier, label
@@ -86,7 +87,7 @@ class Tuner:
         # other stored record once the tune uses it. An earlier tune's are not counted: this
         # tune searches again, with a budget of its own.
         mine = [r for r in ours if not is_earlier(r)]
-        self.budget = Budget(budget_s, clock, clock(), sum(r.wall_s or 0.0 for r in mine),
+        self.budget = Budget(budget_s, clock, clock(), spent_by(mine),
                              {(r.setup.key(), r.repeat) for r in mine})
         self.said = Said(skipped=list(skipped or []))
         self.ladder_info: dict | None = None
