@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One H200 lease, one setsid job collected over two or three calls (one host, one lease), in the
-# order of the issues' priority; a step starts only while DEADLINE_S (default 880) seconds have
+# order of the issues' priority; a step starts only while DEADLINE_S (default 1400) seconds have
 # not passed and its own least time is left:
 #   1. the default `stepbench run` (the post's model and four setups, two processes each) with
 #      --profile (GEMM shapes for predict, the host lead against the GPU's busy share) and one
@@ -10,14 +10,15 @@
 #   3. a factory's process overhead against the HF path (gpu_factory_overhead.sh overhead, eager)
 #      and examples/gpt.py at --nproc 1 --parallel none,ddp,fsdp2 (... gpt)            (issue 35)
 #   4. compiled ResNet-50 against a plain script, pairs round by round (gpu_workloads.py) (35)
-#   5. the eager+sdpa wander rounds (gpu_wander.py) in what is left              (issue 37)
-#   6. the H200 microbenchmark for predict's L2 constants (gpu_microbench.py)   (issue 36)
+#   5. the H200 microbenchmark for predict's L2 constants (gpu_microbench.py)   (issue 36)
+#   6. the eager+sdpa wander rounds (gpu_wander.py, WAYS server,script by default: NVML off moved
+#      nothing in section l) in all that is left                           (issue 37)
 #
 #   JOB=/root/job SEED=.anchors/seed_train.py setsid bash benchmarks/gpu_chain_hf_user_wander.sh &
 # JOB/done appears when everything has ended; JOB/steps.txt has each step's exit and seconds.
 set -uo pipefail
 job=${JOB:?set JOB to a folder}; seed=${SEED:?set SEED to the post script}
-deadline=${DEADLINE_S:-880}
+deadline=${DEADLINE_S:-1400}
 mkdir -p "$job"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 cache=$job/cache/inductor
@@ -53,6 +54,7 @@ step overhead 100 env OUT="$job/user" OVERHEAD_S=130 COMPILE_UNTIL_S=-1 bash ben
 step gpt-nproc 100 env OUT="$job/user" GPT_MODES=eager GPT_S="${GPT_S:-130}" bash benchmarks/gpu_factory_overhead.sh gpt
 step resnet-fidelity 120 timeout "$(left)" python3 benchmarks/gpu_workloads.py --out "$job/resnet" \
   --setups resnet:compile --rounds 3 --budget-s "${RESNET_S:-120}"
-step wander 90 env OUT="$job/wander" SEED="$seed" BUDGET_S=$(( $(left) - 40 )) python3 benchmarks/gpu_wander.py
 step microbench 60 timeout 100 python3 benchmarks/gpu_microbench.py --out "$job/microbench.json"
+step wander 90 env OUT="$job/wander" SEED="$seed" WAYS="${WAYS:-server,script}" \
+  BUDGET_S=$(( $(left) - 40 )) python3 benchmarks/gpu_wander.py
 touch "$job/done"

@@ -23,7 +23,8 @@ script's lines with the round added), OUT/traces.tar (the profiles), OUT/wander.
 versions, commit, lscpu, nvidia-smi topo; then each process) and OUT/summary.md, which it also
 prints: benchmarks/wander_table.py's tables. At most 7 files, so that a GPU call brings all
 back. BUDGET_S (default 450): no round starts that the slowest round so far (after the first)
-says would end past it.
+says would end past it. WAYS (a comma list, default all four) measures only those ways, so that
+more rounds fit the budget.
 """
 
 from __future__ import annotations
@@ -98,10 +99,13 @@ def main() -> None:
 
     environment(say)
     nodes = numa_nodes()
-    ways = ["server", "nvml-off", "script"]
-    if nodes and nodes > 1:
-        ways.insert(2, "pinned")
-    else:
+    wanted = os.environ.get("WAYS", "server,nvml-off,pinned,script").split(",")
+    unknown = set(wanted) - {"server", "nvml-off", "pinned", "script"}
+    if unknown:
+        sys.exit(f"WAYS: unknown way(s) {', '.join(sorted(unknown))}; "
+                 "choose from server,nvml-off,pinned,script")
+    ways = [w for w in wanted if w != "pinned" or (nodes and nodes > 1)]
+    if "pinned" in wanted and "pinned" not in ways:
         say(f"pinned: skipped, {nodes or 'no'} NUMA node(s): auto would bind to every core")
     site, executor, local, plan = open_executor(out / "unused.jsonl", say)
 
@@ -155,7 +159,8 @@ def main() -> None:
         say(f"done: {rounds} rounds")
         pack(out / "traces")
     head = (f"{rounds} rounds in {time.monotonic() - began:.0f} s; ways: {', '.join(ways)}"
-            + ("" if "pinned" in ways else f" (pinned skipped: {nodes or 'no'} NUMA node(s))"))
+            + ("" if "pinned" in ways or "pinned" not in wanted
+               else f" (pinned skipped: {nodes or 'no'} NUMA node(s))"))
     import wander_table
 
     with contextlib.redirect_stdout(io.StringIO()) as text:
