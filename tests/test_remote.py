@@ -73,9 +73,11 @@ def test_two_hosts_run_at_once_into_one_file_tagged_and_resume(sshd, tmp_path):
     # come in the file's order, which is the order the hosts finished in.
     report = run_cli("report", out, "--format", "json")
     rows = json.loads(report.stdout)["rows"]
+    cpu = read_jsonl(out)[0]["machine"]      # both hosts are this machine
+    alpha, beta = (f"CPU ({cpu['cpu']}, {cpu['cpu_count']} cores, {h})" for h in ("alpha", "beta"))
     assert sorted((r["gpu"], r["host"], r["setup"], r["repeats"]) for r in rows) == [
-        ("cpu (alpha)", "alpha", "eager+eager", 1), ("cpu (alpha)", "alpha", "eager+sdpa", 1),
-        ("cpu (beta)", "beta", "eager+eager", 1), ("cpu (beta)", "beta", "eager+sdpa", 1)]
+        (alpha, "alpha", "eager+eager", 1), (alpha, "alpha", "eager+sdpa", 1),
+        (beta, "beta", "eager+eager", 1), (beta, "beta", "eager+sdpa", 1)]
     assert [r["setup"] for r in rows] == ["eager+sdpa", "eager+eager"] * 2
     assert all(r["gpu_name"] == "cpu" for r in rows)
 

@@ -16,6 +16,8 @@ BASE = {json.loads(line)["setup"]["mode"]: json.loads(line)
         for line in (DATA / "v0.1" / "cpu-results.jsonl").read_text().splitlines()}
 BUSY = {"start": {"load_1m": 3.9}, "end": {"load_1m": 4.5}, "cpus": 2, "threads": 2,
         "other_cpu_s": 25.3, "other_cpu_share": 0.75, "contention": 0.75}
+# How the report names the machine of these records (machine.cpu, machine.cpu_count).
+CPU = "CPU (Intel(R) Xeon(R) Processor, 2 cores)"
 
 
 def rec(mode: str, repeat: int, steps: list[float], busy: bool = False, peak: float = 0.08) -> dict:
@@ -50,7 +52,7 @@ def test_two_setups_measured_on_a_busy_cpu_are_not_compared(capsys, tmp_path):
     doc = report(capsys, tmp_path, records)
     assert texts(doc, "compile_speed") == "" and texts(doc, "fastest_setup") == ""
     assert texts(doc, "compile_payback") == ""
-    assert names(texts(doc, "untested"), "‡", "compile+sdpa", "eager+sdpa", "cpu", "30.2",
+    assert names(texts(doc, "untested"), "‡", "compile+sdpa", "eager+sdpa", CPU, "30.2",
                  "50.3 ms")
     assert [r["noise_flags"] for r in doc["rows"]] == [["busy_cpu"], ["busy_cpu"]]
     table = report(capsys, tmp_path, records, "markdown")
@@ -68,13 +70,13 @@ def test_a_busy_cpu_on_one_side_is_not_compared_either(capsys, tmp_path):
     doc = report(capsys, tmp_path, records)
     assert texts(doc, "compile_speed") == "" and texts(doc, "compile_payback") == ""
     assert names(texts(doc, "untested"), "‡", "eager+sdpa against compile+sdpa", "50.3 vs 30.2",
-                 "eager+sdpa on cpu (50.3 ms)")
+                 f"eager+sdpa on {CPU} (50.3 ms)")
     assert "eager+sdpa" not in texts(doc, "fastest_setup") + texts(doc, "compile_cost")
     # Quiet on both sides: compared as before.
     quiet = [rec("eager", i, s) for i, s in enumerate(EAGER)] + \
             [rec("compile", i, s) for i, s in enumerate(COMPILED)]
     doc = report(capsys, tmp_path, quiet)
-    assert names(texts(doc, "compile_speed"), "cpu 30.2 vs 50.3 ms")
+    assert names(texts(doc, "compile_speed"), f"{CPU} 30.2 vs 50.3 ms")
     assert texts(doc, "untested") == ""
 
 
@@ -87,9 +89,9 @@ def test_processes_that_disagree_on_peak_memory_are_marked_and_not_compared(caps
     assert [r["noise_flags"] for r in doc["rows"]] == [["memory_spread"], ["memory_spread"]]
     assert texts(doc, "compile_memory") == ""
     assert names(texts(doc, "untested"), "Peak memory", "20%", "compile+sdpa", "eager+sdpa",
-                 "cpu")
+                 CPU)
     # Step times are compared as ever: the memory's spread says nothing of them.
-    assert names(texts(doc, "compile_speed"), "cpu", "30.2 vs 50.3 ms")
+    assert names(texts(doc, "compile_speed"), CPU, "30.2 vs 50.3 ms")
     table = report(capsys, tmp_path, records, "markdown")
     assert "| 0.54 GB~ |" in table and "| 0.40 GB~ |" in table
     assert any(line.startswith("~ ") and names(line, "Peak memory", "20%")
@@ -98,4 +100,27 @@ def test_processes_that_disagree_on_peak_memory_are_marked_and_not_compared(caps
     records[1]["peak_memory_gb"] = 0.17
     doc = report(capsys, tmp_path, records)
     assert [r["noise_flags"] for r in doc["rows"]] == [[], ["memory_spread"]]
-    assert names(texts(doc, "compile_memory"), "peak memory", "cpu")
+    assert names(texts(doc, "compile_memory"), "peak memory", CPU)
+
+
+def test_a_cpu_row_names_the_cpu_model_and_cores_in_every_format(capsys, tmp_path):
+    # "cpu" alone named no machine: two CPUs' records were one row. The row names the model and
+    # core count the records hold, the same in the table, Markdown, CSV and JSON.
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({**r, "machine": {**r["machine"], "cpu": "AMD EPYC",
+                                                          "cpu_count": 8}}) + "\n"
+                             for r in [rec("eager", i, s) for i, s in enumerate(EAGER)]))
+    here = tmp_path / "here.jsonl"
+    here.write_text("".join(json.dumps(rec("eager", i, s)) + "\n" for i, s in enumerate(EAGER)))
+    outs = {}
+    for fmt in ("json", "table", "markdown", "csv"):
+        assert main(["report", str(here), str(other), "--format", fmt]) == 0
+        outs[fmt] = capsys.readouterr().out
+    doc = json.loads(outs.pop("json"))
+    assert [(r["gpu"], r["gpu_name"], r["repeats"]) for r in doc["rows"]] == \
+        [(CPU, "cpu", 2), ("CPU (AMD EPYC, 8 cores)", "cpu", 2)]
+    assert doc["meta"]["gpus"] == [CPU, "CPU (AMD EPYC, 8 cores)"]
+    for out in outs.values():
+        assert names(out, CPU, "CPU (AMD EPYC, 8 cores)")
+        assert not any(line.split("|")[1:2] == [" cpu "] or line.startswith(("cpu,", "  cpu "))
+                       for line in out.splitlines())

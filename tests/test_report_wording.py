@@ -65,7 +65,7 @@ def test_compile_that_never_paid_back_reads_as_a_sentence(capsys, tmp_path):
                                            rec("compile", gpu="cpu", step_ms=60.0,
                                                first_step_s=30.0)])
     assert texts(doc, "compile_payback") == (
-        "With sdpa attention, torch.compile never paid back its compile time on cpu, where "
+        "With sdpa attention, torch.compile never paid back its compile time on CPU (unknown model), where "
         "compiled steps were not faster.")
 
 
@@ -75,7 +75,7 @@ def test_a_third_more_memory_on_a_cpu_is_not_unchanged(capsys, tmp_path):
                                            rec("compile", gpu="cpu", step_ms=40,
                                                peak_memory_gb=0.198)])
     assert texts(doc, "compile_memory") == ("With sdpa attention, torch.compile raised peak "
-                                           "memory on cpu by 32% (0.15 to 0.20 GB).")
+                                           "memory on CPU (unknown model) by 32% (0.15 to 0.20 GB).")
     for eager_gb, compiled_gb in ((40.0, 40.04), (0.15, 0.152)):      # within 0.05 GB and 5%
         doc, _ = run_report(capsys, tmp_path, [
             rec("eager", step_ms=50, peak_memory_gb=eager_gb),

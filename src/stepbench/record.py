@@ -60,6 +60,15 @@ class Machine(_FromDict):
     cpu: str | None = None              # CPU model name
     cpu_count: int | None = None
 
+    @property
+    def name(self) -> str:
+        """The machine a report names: the GPU's name, or "CPU (its model, N cores)" for a run
+        on the CPU ("cpu" alone would not tell two machines apart)."""
+        if self.gpu != "cpu":
+            return self.gpu
+        cores = [f"{self.cpu_count} cores"] if self.cpu_count else []
+        return f"CPU ({', '.join([self.cpu or 'unknown model'] + cores)})"
+
 
 @dataclass
 class Software(_FromDict):

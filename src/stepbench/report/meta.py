@@ -46,9 +46,8 @@ def shapes(batch_seq: list[str]) -> str:
 
 
 def machine_name(record: Record) -> str:
-    """The GPU's name, or "CPU (its model)" for a CPU run."""
-    machine = record.machine
-    return machine.gpu if machine.gpu != "cpu" else f"CPU ({machine.cpu or 'unknown'})"
+    """The GPU's name, or "CPU (its model, N cores)" for a CPU run (Machine.name)."""
+    return record.machine.name
 
 
 def measured(records: list[Record]) -> dict:

@@ -289,7 +289,7 @@ def build_rows(records: list[Record], prices: dict[str, float],
     machine = machine_labels(records, labels)
     groups: dict[tuple, list[Record]] = {}
     for record in records:
-        groups.setdefault((identity(record.setup), record.machine.gpu, record.host,
+        groups.setdefault((identity(record.setup), record.machine.name, record.host,
                            labels.get(id(record))), []).append(record)
     rows = []
     for group in groups.values():
@@ -334,19 +334,25 @@ def machine_labels(records: list[Record], labels: dict[int, str] | None = None):
     """record -> the machine its row names: the GPU's name, plus the host ("NVIDIA H100 PCIe
     (gpu-a)") where that GPU ran on more than one host, and the label of the record's input
     where given ("NVIDIA H200 (main)"). A record run here has no host: it is named by its
-    hostname."""
+    hostname. A CPU is named by its model and cores (Machine.name), its parts in one pair of
+    parentheses: "CPU (AMD EPYC, 2 cores, gpu-a)"."""
     labels = labels or {}
     hosts: dict[str, set] = {}
     for r in records:
-        hosts.setdefault(r.machine.gpu, set()).add(r.host)
+        hosts.setdefault(r.machine.name, set()).add(r.host)
 
     def label(r: Record) -> str:
         parts = []
-        if len(hosts[r.machine.gpu]) > 1:
+        if len(hosts[r.machine.name]) > 1:
             parts.append(r.host or r.machine.hostname or "local")
         if labels.get(id(r)) is not None:
             parts.append(labels[id(r)])
-        return f"{r.machine.gpu} ({', '.join(parts)})" if parts else r.machine.gpu
+        name = r.machine.name
+        if not parts:
+            return name
+        if name.endswith(")"):
+            return f"{name[:-1]}, {', '.join(parts)})"
+        return f"{name} ({', '.join(parts)})"
 
     return label
 
@@ -385,7 +391,7 @@ def combine(records: list[Record], price: float | None, energy_price: float | No
     ok = [r for r in records if r.ok]
     failed = [r for r in records if r.status != "ok"]
     row = Row(
-        gpu=gpu or head.machine.gpu, gpu_name=head.machine.gpu, host=head.host, setup=head.setup,
+        gpu=gpu or head.machine.name, gpu_name=head.machine.gpu, host=head.host, setup=head.setup,
         status="ok" if ok else statuses.most_common(1)[0][0], statuses=dict(statuses),
         repeats=len(records), runs=len({r.run_id for r in records}),
         price_per_hour=price, gpu_memory_gb=head.machine.gpu_memory_gb,

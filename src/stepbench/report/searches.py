@@ -39,7 +39,7 @@ def _search_key(record: Record) -> tuple:
     """One max-batch search: the setup but its batch and its steps (a probe runs fewer than the
     full measurement), where it ran, where it started."""
     setup = dataclasses.replace(record.setup, batch=1, warmup=0, steps=0)
-    return (setup.key(), record.machine.gpu, record.host,
+    return (setup.key(), record.machine.name, record.host,
             (record.search or {}).get("start_batch"))
 
 
@@ -92,7 +92,7 @@ def details_table(records: list[Record]):
     cells = []
     for r in listed:
         ran = r.status == "ok"
-        cells.append([r.machine.gpu, r.setup.name, _role_text(r, attempts), str(r.setup.batch),
+        cells.append([r.machine.name, r.setup.name, _role_text(r, attempts), str(r.setup.batch),
                       str(r.setup.seq), f"{r.setup.warmup}+{r.setup.steps}", status_text(r.status),
                       table.gb(r.peak_memory_gb) if ran else "-",
                       table.gb(r.peak_reserved_gb) if ran else "-",
@@ -123,7 +123,7 @@ def _last_probes_without_final(records: list[Record]) -> list[Record]:
 
 def _unfinished(probe: Record) -> str:
     """Why a max-batch search measured nothing, from its last probe."""
-    where = f"{probe.machine.gpu} {probe.setup.name}{probe.setup.at_seq}"
+    where = f"{probe.machine.name} {probe.setup.name}{probe.setup.at_seq}"
     if probe.status == "oom" and (probe.setup.batch == 1 or probe.phase == "starting"):
         return f"{where}: nothing fit, down to batch {probe.setup.batch}; no full measurement."
     if probe.status in ("ok", "oom"):
@@ -150,7 +150,7 @@ def summary(record: Record) -> str:
     found = [f"largest seen to fit {tag.get('largest_fit')}"]
     if tag.get("smallest_oom") is not None:
         found.append(f"smallest out of memory {tag['smallest_oom']}")
-    text = (f"{record.machine.gpu} {record.setup.name}{record.setup.at_seq}: batch "
+    text = (f"{record.machine.name} {record.setup.name}{record.setup.at_seq}: batch "
             f"{tag.get('start_batch')} grew to {tag.get('chosen')} ({', '.join(found)}")
     if tag.get("margin") is not None and tag.get("capacity_gb"):
         text += f"; chosen to leave {tag['margin']:.0%} of {tag['capacity_gb']:g} GB free"
@@ -166,7 +166,7 @@ def summary(record: Record) -> str:
 def search_dicts(records: list[Record]) -> list[dict]:
     """"Details: searches" for JSON and CSV: one object per record, numbers unformatted."""
     attempts = _attempts(records)
-    return [{"gpu": r.machine.gpu, "host": r.host, "setup": r.setup.name,
+    return [{"gpu": r.machine.name, "host": r.host, "setup": r.setup.name,
              "search": _role_text(r, attempts), "mode": r.setup.mode, "attn": r.setup.attn,
              "compile_mode": r.setup.compile_mode, "model": r.setup.model,
              "model_label": r.setup.model_label, "params": r.setup.params,

@@ -66,7 +66,7 @@ def tried_dicts(entries: list[Entry]) -> list[dict]:
     out = []
     for stage, r in entries:
         verdict = verdicts.get((r.setup.key(), r.machine.gpu))
-        out.append({"gpu": r.machine.gpu, "host": r.host, "setup": r.setup.name,
+        out.append({"gpu": r.machine.name, "host": r.host, "setup": r.setup.name,
                     "search": f"{searches.TUNE} {stage_text(stage, r)}", "stage": stage,
                     "repeat": r.repeat, "mode": r.setup.mode, "attn": r.setup.attn,
                     "compile_mode": r.setup.compile_mode, "model": r.setup.model,
@@ -270,7 +270,7 @@ def tune_key(record: Record) -> tuple:
     """What identifies one tune: the model, sequence length and device it searched, and the
     machine it ran on (a resumed tune is the same tune)."""
     s = record.setup
-    return (s.model, s.seq, s.device, record.machine.gpu, record.host)
+    return (s.model, s.seq, s.device, record.machine.name, record.host)
 
 
 def tunes(records: list[Record]) -> list[list[Entry]]:
@@ -305,7 +305,7 @@ def tune_dicts(records: list[Record]) -> list[dict]:
 
 def tune_dict(head: Record, entries: list[Entry]) -> dict:
     return {"model": head.setup.model, "model_label": head.setup.model_label,
-            "seq": head.setup.seq, "device": head.setup.device, "gpu": head.machine.gpu,
+            "seq": head.setup.seq, "device": head.setup.device, "gpu": head.machine.name,
             "host": head.host, "tried": tried_dicts(entries)}
 
 
