@@ -347,6 +347,9 @@ def test_a_compiled_setup_beyond_tolerance_of_its_eager_twin_departs(capsys, tmp
     [finding] = [f for f in doc["findings"] if f["kind"] == "loss_guard"]
     assert finding["key"] and names(finding["text"], "compile+sdpa", "NVIDIA H200", "step 5",
                                     "10.2", "9.81", "eager+sdpa", "4%", "2%")
+    # The setup is named once, by the row it leads with ("compile+sdpa (batch ...) on ...: its
+    # loss at step 5 ..."), not again in the guard's sentence.
+    assert finding["text"].count("compile+sdpa") == 1 and names(finding["text"], "its loss")
     # It names every ranking that leaves the row out: a reader sees its MFU and energy in the
     # details, better than the "best" a finding names (an H200 ResNet run's 15% against 6%).
     assert names(finding["text"], "rankings", "fastest setup and GPU", "per dollar", "MFU",

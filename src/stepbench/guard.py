@@ -79,8 +79,10 @@ class Verdict:
         """Only the first loss was compared (the weights are kept in another dtype)."""
         return self.steps == 1
 
-    def describe(self, name: str) -> str:
-        """One sentence: how `name`'s losses compare with the reference's."""
+    def describe(self, name: str | None = None) -> str:
+        """One sentence: how `name`'s losses compare with the reference's; without a name
+        ("its losses ..."), for a sentence that has named the setup already."""
+        whose = f"{name}'s" if name else "its"
         if self.status == DEPARTS and self.reference_loss is not None:
             if self.first_rel_diff is not None and not self.first_rel_diff <= self.tolerance:
                 where, mine, theirs = "first loss", self.first_loss, self.reference_first_loss
@@ -89,17 +91,17 @@ class Verdict:
                 where = f"loss at step {self.step + 1}"
                 mine, theirs = self.loss, self.reference_loss
                 apart = self.max_rel_diff
-            return (f"{name}'s {where} is {mine:.4g} against {theirs:.4g} for "
+            return (f"{whose} {where} is {mine:.4g} against {theirs:.4g} for "
                     f"{self.reference} ({percent(apart)} apart, tolerance "
                     f"{percent(self.tolerance)})")
         if self.status == DEPARTS:
-            return f"{name}'s losses disagree with {self.reference}"
+            return f"{whose} losses disagree with {self.reference}"
         if self.status == OK:
             what = ("first loss agrees" if self.first_only
                     else f"losses agree over {self.steps} steps")
-            return (f"{name}'s {what} with {self.reference} within "
+            return (f"{whose} {what} with {self.reference} within "
                     f"{percent(self.max_rel_diff)} (tolerance {percent(self.tolerance)})")
-        return f"{name}: {self.status}"
+        return f"{name}: {self.status}" if name else self.status
 
 
 def peers_key(setup: Setup, gpu: str) -> tuple:

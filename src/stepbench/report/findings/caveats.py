@@ -19,7 +19,7 @@ def loss_guard(rows: list[Row]) -> list[Finding]:
     train something else, and the rankings (words.best_per_gpu, the fastest setup) and
     compile_payback leave them out; the sentence names each, as a reader sees a better MFU or
     energy in the details."""
-    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe(r.name)}; its "
+    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe()}; its "
                     "numbers do not describe training this model, so it is left out of the "
                     "rankings (fastest setup and GPU, per dollar, MFU, energy) and of the "
                     "compile payback.",
