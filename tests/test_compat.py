@@ -39,7 +39,9 @@ def test_a_0_1_results_file_resumes_without_running_anything(tmp_path):
 
 # 0.1's compiled-vs-eager "parity" (last losses) became the loss guard's verdict against the
 # eager twin: its row fields and its finding are the guard's now (loss_guard_*, "loss_guard").
-PARITY_FIELDS = {"parity_rel_diff", "parity_tolerance", "parity_ok"}
+# 0.1 named a CPU row's machine "cpu"; now by the record's CPU model and cores.
+CPU = "CPU (Intel(R) Xeon(R) Processor, 2 cores)"
+PARITY_FIELDS = {"parity_rel_diff", "parity_tolerance", "parity_ok", "gpu"}
 
 
 def test_a_0_1_results_file_reports_the_same_rows_and_findings(capsys):
@@ -47,6 +49,7 @@ def test_a_0_1_results_file_reports_the_same_rows_and_findings(capsys):
     new = json.loads(capsys.readouterr().out)
     old = json.loads((V01 / "report-0.1.json").read_text())
     for old_row, new_row in zip(old["rows"], new["rows"], strict=True):
+        assert (old_row["gpu"], new_row["gpu"]) == ("cpu", CPU)
         assert {k: new_row[k] for k in old_row if k not in PARITY_FIELDS} == \
             {k: v for k, v in old_row.items() if k not in PARITY_FIELDS}
         if old_row["parity_ok"] is not None:     # the compiled row: the guard agrees with 0.1
@@ -56,11 +59,11 @@ def test_a_0_1_results_file_reports_the_same_rows_and_findings(capsys):
     # Every finding 0.1 wrote, in its order; new rules (the fastest setup) may add their own.
     # The memory finding now gives the change and the GB as the table does (two decimals below
     # 1 GB): 0.1's "raised peak memory on cpu (0.2 to 0.3 GB)".
-    new_texts = iter(f["text"] for f in new["findings"])
+    new_texts = iter(f["text"].replace(CPU, "cpu") for f in new["findings"])
     assert all(any(f["text"] == t for t in new_texts) for f in old["findings"]
                if f["kind"] not in ("parity", "compile_memory"))
     assert names(" ".join(f["text"] for f in new["findings"] if f["kind"] == "compile_memory"),
-                 "raised", "cpu", "44%", "0.22", "0.32 GB")
+                 "raised", CPU, "44%", "0.22", "0.32 GB")
     [parity] = [f for f in old["findings"] if f["kind"] == "parity"]
     [guard] = [f for f in new["findings"] if f["kind"] == "loss_guard"]
     assert "within tolerance" in parity["text"] and "within tolerance" in guard["text"]

@@ -302,8 +302,8 @@ def build_rows(records: list[Record], prices: dict[str, float],
     add_scaling(rows)
     if not labels:
         verdicts = loss_verdicts(records)
-        for row in rows:
-            row.loss_guard = verdicts.get(row.key)
+        for row in rows:    # the guard keys a machine by its driver's name, as records do
+            row.loss_guard = verdicts.get((row.setup.key(), row.gpu_name))
         return rows
     for label in dict.fromkeys(labels.get(id(r)) for r in records):
         # The loss guard within each input: a labelled input is another run to compare.
