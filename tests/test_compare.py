@@ -72,6 +72,17 @@ def test_setups_match_by_every_axis_but_warmup_and_steps():
         assert base.replace(**change).match_key() != base.match_key()
 
 
+def test_a_pair_reads_the_same_size_either_way_round(capsys, tmp_path):
+    # One convention for a speed difference (findings.change): the slower step time over the
+    # faster's. Steps 1.25 times as long are "25% slower"; the same pair the other way round is
+    # "25% faster" (not "20% faster", the drop in step time), in the text and in change_pct.
+    slow = after(tmp_path, compile_factor=1.25)
+    forward = by_setup(compared(capsys, BEFORE, slow))["compile+sdpa"]
+    backward = by_setup(compared(capsys, slow, BEFORE))["compile+sdpa"]
+    assert (forward["verdict_text"], backward["verdict_text"]) == ("25% slower", "25% faster")
+    assert (forward["change_pct"], backward["change_pct"]) == (pytest.approx(25), pytest.approx(-25))
+
+
 def test_a_slower_setup_outside_the_noise_and_an_unchanged_one(capsys, tmp_path):
     doc = compared(capsys, BEFORE, after(tmp_path))
     rows = by_setup(doc)

@@ -75,7 +75,7 @@ def test_a_clear_difference_leads_only_as_the_fastest_setup(capsys, tmp_path):
     key = [f for f in doc["findings"] if f["key"]]
     assert [f["kind"] for f in key] == ["fastest_setup"]
     assert names(key[0]["text"], "compile+sdpa on NVIDIA H200", "102,400 tokens/s", "80.0 ms",
-                 "20% faster", "eager+sdpa", "100 ms")
+                 "25% faster", "eager+sdpa", "100 ms")
 
 
 def test_one_setup_has_no_lead(capsys, tmp_path):

@@ -47,7 +47,7 @@ def test_an_untested_gap_says_so(capsys, tmp_path):
                                            rec("compile", step_ms=50.9, first_step_s=30.0)])
     assert texts(doc, "fastest_setup") == (
         "Fastest setup (untested against noise): compile+sdpa on NVIDIA H200 (160,943 tokens/s, "
-        "50.9 ms; 32% faster than the runner-up, eager+sdpa at 74.6 ms).")
+        "50.9 ms; 47% faster than the runner-up, eager+sdpa at 74.6 ms).")
     # Where another GPU's pair was tested, the untested one says so itself.
     rng = np.random.default_rng(2)
     tested = [rec(mode, gpu="NVIDIA L40S", repeat=i, steps=_steps(rng, m, 1.0))

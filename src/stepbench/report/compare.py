@@ -86,8 +86,11 @@ class Change:
 
     @property
     def change_pct(self) -> float | None:
-        """How much slower after is, in percent of before's step time (negative: faster)."""
-        return None if self.ratio is None else (self.ratio - 1) * 100
+        """How much slower after is, in percent (negative: how much faster), as
+        findings.change words it: the slower step time over the faster's, either way round."""
+        if self.ratio is None:
+            return None
+        return (self.ratio - 1) * 100 if self.ratio >= 1 else (1 - 1 / self.ratio) * 100
 
     def text(self) -> str:
         """The verdict in words: "7.1% slower", "within the noise, p = 0.31", "untested:

@@ -18,7 +18,7 @@ from stepbench.errors import first_line
 from stepbench.record import Record
 from stepbench import stats
 from stepbench.report import table
-from stepbench.report.findings import BIG_RATIO, Finding, compiler
+from stepbench.report.findings import Finding, change, compiler
 from stepbench.report.layout import Table
 from stepbench.report.marks import disturbed_marks
 from stepbench.report.rows import Row, status_text
@@ -228,8 +228,9 @@ def _finding(comp: Row, eager: Row, base: Row | None, start: int) -> Finding:
 
 def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     """"raises tokens/s by 18% over X" (short: "18% over X"), "reaches 2.1x the tokens/s of X",
-    "lowers tokens/s by 5% against X", or within the noise of X; "not compared with X" where
-    either row's steps were disturbed (noise.DISTURBED: no claim rests on such a row)."""
+    "runs 5% slower per token than X" (X's tokens/s are 5% more), or within the noise of X;
+    "not compared with X" where either row's steps were disturbed (noise.DISTURBED: no claim
+    rests on such a row)."""
     marks = disturbed_marks(new, old)
     if marks:
         return (f"not compared with {against} ({marks}: disturbed steps)" if short
@@ -239,15 +240,16 @@ def _gain(new: Row, old: Row, against: str, short: bool = False) -> str:
     if result is not None and result.significant is False:
         return (f"within the noise of {against}, p = {result.p_value:.2f}" if short else
                 f"runs at tokens/s within the noise of {against} (p = {result.p_value:.2f})")
-    ratio = new.tokens_per_s / old.tokens_per_s
-    if ratio >= BIG_RATIO:
-        return (f"{ratio:.1f}x the tokens/s of {against}" if short
-                else f"reaches {ratio:.1f}x the tokens/s of {against}")
-    pct = abs(ratio - 1) * 100
-    size = f"{pct:.0f}%" if pct >= 1 else f"{pct:.1f}%"
-    if ratio >= 1:
+    # findings.change words it: the size is the faster's rate over the slower's either way.
+    size, direction = change(old.tokens_per_s, new.tokens_per_s)
+    if direction == "same":
+        return f"the tokens/s of {against}" if short else f"runs at the tokens/s of {against}"
+    if direction == "faster" and size.endswith("x"):
+        return (f"{size} the tokens/s of {against}" if short
+                else f"reaches {size} the tokens/s of {against}")
+    if direction == "faster":
         return f"{size} over {against}" if short else f"raises tokens/s by {size} over {against}"
-    return f"{size} below {against}" if short else f"lowers tokens/s by {size} against {against}"
+    return f"{size} slower than {against}" if short else f"runs {size} slower per token than {against}"
 
 
 def compare_throughput(a: Row, b: Row) -> stats.Comparison | None:

@@ -77,17 +77,19 @@ def memory_told(a: Row, b: Row) -> bool:
 def change(new_ms: float, old_ms: float) -> tuple[str, str]:
     """(size, direction) of a step-time change: ("10%", "slower"), ("2.6x", "faster"), ("", "same").
 
-    Percentages are the change in step time relative to `old_ms`.
+    The one way the tool words a speed difference (findings, compare, tune, max-batch): the
+    size is the slower's time over the faster's, whichever way round, so a pair one side calls
+    "10% faster" the other calls "10% slower" (the faster does 10% more steps per second).
     """
     ratio = new_ms / old_ms
-    if ratio >= BIG_RATIO:
-        return f"{ratio:.1f}x", "slower"
-    if ratio <= 1 / BIG_RATIO:
-        return f"{1 / ratio:.1f}x", "faster"
-    pct = abs(ratio - 1) * 100
+    times = max(ratio, 1 / ratio)
+    direction = "slower" if ratio > 1 else "faster"
+    if times >= BIG_RATIO:
+        return f"{times:.1f}x", direction
+    pct = (times - 1) * 100
     if pct < 0.05:
         return "", "same"
-    return (f"{pct:.0f}%" if pct >= 1 else f"{pct:.1f}%"), ("slower" if ratio > 1 else "faster")
+    return (f"{pct:.0f}%" if pct >= 1 else f"{pct:.1f}%"), direction
 
 
 def verdict(new: Row, old: Row) -> tuple[str, str]:
