@@ -88,6 +88,29 @@ def test_a_factorys_parameters_are_planned_as_a_list_of_param_flags(plan_file, c
     assert names(capsys.readouterr().err, "param", "NAME=V1,V2")
 
 
+def test_a_value_given_twice_is_measured_once_and_said(plan_file, capsys, tmp_path):
+    # A repeat in a comma list (flag or plan) is dropped, with a warning naming it; a factory's
+    # value spelled twice ("16" and "016" are one integer) names both spellings.
+    net = tmp_path / "net.py"
+    net.write_text("def make(batch_size, device, width=8):\n    pass\n")
+
+    def planned(*args) -> tuple[list[dict], list[str]]:
+        assert main(["run", *map(str, args), "--dry-run", "--format", "json"]) == 0
+        out, err = capsys.readouterr()
+        return json.loads(out), [line for line in err.splitlines() if "warning:" in line]
+
+    setups, said = planned("--model", f"{net}:make", "--device", "cpu", "--modes", "eager,eager",
+                           "--batch", "4,4,8", "--param", "width=16,016")
+    assert [(s["batch"], s["params"]) for s in setups] == [(4, "width=16"), (8, "width=16")]
+    assert len(said) == 3
+    assert any(names(m, "--modes", "eager", "once") for m in said)
+    assert any(names(m, "--batch", "4", "once") for m in said)
+    assert any(names(m, "--param width", "016", "16", "once") for m in said)
+    setups, said = planned("--plan", plan_file(STUDY.replace("[1, 2]", "[1, 2, 1]")))
+    assert sorted({s["batch"] for s in setups}) == [1, 2] and len(setups) == 4
+    assert [names(m, "batch", "1", "once") for m in said] == [True]
+
+
 def test_where_the_weights_are_drawn_and_the_parallel_style_can_be_planned(plan_file, capsys):
     # On the CPU the weights are always drawn on the CPU, so init is left at its default there;
     # the distributed settings go through the same checks as their flags.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from stepbench.errors import UserError, check_number
+from stepbench.errors import UserError, check_number, each_once
 from stepbench.workload.spec import is_factory
 
 CUDA, CPU = "cuda", "cpu"
@@ -167,7 +167,7 @@ class Axis:
             else:
                 value = item
             values.append(self.check(value, where=where))
-        return tuple(dict.fromkeys(values))
+        return each_once(values, name, items)
 
     def why_not(self, value, device: str) -> str | None:
         """Why `value` cannot run on `device` here; None when nothing stands in its way."""

@@ -92,6 +92,26 @@ def warning_line(command: str, message: str) -> str:
     return f"stepbench {command}: warning: {first_line(message, 500)}"
 
 
+def each_once(values, where: str, spelled=None) -> tuple:
+    """`values` in order, each once; a value given again is dropped with one warning that names
+    it (`spelled`: each value as written, where checking changed it: "1e-1" is 0.1), so that a
+    comma list's repeat is not measured twice nor dropped unsaid."""
+    kept: dict = {}
+    again = []
+    for i, value in enumerate(values):
+        said = str(spelled[i] if spelled is not None else value)
+        if value not in kept:
+            kept[value] = said
+        elif said == kept[value]:
+            again.append(said)
+        else:
+            again.append(f"{said} (the same as {kept[value]})")
+    if again:
+        warnings.warn(f"{where} gives {', '.join(dict.fromkeys(again))} more than once; each "
+                      "value is measured once", stacklevel=3)
+    return tuple(kept)
+
+
 _OURS = str(Path(__file__).resolve().parent)
 # The command running in this process, which every warning names (set by show_warnings).
 _COMMAND = {"name": "report"}

@@ -19,7 +19,7 @@ import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
-from stepbench.errors import UserError
+from stepbench.errors import UserError, each_once
 from stepbench.workload.loader import is_factory, load_function, split  # noqa: F401
 
 # Keywords stepbench itself passes, and the axes a factory may take as keywords of that name
@@ -184,7 +184,7 @@ def parse_param_specs(specs) -> dict[str, tuple[str, ...]]:
             if name in out:
                 raise UserError(f"--param {name} is given twice; give its values once, comma "
                                 "separated")
-            out[name] = tuple(dict.fromkeys(items))
+            out[name] = each_once(items, f"--param {name}")
     return out
 
 
@@ -270,5 +270,5 @@ def check_params(sig: Signature, params: dict[str, tuple[str, ...]]
             takes = ", ".join(sig.user_params) or "none"
             raise UserError(f"--param {name}: {sig.model} takes no parameter {name!r} (its own "
                             f"parameters: {takes}); fix the name or add it to the factory")
-    return {name: tuple(dict.fromkeys(canonical_value(v, defaults.get(name), name)
-                                      for v in values)) for name, values in params.items()}
+    return {name: each_once([canonical_value(v, defaults.get(name), name) for v in values],
+                            f"--param {name}", values) for name, values in params.items()}
