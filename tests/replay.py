@@ -23,6 +23,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from stepbench.execute.runner import RETRIED
 from stepbench.record import Record, ResultsFile, resume_key
 from stepbench.setup import Setup
 
@@ -139,8 +140,9 @@ class ReplayMachine:
         self.server_started = False
         self.asked: list[Setup] = []
 
-    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
-        done = {r.resume_key(): r for r in self.store.latest()}
+    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None, retry=True):
+        done = {r.resume_key(): r for r in self.store.latest()
+                if not (retry and r.status in RETRIED)}
         out = []
         for repeat in range(repeats):
             for setup in plan:

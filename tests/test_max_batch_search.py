@@ -36,7 +36,7 @@ class StandIn:
         self.started = 0          # "processes" started
         self.asked: list = []     # (role, repeats) of each call
 
-    def run(self, plan, *, repeats=1, timeout_s=None, tag=None, display=None):
+    def run(self, plan, *, repeats=1, timeout_s=None, tag=None, display=None, retry=True):
         self.asked.append(((tag or {}).get("role"), repeats))
         out = []
         for setup in plan:

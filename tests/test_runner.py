@@ -6,6 +6,8 @@ classification are exercised for real.
 """
 
 
+import io
+
 import psutil
 import pytest
 
@@ -13,14 +15,50 @@ from stepbench.execute.local import process as executor
 from stepbench.execute.protocol import Outcome
 from stepbench.execute.runner import Runner, classify
 from stepbench.measure.worker import classify_exception
-from stepbench.record import ResultsFile
+from stepbench.execute.progress import Display
+from stepbench.record import Machine, Record, ResultsFile
 from stepbench.setup import Setup
 
 from conftest import read_jsonl
-from fakes import HANG, QUICK_OK, SEGFAULT, ScriptedProcesses
+from fakes import HANG, QUICK_OK, SEGFAULT, InProcess, ScriptedProcesses
 from says import names
 
 TINY = dict(model="llama-tiny", attn="sdpa", seq=64, device="cpu", warmup=0, steps=2)
+
+
+def test_resume_retries_a_stored_timeout_error_or_crash_but_not_an_oom(tmp_path):
+    # A timeout, an error, a crash are of their moment: the same command measures them again,
+    # and says so once; an oom or unsupported setup is the setup's own and stays done. The
+    # failed line stays in the file; the new record is the one that counts.
+    statuses = ["ok", "timeout", "error", "crashed", "oom", "unsupported"]
+    setups = [Setup(mode="eager", batch=b, **TINY) for b in range(1, len(statuses) + 1)]
+    out = ResultsFile(tmp_path / "r.jsonl")
+    for setup, status in zip(setups, statuses):
+        out.append(Record(run_id="old", repeat=0, setup=setup, status=status,
+                          error=None if status == "ok" else "x", step_ms=50.0 if status == "ok"
+                          else None, machine=Machine(gpu="cpu")))
+
+    def resume(**kw) -> tuple[list, list[str]]:
+        executor, stream = InProcess(lambda job: [70.0, 70.0]), io.StringIO()
+        Runner(executor, out).run(setups, repeats=1, timeout_s=60, **kw,
+                                  display=Display(stream, clock=lambda: 0.0))
+        return executor.ran, [line for line in stream.getvalue().splitlines() if "retry" in line]
+
+    ran, said = resume()
+    assert ran == [(2, 0), (3, 0), (4, 0)]
+    assert len(said) == 1 and names(said[0], "retrying 3 setups", "timeout/error/crashed",
+                                    "--rerun")
+    latest = {r.setup.batch: r for r in out.latest()}
+    assert [latest[b].status for b in range(1, 7)] == ["ok", "ok", "ok", "ok", "oom",
+                                                       "unsupported"]
+    assert len(out.read()) == 9 and len(out.latest()) == 6
+    # Measured now, nothing is left to retry; a search that counts stored failures as done
+    # (tune: retry=False) measures none of them either.
+    assert resume() == ([], [])
+    out.append(Record(run_id="later", repeat=0, setup=setups[1], status="timeout", error="x",
+                      machine=Machine(gpu="cpu")))
+    assert resume(retry=False) == ([], [])
+    assert resume()[0] == [(2, 0)]
 
 
 def scripted(script: str, *args, others: str | None = None) -> ScriptedProcesses:

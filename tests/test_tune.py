@@ -22,6 +22,7 @@ import pytest
 from stepbench.cli import build_parser, main
 from stepbench.cli.run import settings_of
 from stepbench.guard import DEPARTS
+from stepbench.execute.runner import RETRIED
 from stepbench.record import Machine, Record, ResultsFile, resume_key
 from stepbench.execute.protocol import KILL_GRACE_S
 from stepbench.search.gains import Observation, committed
@@ -92,8 +93,11 @@ class FakeRunner:
         self.spread = spread or (lambda setup, repeat: 1.0)
         self.blocks = blocks
 
-    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
-        done = {r.resume_key(): r for r in self.store.latest()}
+    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None, retry=True):
+        # As the Runner resumes: a stored timeout or error is measured again unless `retry` is
+        # False, as tune asks (its stored failures are done).
+        done = {r.resume_key(): r for r in self.store.latest()
+                if not (retry and r.status in RETRIED)}
         out = []
         for repeat in range(repeats):
             for s in plan:
@@ -490,9 +494,10 @@ class LoadedRunner(FakeRunner):
                          **kwargs)
         self.limits: list[float] = []
 
-    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None):
+    def run(self, plan, *, repeats=1, timeout_s, tag=None, display=None, retry=True):
         self.limits.append(timeout_s)
-        return super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag, display=display)
+        return super().run(plan, repeats=repeats, timeout_s=timeout_s, tag=tag, display=display,
+                           retry=retry)
 
 
 def test_the_first_reference_may_take_what_the_budget_has_left(tmp_path):

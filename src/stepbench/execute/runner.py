@@ -35,6 +35,9 @@ from stepbench.setup import Setup
 # The adaptive default (`repeats` None): this many processes per setup before the rule decides
 # whether a setup needs one more.
 FIRST_ROUNDS = 2
+# Statuses of the moment, not of the setup: a stored record of one is measured again on resume
+# (an oom or unsupported setup stays done: it would end the same way).
+RETRIED = ("timeout", "error", "crashed")
 
 
 def least_processes(repeats: int | None) -> int:
@@ -88,6 +91,8 @@ class Runner:
         # Every record this runner found in the results file or made, by (setup, repeat):
         # what a run stopped by Ctrl-C still shows.
         self._kept: dict[tuple, Record] = {}
+        # The setups (key) whose failed stored record this runner said it measures again.
+        self._retried: dict[str, str] = {}
 
     def kept(self) -> list[Record]:
         """The records of the plans run so far, old and new, in the order they were found or
@@ -96,13 +101,14 @@ class Runner:
             return list(self._kept.values())
 
     def run(self, plan: list[Setup], *, repeats: int | None = 1, timeout_s: float,
-            tag: dict | None = None, display=None) -> list[Record]:
+            tag: dict | None = None, display=None, retry: bool = True) -> list[Record]:
         """Every setup `repeats` times, interleaved (A B C A B C), each process stopped after
         `timeout_s`; returns this plan's records, old and new, repeat by repeat in plan order.
         `repeats` None is the adaptive default (`_run_adaptive`). `tag` marks the new records
         (Record.search): why a search asked for them. `display` shows progress; whoever made it
-        closes it."""
-        call = _Call(timeout_s, tag, display or NullDisplay())
+        closes it. `retry`: a stored record whose status is RETRIED is measured again (False:
+        it counts as done, as tune's budget does)."""
+        call = _Call(timeout_s, tag, display or NullDisplay(), retry)
         if repeats is None:
             return self._run_adaptive(plan, call)
         return self._run_jobs([Job(setup, r) for r in range(repeats) for setup in plan], call)
@@ -132,13 +138,19 @@ class Runner:
         # Per-layer compile from before every layer had its graph is measured again. Records
         # appended after `since` (another run's) count when a job is claimed (claims.py).
         since = self.store.end()
-        stored, stale = [], []
+        stored, stale, failed = [], [], []
         for r in [] if self.rerun else self.store.latest():
-            (stale if r.compiled_too_few_layers else stored).append(r)
+            if r.compiled_too_few_layers:
+                stale.append(r)
+            elif call.retry and r.status in RETRIED:
+                failed.append(r)
+            else:
+                stored.append(r)
         done = {r.resume_key(): r for r in stored}
         stale_done = {r.resume_key(): r for r in stale}
+        failed_done = {r.resume_key(): r for r in failed}
         records: dict[int, Record] = {}
-        todo, again = [], 0
+        todo, again, retried = [], 0, {}
         call.display.plan(jobs, len(self.executor.slots))
         for index, job in enumerate(jobs, start=offset):
             found = self.executor.find_done(job, stored, done)
@@ -146,15 +158,19 @@ class Runner:
                 records[index] = found
                 self._keep(found)
                 call.display.skip(job, found)
-            else:
-                todo.append((index, job))
-                if stale and self.executor.find_done(job, stale, stale_done) is not None:
-                    again += 1
+                continue
+            todo.append((index, job))
+            if stale and self.executor.find_done(job, stale, stale_done) is not None:
+                again += 1
+            gone = failed and self.executor.find_done(job, failed, failed_done)
+            if gone:
+                retried.setdefault(job.setup.key(), gone.status)
         if again:
             call.display.note(
                 f"{again} stored record{'s' if again > 1 else ''} of per-layer compile measured "
                 "again: written before every decoder layer could have its own graph (layers past "
                 "dynamo's recompile limit ran eagerly)")
+        self._say_retried(retried, call)
         if len(self.executor.slots) > 1:
             # Sorted within each repeat, so that repeats stay interleaved (A B C A B C).
             todo.sort(key=lambda item: (item[1].repeat, -expected_cost(item[1].setup), item[0]))
@@ -164,6 +180,17 @@ class Runner:
                                    probe, self.pin_cpus)) for i, j in todo], records, call,
                           since)
         return [records[i] for i in sorted(records)]
+
+    def _say_retried(self, retried: dict[str, str], call: "_Call") -> None:
+        """Say once which setups are measured again because their stored record failed for a
+        reason of the moment (RETRIED); a later plan of this runner names only new ones."""
+        new = {k: v for k, v in retried.items() if k not in self._retried}
+        if not new:
+            return
+        self._retried.update(new)
+        statuses = "/".join(s for s in RETRIED if s in new.values())
+        call.display.note(f"retrying {len(new)} setup{'s' if len(new) > 1 else ''} whose stored "
+                          f"result was {statuses} (use --rerun to measure all again)")
 
     def profile_stem(self, job: Job) -> str | None:
         """Where `job`'s process writes its profile (--profile), less the suffixes: the
@@ -263,6 +290,7 @@ class _Call:
     timeout_s: float
     tag: dict | None
     display: object
+    retry: bool = True
 
 
 class SlotPool:

@@ -162,8 +162,10 @@ class Tuner:
         else:
             timeout = self.timeout_s
         self.display.what = stage
+        # retry=False: a stored record is a measurement the tune has (Measurements.stored),
+        # priced at nothing and not paid again; its timeout is the budget's verdict.
         records = self.runner.run([setup], repeats=repeat + 1, timeout_s=timeout,
-                                  display=self.display,
+                                  display=self.display, retry=False,
                                   tag={"kind": "tune", "stage": stage, "role": role})
         record = next((r for r in records if r.repeat == repeat), None)
         if record is None:          # stopped before a record was kept
