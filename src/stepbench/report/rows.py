@@ -342,17 +342,13 @@ def machine_labels(records: list[Record], labels: dict[int, str] | None = None):
         hosts.setdefault(r.machine.name, set()).add(r.host)
 
     def label(r: Record) -> str:
-        parts = []
-        if len(hosts[r.machine.name]) > 1:
-            parts.append(r.host or r.machine.hostname or "local")
-        if labels.get(id(r)) is not None:
-            parts.append(labels[id(r)])
         name = r.machine.name
+        parts = [r.host or r.machine.hostname or "local"] if len(hosts[name]) > 1 else []
+        parts += [labels[id(r)]] if labels.get(id(r)) is not None else []
         if not parts:
             return name
-        if name.endswith(")"):
-            return f"{name[:-1]}, {', '.join(parts)})"
-        return f"{name} ({', '.join(parts)})"
+        return f"{name[:-1]}, {', '.join(parts)})" if name.endswith(")") else \
+            f"{name} ({', '.join(parts)})"
 
     return label
 
