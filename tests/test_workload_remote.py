@@ -220,10 +220,14 @@ def test_a_ray_dry_run_refuses_what_cannot_travel_as_the_run_would(tmp_path, mon
             "--model", MODEL, "--dry-run"]
     assert main(args) == 2          # the file alone would leave helper.py behind
     assert lines_naming(capsys.readouterr().err, "imports helper", "--workload-dir ../proj/nets")
+    # The workload is read once: the precheck's read is what the dry run says travels.
+    reads = []
+    monkeypatch.setattr(carry, "gather", lambda *a, real=carry.gather: reads.append(a) or real(*a))
     assert main([*args, "--workload-dir", "../proj"]) == 0
     out, err = capsys.readouterr()
     assert "mlp.py:make" in out
     assert lines_naming(err, "each Ray job is sent ../proj (", "files", "working_dir")
+    assert len(reads) == 1
 
 
 def test_slurm_checks_the_factorys_file_or_folder_is_shared(tmp_path, monkeypatch):

@@ -133,11 +133,19 @@ class ClusterBackend(Backend):
         said = [f"the cluster's device decides the defaults (its GPUs, else the CPU); shown: "
                 f"{shown}'s"] if settings.device == "auto" else []
         travels = getattr(self.module(), "travels", None)
-        carried = travels(settings) if travels else None
+        carried = travels(self._prechecked(settings)) if travels else None
         return shown, "; ".join(said + ([carried] if carried else [])) or None
 
     def precheck(self, settings) -> None:
-        self.module().precheck(settings)
+        # What the engine's precheck found (Ray: the workload's files, read once), for
+        # dry_run_device: kept with the settings it was found for.
+        self._checked = (settings, self.module().precheck(settings))
+
+    def _prechecked(self, settings):
+        checked = getattr(self, "_checked", None)
+        if checked is not None and checked[0] is settings:
+            return checked[1]
+        return self.module().precheck(settings)
 
     def open(self, settings, note: Note) -> "ClusterSite":
         return ClusterSite(importlib.import_module(self.jobs),

@@ -163,21 +163,19 @@ def require() -> None:
     require_ray()
 
 
-def precheck(settings) -> None:
+def precheck(settings):
     """Before anything is made: a model config file (the nodes have none), a factory file
-    that cannot travel, `auto` without
-    RAY_ADDRESS."""
-    check_model_files(settings.values["model"], getattr(settings, "workload_dir", None))
+    that cannot travel, `auto` without RAY_ADDRESS. Returns what travels (bundle.Carried, or
+    None), read once: `travels` words it for a dry run."""
+    workload = check_model_files(settings.values["model"], getattr(settings, "workload_dir", None))
     if settings.ray != "local":
         jobs_address(settings.ray)
+    return workload
 
 
-def travels(settings) -> str | None:
-    """For a dry run: what each job is sent (a factory file or --workload-dir folder, as its
-    working_dir), or None where nothing travels."""
-    from stepbench.execute.bundle import carried
-
-    workload = carried(settings, "the Ray cluster")
+def travels(workload) -> str | None:
+    """For a dry run: what each job is sent (`workload`, precheck's bundle.Carried: a factory
+    file or --workload-dir folder, as its working_dir), or None where nothing travels."""
     if workload is None:
         return None
     return (f"each Ray job is sent {workload.describe().removeprefix('carries ')} as its "
@@ -189,20 +187,22 @@ def open_cluster(settings, note) -> Cluster:
 
 
 
-def check_model_files(model, workload_dir=None) -> None:
+def check_model_files(model, workload_dir=None):
     """A model given as a config file is on this machine only: refused up front. A factory
     travels (a file as the jobs' working_dir, execute/bundle.py; a package.module as installed
-    on the nodes); one given by an absolute path is refused by carry.gather."""
+    on the nodes); one given by an absolute path is refused by carry.gather. Returns what
+    travels (bundle.Carried, or None)."""
     from stepbench.execute.bundle import gather
     from stepbench.measure.models import PRESETS
     from stepbench.workload.loader import is_factory
 
-    gather(model, workload_dir, "the Ray cluster")
+    workload = gather(model, workload_dir, "the Ray cluster")
     for name in (model if isinstance(model, (tuple, list)) else [model]):
         if name is not None and name not in PRESETS and not is_factory(name):
             raise UserError(f"--model {name}: a config file stays on this machine, and --ray "
                             "runs the setups on the cluster's nodes; pass a preset ("
                             + ", ".join(PRESETS) + ")")
+    return workload
 
 
 
