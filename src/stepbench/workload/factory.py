@@ -199,7 +199,7 @@ def check_takes(sig, kwargs: dict, model: str) -> None:
         raise WorkloadError(f"{model} does not take batch_size; add a `batch_size` keyword "
                             "parameter (stepbench passes batch_size and device)")
     passed = set(PASSED)
-    own = sorted(keyword - passed - set(DECLARABLE_AXES))
+    own = [n for n in sig if n in keyword and n not in passed and n not in DECLARABLE_AXES]
     for name in kwargs:
         if name in passed or name in keyword or takes_any:
             continue
