@@ -5,6 +5,7 @@ accepted unchecked where the backend cannot read it, and checked then by the set
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import sys
 
@@ -183,12 +184,15 @@ def test_dry_runs_say_which_happens(tmp_path, monkeypatch, capsys):
     # (SSH hosts' dry run: test_workload_remote.py; asyncssh starts a process as it loads.)
     from stepbench.cli import main
 
-    pytest.importorskip("ray")
     monkeypatch.chdir(tmp_path)
     common = ["run", "--model", "nowhere_pkg.net:make", "--device", "cpu", "--modes", "eager",
               "--dry-run"]
-    assert main([*common, "--ray", "http://127.0.0.1:1"]) == 0
-    assert lines_naming(capsys.readouterr().err, "nowhere_pkg.net", "not checked here",
-                        "where the setups run")
+    for engine, flags, where in [("ray", ["--ray", "http://127.0.0.1:1"], "on the Ray cluster"),
+                                 ("submitit", ["--slurm"], "where the setups run")]:
+        if importlib.util.find_spec(engine) is None:
+            continue
+        assert main([*common, *flags]) == 0
+        assert lines_naming(capsys.readouterr().err, "nowhere_pkg.net", "not checked here",
+                            where)
     assert main(common) == 2            # this machine: today's error
     assert lines_naming(capsys.readouterr().err, "no module 'nowhere_pkg.net' importable here")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC
+from conftest import SRC, read_jsonl
 from says import error_line, lines_naming, names
 from stepbench.errors import UserError
 from stepbench.execute import bundle as carry
@@ -369,6 +369,21 @@ def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster,
     record = _ok(json.loads(proc.stdout), "server")
     assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
     assert lines_naming(proc.stderr, "Ray job", "../proj", "2 files")
+    # A package the nodes have and this client has not: its signature read in a short Ray job,
+    # then measured; a --param it does not take refused before any setup's job.
+    for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8"], 2)]:
+        proc = subprocess.run(ray_cluster.client_argv(
+            [sys.executable, "-m", "stepbench", "run", "--ray", ray_cluster.address, "--model",
+             "nodes_only_net:make", *flags, *TINY, "--out", str(out), "--format", "json"]),
+            cwd=run, capture_output=True, text=True, timeout=600,
+            env=_env(RAY_AUTH_MODE="disabled"))
+        assert proc.returncode == code, proc.stderr
+        assert lines_naming(proc.stderr, "read the signature of nodes_only_net:make",
+                            "on the Ray cluster")
+    [record] = [r for r in read_jsonl(out) if r["setup"]["model"] == "nodes_only_net:make"]
+    assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
+    assert error_line(proc.stderr.strip().splitlines()[-1], "run")
+    assert names(proc.stderr, "--param width", "depth")
 
 
 @pytest.mark.slow
