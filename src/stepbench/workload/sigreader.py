@@ -85,33 +85,40 @@ def of_function(function) -> dict:
                               if p.kind in kinds and p.default is inspect.Parameter.empty)}
 
 
-def read(model: str) -> dict:
-    """`package.module:FUNCTION`'s fields as this Python sees it, or {"error": KIND, ...}."""
-    where, _, name = model.rpartition(":")
+def module_file(where: str) -> tuple[str | None, str]:
+    """The source file of module `where` as this Python finds it (None where it finds none),
+    and why not (" (the error)", or "")."""
     try:
         spec = importlib.util.find_spec(where)
     except (ImportError, ValueError) as exc:
-        spec, why = None, f" ({exc})"
-    else:
-        why = ""
+        return None, f" ({exc})"
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None, ""
+    return spec.origin, ""
+
+
+def read(model: str) -> dict:
+    """`package.module:FUNCTION`'s fields as this Python sees it, or {"error": KIND, ...}."""
+    where, _, name = model.rpartition(":")
+    origin, why = module_file(where)
+    if origin is None:
         return {"error": "missing", "why": why}
     try:
-        with open(spec.origin, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), filename=spec.origin)
+        with open(origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=origin)
     except SyntaxError as exc:
-        return {"error": "syntax", "path": spec.origin, "line": exc.lineno, "msg": exc.msg}
+        return {"error": "syntax", "path": origin, "line": exc.lineno, "msg": exc.msg}
     except (OSError, UnicodeDecodeError) as exc:
-        return {"error": "import", "why": f"cannot read {spec.origin}: {exc}"}
+        return {"error": "import", "why": f"cannot read {origin}: {exc}"}
     found = find_def(tree, name)
     if found is not None:
         return of_def(found)
     if not binds(tree, name):
-        return {"error": "nofunc", "path": spec.origin, "defined": defined(tree)}
+        return {"error": "nofunc", "path": origin, "defined": defined(tree)}
     try:
         function = getattr(importlib.import_module(where), name, None)
         if function is None or not callable(function):
-            return {"error": "nofunc", "path": spec.origin, "defined": defined(tree)}
+            return {"error": "nofunc", "path": origin, "defined": defined(tree)}
         return of_function(function)
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import
         return {"error": "import", "why": f"{type(exc).__name__}: {exc}"}

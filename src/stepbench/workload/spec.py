@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,16 +145,11 @@ def _source(where: str, model: str) -> Path:
             raise UserError(f"--model {model}: no such file {where}; pass the path of the "
                             "Python file that defines the factory")
         return path
-    try:
-        spec = importlib.util.find_spec(where)
-    except (ImportError, ValueError) as exc:
-        spec, why = None, f" ({exc})"
-    else:
-        why = ""
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+    origin, why = sigreader.module_file(where)
+    if origin is None:
         raise NotHere(f"--model {model}: no module {where!r} importable here{why}; install "
-                        "it, add its folder to PYTHONPATH, or pass FILE.py:FUNCTION")
-    return Path(spec.origin)
+                      "it, add its folder to PYTHONPATH, or pass FILE.py:FUNCTION")
+    return Path(origin)
 
 
 def _from_def(model: str, node) -> Signature:
