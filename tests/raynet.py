@@ -45,6 +45,8 @@ while True:
     except ChildProcessError:
         time.sleep(1)
 """
+# A package the nodes import and the tests' clients cannot (tests/nodes_only/nodes_only_net).
+NODES_ONLY = str(Path(__file__).resolve().parent / "nodes_only")
 DASHBOARD_PORT = 8265
 GPU_TYPE = "FAKE-GPU"
 # Small: two cores shared with everything else. The head has two fake GPUs (and the GPU type
@@ -132,7 +134,8 @@ class RayCluster(Namespaced):
         # from (or, by ray.init, written to) the user's ~/.ray.
         env = env or os.environ
         self.env = dict(env, PATH=os.pathsep.join([bin_dir, os.environ["PATH"]]),
-                        PYTHONPATH=os.pathsep.join(filter(None, [HOOKS, env.get("PYTHONPATH")])),
+                        PYTHONPATH=os.pathsep.join(filter(None, [HOOKS, NODES_ONLY,
+                                                                 env.get("PYTHONPATH")])),
                         RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
                         **{RAY_POLL_ENV: "0.1"})
         self.holder = subprocess.Popen(["unshare", "--net", "--pid", "--fork", "--mount-proc",

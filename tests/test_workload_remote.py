@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC
-from says import lines_naming
+from conftest import SRC, read_jsonl
+from says import error_line, lines_naming, names
 from stepbench.errors import UserError
 from stepbench.execute import bundle as carry
 from stepbench.execute.hosts import hostprep
@@ -273,7 +273,7 @@ def _env(**extra) -> dict:
 
 
 @pytest.mark.slow
-def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path):
+def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path, capsys):
     run = project(tmp_path)
     out = tmp_path / "r.jsonl"
     proc = subprocess.run(
@@ -288,6 +288,49 @@ def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path):
     assert lines_naming(proc.stderr, "alpha:", "../proj", "2 files")
     [unpacked] = (tmp_path / "remote" / "workloads").iterdir()
     assert (unpacked / "proj" / "nets" / "helper.py").exists()
+    _a_package_only_the_host_has(sshd, tmp_path, capsys)
+
+
+REMOTE_NET = FACTORY.replace("from helper import WIDTH", "WIDTH = 16").replace(
+    "def make(batch_size, device):", "def make(batch_size, device, *, depth=1):")
+
+
+def _a_package_only_the_host_has(sshd, tmp_path, capsys):
+    """`--model rpkg.net:make`, importable on the host (its PYTHONPATH, as --remote-setup sets
+    it), not here: its signature is read there before anything is prepared, in this process."""
+    from stepbench.cli import main
+
+    folder = tmp_path / "host-site" / "rpkg"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "net.py").write_text(REMOTE_NET.format(origin=""))
+
+    def run(model: str, *flags: str, remote: str = "remote") -> tuple[int, str, str]:
+        code = main(["run", "--host", "alpha", "--ssh-config", str(sshd.config),
+                     "--remote-python", sys.executable, "--remote-dir", str(tmp_path / remote),
+                     "--remote-setup", f"export PYTHONPATH={folder.parent}", "--model", model,
+                     *TINY, "--out", str(tmp_path / f"{remote}.jsonl"), "--format", "json",
+                     *flags])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = run("rpkg.net:make", "--param", "depth=2")
+    assert code == 0, err
+    [record] = json.loads(out)
+    assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
+    assert lines_naming(err, "read the signature of rpkg.net:make", "on host alpha")
+    # Refused in one line, exit 2, before anything is prepared on the host.
+    for model, flags, tokens in [
+            ("rpkg.net:make", ("--param", "width=8"), ("--param width", "rpkg.net:make",
+                                                       "depth")),
+            ("rpkg.gone:make", (), ("rpkg.gone", "on host alpha", "install it there",
+                                    "FILE.py:FUNCTION"))]:
+        code, out, err = run(model, *flags, remote="untouched")
+        last = err.strip().splitlines()[-1]     # (after the line that says what was read)
+        assert code == 2 and error_line(last, "run") and names(last, *tokens), err
+        assert not (tmp_path / "untouched").exists()
+    code, out, err = run("rpkg.net:make", "--dry-run")
+    assert code == 0 and lines_naming(err, "rpkg.net", "not checked here", "on the SSH hosts")
 
 
 @pytest.mark.slow
@@ -330,6 +373,21 @@ def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster,
     record = _ok(json.loads(proc.stdout), "server")
     assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
     assert lines_naming(proc.stderr, "Ray job", "../proj", "2 files")
+    # A package the nodes have and this client has not: its signature read in a short Ray job,
+    # then measured; a --param it does not take refused before any setup's job.
+    for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8"], 2)]:
+        proc = subprocess.run(ray_cluster.client_argv(
+            [sys.executable, "-m", "stepbench", "run", "--ray", ray_cluster.address, "--model",
+             "nodes_only_net:make", *flags, *TINY, "--out", str(out), "--format", "json"]),
+            cwd=run, capture_output=True, text=True, timeout=600,
+            env=_env(RAY_AUTH_MODE="disabled"))
+        assert proc.returncode == code, proc.stderr
+        assert lines_naming(proc.stderr, "read the signature of nodes_only_net:make",
+                            "on the Ray cluster")
+    [record] = [r for r in read_jsonl(out) if r["setup"]["model"] == "nodes_only_net:make"]
+    assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
+    assert error_line(proc.stderr.strip().splitlines()[-1], "run")
+    assert names(proc.stderr, "--param width", "depth")
 
 
 @pytest.mark.slow

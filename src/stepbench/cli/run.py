@@ -49,13 +49,22 @@ def run_on(backend, settings: RunSettings) -> int:
     setup a job of it), or SSH hosts and rented machines (a runner each). A remote backend is
     contacted only after the checks that need nothing (and never for --dry-run), and with the
     results file known to be writable."""
+    from stepbench.execute.elsewhere import factories
+
+    backend.require()
+    # A package importable where the setups run, not here: its signature is read there.
+    with factories(backend, settings, lambda text: say("run", text)) as away:
+        return _run_on(backend, settings, away)
+
+
+def _run_on(backend, settings: RunSettings, away) -> int:
     from stepbench.execute.progress import Display
     from stepbench.measure.models import check_models
     from stepbench.record import ResultsFile
     from stepbench.search.max_batch import check_searches
 
-    backend.require()
     if settings.dry_run and backend.remote:     # nothing is contacted, nothing started
+        away.dry_run()
         shown = backend.dry_run(settings)
         if shown is not None:
             return shown
@@ -74,6 +83,7 @@ def run_on(backend, settings: RunSettings) -> int:
         display = Display()
     try:
         site = backend.open(settings, display.note if display else lambda text: say("run", text))
+        away.read(settings, site)
         local = settings.resolved(site.device(settings))
         plan = local.plan()
         with local.origin.checking("model"):    # a plan's model: the error names the plan

@@ -27,17 +27,21 @@ def add(sub, settings: type = TuneSettings) -> None:
 
 
 def cmd_tune(args) -> int:
+    from stepbench.execute.elsewhere import factories
     from stepbench.execute.registry import choose
 
     settings = TuneSettings.build(given(args))
     backend = choose(settings)
     backend.require()
-    backend.precheck(settings)
-    site = backend.open(settings, lambda text: say("tune", text))
-    try:
-        return _tune(settings, site)
-    finally:
-        site.close()
+    # A package importable where the setups run, not here (execute/elsewhere.py).
+    with factories(backend, settings, lambda text: say("tune", text)) as away:
+        backend.precheck(settings)
+        site = backend.open(settings, lambda text: say("tune", text))
+        try:
+            away.read(settings, site)
+            return _tune(settings, site)
+        finally:
+            site.close()
 
 
 def _tune(settings: TuneSettings, site) -> int:

@@ -116,6 +116,9 @@ class ClusterBackend(Backend):
     engine = ""
     jobs = ""
     flag = ""               # the flag that chooses it (RunSettings.cluster's value)
+    # The module whose read_signatures(cluster, settings, models) reads a factory's signature
+    # there before any job (execute/elsewhere.py), and its WHERE; "": the engine cannot.
+    signatures = ""
 
     def module(self):
         return importlib.import_module(self.engine)
@@ -147,17 +150,27 @@ class ClusterBackend(Backend):
             return checked[1]
         return self.module().precheck(settings)
 
+    def reads_signatures(self, settings) -> str | None:
+        return importlib.import_module(self.signatures).WHERE if self.signatures else None
+
     def open(self, settings, note: Note) -> "ClusterSite":
         return ClusterSite(importlib.import_module(self.jobs),
-                           self.module().open_cluster(settings, note))
+                           self.module().open_cluster(settings, note), self.signatures)
 
 
 class ClusterSite(Site):
     """An opened cluster: its device, the GPUs a run may use at once (check_cluster)."""
 
-    def __init__(self, jobs, cluster):
+    def __init__(self, jobs, cluster, signatures: str = ""):
         self.jobs, self.cluster = jobs, cluster
+        self.signatures = signatures
         self.gpus = 1
+
+    def read_signatures(self, settings, models: list[str]) -> dict | None:
+        if not self.signatures:
+            return None
+        return importlib.import_module(self.signatures).read_signatures(self.cluster, settings,
+                                                                        models)
 
     def device(self, settings) -> str:
         return cluster_device(self.cluster, settings.device, settings.gpu_type)

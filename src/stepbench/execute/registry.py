@@ -79,6 +79,13 @@ class Site:
         """How a stopped `run` is told: what was stopped (the line then says what is kept)."""
         return "the running setup was stopped"
 
+    def read_signatures(self, settings, models: list[str]) -> dict | None:
+        """For a backend that `reads_signatures`: each factory of `models` (whose module is not
+        importable here) read where the setups run, before any starts (execute/elsewhere.py):
+        model -> (where, in words; workload/sigreader.py's fields). A model left out goes
+        unchecked."""
+        return None
+
     def check_tune(self, settings, base) -> None:
         """`tune`'s checks of its first setup `base` that need the place."""
 
@@ -114,6 +121,12 @@ class Backend:
     def dry_run(self, settings) -> int | None:
         """A remote backend's --dry-run, shown by the backend itself (every SSH host's setups):
         its exit code; None: the CLI shows the plan for `dry_run_device`."""
+        return None
+
+    def reads_signatures(self, settings) -> str | None:
+        """Where its site reads a factory's signature before any setup starts (`Site.
+        read_signatures`), in words ("on the SSH hosts"); None where it cannot run a command
+        there before its jobs (the factory then goes unchecked: execute/elsewhere.py)."""
         return None
 
     def precheck(self, settings) -> None:

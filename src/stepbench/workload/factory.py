@@ -21,7 +21,7 @@ from stepbench.workload.contract import Workload
 from stepbench.workload.base import Built, tensors_in
 from stepbench.workload.loader import load_function
 from stepbench.workload.plan import no_blocks
-from stepbench.workload.spec import params_of, typed
+from stepbench.workload.spec import DECLARABLE_AXES, PASSED, params_of, typed
 
 
 class WorkloadError(RuntimeError):
@@ -61,6 +61,7 @@ class FactoryBuilt(Built):
                     if p.default is not inspect.Parameter.empty}
         for name, text in params_of(setup.params).items():
             kwargs[name] = typed(text, defaults.get(name))
+        check_takes(sig, kwargs, setup.model)
         return {k: v for k, v in kwargs.items() if k in sig or takes_any}
 
     def loss(self, forward):
@@ -186,6 +187,32 @@ class FactoryBuilt(Built):
         finally:
             for p, grad in zip(params, saved):
                 p.grad = grad
+
+
+def check_takes(sig, kwargs: dict, model: str) -> None:
+    """What the parent checks before any process (workload/plan.py), checked again here for a
+    factory it could not read (its module not importable there, spec.Signature.checked)."""
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
+    keyword = {n for n, p in sig.items() if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                       inspect.Parameter.KEYWORD_ONLY)}
+    if "batch_size" not in keyword and not takes_any:
+        raise WorkloadError(f"{model} does not take batch_size; add a `batch_size` keyword "
+                            "parameter (stepbench passes batch_size and device)")
+    passed = set(PASSED)
+    own = [n for n in sig if n in keyword and n not in passed and n not in DECLARABLE_AXES]
+    for name in kwargs:
+        if name in passed or name in keyword or takes_any:
+            continue
+        if name in DECLARABLE_AXES:
+            raise WorkloadError(f"--{name} does not apply to {model}: it takes no `{name}` "
+                                f"keyword; drop --{name} (or let the factory take `{name}`)")
+        raise WorkloadError(f"--param {name}: {model} takes no parameter {name!r} (its own "
+                            f"parameters: {', '.join(own) or 'none'}); fix the name or add it "
+                            "to the factory")
+    for name, p in sig.items():
+        if name in keyword and p.default is inspect.Parameter.empty and name not in kwargs:
+            raise WorkloadError(f"{model} needs `{name}`, which has no default; give --param "
+                                f"{name}=V1,V2 (or a default in the factory)")
 
 
 def as_workload(made, model: str) -> Workload:

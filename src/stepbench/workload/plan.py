@@ -38,7 +38,8 @@ def factory_values(values: Mapping[str, object]) -> dict:
     for name, keyword in DECLARABLE_AXES.items():
         given = _tuple(values.get(name))
         default = _tuple(axis(name).default_for(values.get("device") or "cuda"))
-        if sig.declares(keyword):
+        if sig.declares(keyword) or (not sig.checked and given not in (default, default[:1])):
+            # (A factory accepted unread gets what was asked; its process says if it takes it.)
             params[keyword] = tuple(str(v) for v in given)
         elif given not in (default, default[:1]):
             raise UserError(f"{FLAGS[name]} does not apply to {model}: it takes no `{keyword}` "

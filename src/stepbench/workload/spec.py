@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
 from stepbench.errors import UserError, each_once
+from stepbench.workload import sigreader
 from stepbench.workload.loader import is_factory, load_function, split  # noqa: F401
 
 # Keywords stepbench itself passes, and the axes a factory may take as keywords of that name
@@ -37,6 +36,9 @@ class Signature:
     defaults: tuple[tuple[str, object], ...] = ()   # literal defaults, where readable
     var_keyword: bool = False           # takes **kwargs: any keyword goes
     required: tuple[str, ...] = ()      # keyword parameters without a default
+    # False: accepted unread, its module not importable here and the backend unable to read it
+    # where the setups run (execute/elsewhere.py); each setup's process checks what it is given.
+    checked: bool = True
 
     def takes(self, name: str) -> bool:
         return name in self.names or self.var_keyword
@@ -51,11 +53,62 @@ class Signature:
         return tuple(n for n in self.names if n not in PASSED and n not in DECLARABLE_AXES)
 
 
-@functools.lru_cache(maxsize=64)
+class NotHere(UserError):
+    """The factory's module is not importable on this machine (it may be where the setups run)."""
+
+
+# Signatures of factories whose module is not importable here, read where the setups run or
+# accepted unread (execute/elsewhere.py); set by a remote run before its plan is made.
+_ELSEWHERE: dict[str, Signature] = {}
+
+
+def read_elsewhere(sig: Signature) -> None:
+    """Use `sig` for its model, whose module is not importable here."""
+    _ELSEWHERE[sig.model] = sig
+
+
+def forget_elsewhere() -> None:
+    _ELSEWHERE.clear()
+
+
+def unchecked(model: str) -> Signature:
+    """A factory accepted unread: it takes any keyword, requires none."""
+    return Signature(model, (), var_keyword=True, checked=False)
+
+
+def from_fields(model: str, fields: dict) -> Signature:
+    """A Signature from sigreader's fields (read on another machine), checked as one read here
+    is: it takes batch_size."""
+    return _takes_batch(Signature(model, **fields))
+
+
 def signature(model: str) -> Signature:
     """The factory's signature, read from its source; a UserError naming the fix when the file
     or module is missing, does not parse, lacks the function, or the function lacks
-    `batch_size`."""
+    `batch_size`. A module not importable here: the signature read where the setups run
+    (read_elsewhere), else NotHere."""
+    try:
+        return _signature_here(model)
+    except NotHere:
+        if model in _ELSEWHERE:
+            return _ELSEWHERE[model]
+        raise
+
+
+signature.cache_clear = lambda: _signature_here.cache_clear()     # (what tests reset)
+
+
+def importable_here(model: str) -> bool:
+    """A `package.module:FUNCTION` whose module this machine can import (a FILE.py: True)."""
+    try:
+        _source(split(model)[0], model)
+    except NotHere:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _signature_here(model: str) -> Signature:
     where, name = split(model)
     source_path = _source(where, model)
     try:
@@ -65,19 +118,22 @@ def signature(model: str) -> Signature:
                         f"that --model {model} names") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {source_path} ({exc}); pass a readable Python file") from None
-    found = _find_def(tree, name)
+    found = sigreader.find_def(tree, name)
     if found is None:
-        if not _binds(tree, name):
-            defined = sorted(n.name for n in tree.body
-                             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        if not sigreader.binds(tree, name):
+            defined = sigreader.defined(tree)
             hint = f"; it defines: {', '.join(defined)}" if defined else ""
             raise UserError(f"{source_path} has no function {name!r}{hint}; "
                             f"fix --model {where}:FUNCTION")
         sig = _imported_signature(where, name, model)
     else:
         sig = _from_def(model, found)
+    return _takes_batch(sig)
+
+
+def _takes_batch(sig: Signature) -> Signature:
     if not sig.takes("batch_size"):
-        raise UserError(f"{model} does not take batch_size; add a `batch_size` keyword "
+        raise UserError(f"{sig.model} does not take batch_size; add a `batch_size` keyword "
                         f"parameter (stepbench passes batch_size and device)")
     return sig
 
@@ -89,83 +145,27 @@ def _source(where: str, model: str) -> Path:
             raise UserError(f"--model {model}: no such file {where}; pass the path of the "
                             "Python file that defines the factory")
         return path
-    try:
-        spec = importlib.util.find_spec(where)
-    except (ImportError, ValueError) as exc:
-        spec, why = None, f" ({exc})"
-    else:
-        why = ""
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise UserError(f"--model {model}: no module {where!r} importable here{why}; install "
-                        "it, add its folder to PYTHONPATH, or pass FILE.py:FUNCTION")
-    return Path(spec.origin)
-
-
-def _find_def(tree: ast.Module, name: str):
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node
-    return None
-
-
-def _binds(tree: ast.Module, name: str) -> bool:
-    """The module binds `name` some other way: an assignment, an import, a class."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return True
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
-                return True
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                return True
-    return False
+    origin, why = sigreader.module_file(where)
+    if origin is None:
+        raise NotHere(f"--model {model}: no module {where!r} importable here{why}; install "
+                      "it, add its folder to PYTHONPATH, or pass FILE.py:FUNCTION")
+    return Path(origin)
 
 
 def _from_def(model: str, node) -> Signature:
-    args = node.args
-    positional = [*args.posonlyargs, *args.args]
-    names = [a.arg for a in [*args.args, *args.kwonlyargs]]
-    defaults = {}
-    for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
-        defaults[arg.arg] = default
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-        if default is not None:
-            defaults[arg.arg] = default
-    literal = {}
-    for key, node_default in defaults.items():
-        try:
-            literal[key] = ast.literal_eval(node_default)
-        except ValueError:
-            pass
-    # (Positional-only parameters cannot be passed by keyword: not the user's axes.)
-    required = [a.arg for a in positional[:len(positional) - len(args.defaults)]
-                if a.arg in names]
-    required += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
-    return Signature(model, tuple(names), tuple(sorted(literal.items(), key=lambda kv: kv[0])),
-                     args.kwarg is not None, tuple(required))
+    return Signature(model, **sigreader.of_def(node))
 
 
 def _imported_signature(where: str, name: str, model: str) -> Signature:
     """Import the module to read a factory that is not a plain `def` in its source."""
     try:
         function = load_function(model)
-        params = inspect.signature(function).parameters.values()
+        return Signature(model, **sigreader.of_function(function))
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import
         raise UserError(f"--model {model}: importing {where} failed ({type(exc).__name__}: "
                         f"{exc}); fix the module") from None
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    names = tuple(p.name for p in params if p.kind in kinds)
-    literal = tuple((p.name, p.default) for p in params
-                    if p.kind in kinds and p.default is not inspect.Parameter.empty
-                    and isinstance(p.default, (int, float, str, bool)))
-    required = tuple(p.name for p in params
-                     if p.kind in kinds and p.default is inspect.Parameter.empty)
-    return Signature(model, names, literal,
-                     any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params), required)
 
 
 # ---------------------------------------------------------------- the user's own axes

@@ -17,6 +17,9 @@ class HostsBackend(Backend):
     def precheck(self, settings) -> None:
         _checked(settings)
 
+    def reads_signatures(self, settings) -> str | None:
+        return "on the SSH hosts" if settings.remote.hosts else None
+
     def dry_run(self, settings) -> int:
         from stepbench.execute.hosts.dryrun import dry_run_hosts
 

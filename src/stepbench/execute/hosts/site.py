@@ -50,6 +50,35 @@ class HostsSite(Site):
     def device(self, settings) -> str:
         return plan_device(settings)
 
+    def read_signatures(self, settings, models: list[str]) -> dict:
+        """Each factory read on every SSH host that answers (execute/elsewhere.py), one after
+        another before the run starts on any; they must agree. A host that does not answer is
+        left to the run, which says why; a rented machine does not exist yet."""
+        from pathlib import Path
+
+        from stepbench.execute.elsewhere import agreed, sigreader
+        from stepbench.execute.hosts.ssh import EventLoop, HostError, SSHExecutor
+
+        source = Path(sigreader.__file__).read_text()
+        answers: dict[str, list] = {model: [] for model in models}
+        loop = EventLoop()
+        try:
+            for spec in self.specs:
+                host = SSHExecutor(spec, loop, self.asked.remote)
+                try:
+                    host.connect()
+                    for model in models:
+                        fields = sigreader.parse(host.run_python(source, model))
+                        if fields is not None:
+                            answers[model].append((spec.name, fields))
+                except HostError:
+                    continue
+                finally:
+                    host.close()
+        finally:
+            loop.close()
+        return {model: agreed(model, found) for model, found in answers.items() if found}
+
     def run(self, settings, plan: list, store, display, measure: Measure) -> Ran:
         from stepbench.execute.hosts.fleet import run_on_hosts
 

@@ -185,6 +185,20 @@ class SSHExecutor(Executor):
         self.info = result
         return result
 
+    def run_python(self, source: str, *args: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str:
+        """A short `python -c SOURCE ARGS...` there under the host's Python and --remote-setup,
+        as the setups' processes see their packages: its stdout."""
+        command = quote_command([self.options.python, "-c", source, *args], self.options.setup)
+        return self.loop.call(self._until_stopped(self._short(command, timeout_s)))
+
+    async def _short(self, command: str, timeout_s: float) -> str:
+        asyncssh = require_asyncssh()
+        try:
+            result = await asyncio.wait_for(self._conn.run(command), timeout_s)
+        except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
+            raise HostError(f"`{self.options.python} -c` failed there ({_reason(exc)})") from None
+        return result.stdout or ""
+
     def start_server(self, preload: dict) -> str:
         """Start this run's process server on the host (`hostside serve`), which forks each
         setup's process there; one line for the user: ready, or why every setup there starts

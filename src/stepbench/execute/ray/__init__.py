@@ -7,3 +7,4 @@ from stepbench.execute.clusters import ClusterBackend
 class RayBackend(ClusterBackend):
     name, flag = "ray", "--ray"
     engine, jobs = "stepbench.execute.ray.cluster", "stepbench.execute.ray.jobs"
+    signatures = "stepbench.execute.ray.signatures"
