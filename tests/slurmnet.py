@@ -13,7 +13,8 @@ the only interface; with IPv6 enabled (CommunicationParameters=EnableIPv6) it as
 and 127.0.0.1 resolves. No accounting (no slurmdbd): sacct fails, as on many small clusters, and
 stepbench reads a job's end without it. A second partition, `far`, holds one node that is another
 machine (a TEST-NET address that nothing answers): a run there finds its results folder on this
-machine's own disk and is refused.
+machine's own disk and is refused. A task prolog puts tests/nodes_only on every task's PYTHONPATH:
+a package the nodes import and the clients cannot.
 
 The namespaces are held by a small Python process (HOLDER, as tests/raynet.py's): the daemons
 enter the network, PID and mount namespaces (nsenter); a client (stepbench run, submitit) only
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from raynet import HOLDER, Namespaced
+from raynet import HOLDER, NODES_ONLY, Namespaced
 
 GPU_TYPE = "h100"
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -70,6 +71,7 @@ GresTypes=gpu
 ReturnToService=2
 SlurmdParameters=config_overrides
 KillWait=5
+TaskProlog={d}/task_prolog.sh
 InactiveLimit=0
 NodeName=sb1 NodeHostname={host} NodeAddr=127.0.0.1 Port=16818 CPUs=4 Gres=gpu:{gpu}:2 State=UNKNOWN
 NodeName=sb2 NodeHostname={host} NodeAddr=127.0.0.1 Port=16819 CPUs=2 State=UNKNOWN
@@ -119,6 +121,11 @@ class SlurmCluster(Namespaced):
         key.chmod(0o400)
         host = socket.gethostname().split(".")[0]
         (d / "slurm.conf").write_text(CONF.format(host=host, d=d, gpu=GPU_TYPE))
+        # Every task sees tests/nodes_only, the clients do not (a package only the nodes have).
+        prolog = d / "task_prolog.sh"
+        prolog.write_text(f'#!/bin/sh\necho "export PYTHONPATH={NODES_ONLY}'
+                          '${PYTHONPATH:+:$PYTHONPATH}"\n')
+        prolog.chmod(0o755)
         (d / "gres.conf").write_text(f"NodeName=sb1 Name=gpu Type={GPU_TYPE} "
                                      f"File={d}/nvidia[0-1]\n")
         self.env = dict(os.environ, SLURM_CONF=str(d / "slurm.conf"))

@@ -404,3 +404,19 @@ def test_a_factory_runs_as_a_slurm_job_in_this_folder(slurm_cluster, tmp_path):
     assert proc.returncode == 0, proc.stderr
     record = _ok(json.loads(proc.stdout))
     assert record["placement"]["slurm"]
+    # A package only the nodes have (tests/slurmnet.py's task prolog): its signature read in a
+    # short Slurm job, then measured; a --param it does not take refused before any setup's job.
+    for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8"], 2)]:
+        proc = subprocess.run(slurm_cluster.client_argv(
+            [sys.executable, "-m", "stepbench", "run", "--slurm", "--model",
+             "nodes_only_net:make", *flags, *TINY, "--out", str(out), "--format", "json"]),
+            cwd=run, capture_output=True, text=True, timeout=600,
+            env=dict(slurm_cluster.env, PYTHONPATH=SRC))
+        assert proc.returncode == code, proc.stderr
+        assert lines_naming(proc.stderr, "read the signature of nodes_only_net:make",
+                            "on Slurm node")
+    [record] = [r for r in read_jsonl(out) if r["setup"]["model"] == "nodes_only_net:make"]
+    assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
+    assert error_line(proc.stderr.strip().splitlines()[-1], "run")
+    assert names(proc.stderr, "--param width", "depth")
+    assert not (run.parent / ".stepbench-slurm").exists() and slurm_cluster.jobs() == []

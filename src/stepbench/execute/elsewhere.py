@@ -4,9 +4,11 @@ before any setup starts, so that `--param`, a parameter without a default and an
 take are refused in one line as on this machine (workload/plan.py).
 
 A backend that can run a short command where its setups run says where (`Backend.reads_signatures`)
-and its site reads it (`Site.read_signatures`: workload/sigreader.py run there); one that cannot
-takes the factory unread, says so once, and each setup's process checks what it is given
-(workload/factory.py `check_takes`). A run on this machine keeps the error that names the fix.
+and its site reads it (`Site.read_signatures`: workload/sigreader.py run there), now or, for
+machines the run creates (rented ones), on the first one prepared (`LATER`: the site then calls
+`take` before any setup's job); one that cannot, or a read that got no answer, takes the factory
+unread, says so once, and each setup's process checks what it is given (workload/factory.py
+`check_takes`). A run on this machine keeps the error that names the fix.
 """
 
 from __future__ import annotations
@@ -26,12 +28,25 @@ def not_here(settings) -> list[str]:
             if is_factory(m) and not split(m)[0].endswith(".py") and not spec.importable_here(m)]
 
 
-def unread_line(model: str, where: str | None) -> str:
-    """What a run says of a factory it did not read here."""
+# A site's answer for a factory it reads once its machine exists, before any setup's job there.
+LATER = ("later",)
+
+
+def unread_line(model: str, where: str | None, why: str | None = None) -> str:
+    """What a run says of a factory it did not read here (`why`: a read that got no answer)."""
     module = split(model)[0]
-    then = (f"a run reads it {where} before any setup starts (a dry run contacts nothing)"
+    then = (f"a run reads it {where}, before any setup starts (a dry run contacts nothing)"
             if where else "it is read where the setups run")
-    return f"signature not checked here: module {module} is not importable on this machine; {then}"
+    return (f"signature not checked here: module {module} is not importable on this machine; "
+            f"{then}" + (f" ({why})" if why else ""))
+
+
+def take(model: str, where: str, fields: dict) -> str:
+    """Use the signature `fields` (read `where`) for `model` from now on, or raise the one-line
+    UserError they carry; the line that says it was read."""
+    spec.read_elsewhere(signature_of(model, where, fields))
+    return (f"read the signature of {model} {where} (module {split(model)[0]} is not "
+            "importable on this machine)")
 
 
 class Away:
@@ -50,19 +65,18 @@ class Away:
 
     def read(self, settings, site) -> None:
         """Read each factory's signature where the setups run (the site), before any of them
-        starts; else say, once each, that it goes unchecked."""
+        starts; else say, once each, that it goes unchecked (and why, where the site says)."""
         if not self.models:
             return
         read = site.read_signatures(settings, self.models) if self.where else None
         for model in self.models:
             found = (read or {}).get(model)
-            if found is None:
-                self.say(unread_line(model, None))
+            if found is LATER:
                 continue
-            where, fields = found
-            spec.read_elsewhere(signature_of(model, where, fields))
-            self.say(f"read the signature of {model} {where} (module {split(model)[0]} is not "
-                     "importable on this machine)")
+            if not isinstance(found, tuple):
+                self.say(unread_line(model, None, found))
+                continue
+            self.say(take(model, *found))
 
 
 def signature_of(model: str, where: str, fields: dict) -> spec.Signature:
@@ -112,4 +126,5 @@ def factories(backend, settings, say):
         spec.forget_elsewhere()
 
 
-__all__ = ["Away", "agreed", "factories", "not_here", "signature_of", "sigreader"]
+__all__ = ["LATER", "Away", "agreed", "factories", "not_here", "signature_of", "sigreader",
+           "take"]

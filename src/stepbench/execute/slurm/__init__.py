@@ -7,3 +7,4 @@ from stepbench.execute.clusters import ClusterBackend
 class SlurmBackend(ClusterBackend):
     name, flag = "slurm", "--slurm"
     engine, jobs = "stepbench.execute.slurm.cluster", "stepbench.execute.slurm.jobs"
+    signatures = "stepbench.execute.slurm.signatures"

@@ -67,3 +67,13 @@ def rendezvous(path: Path, node: int) -> str:
                              f"within {RENDEZVOUS_WAIT_S} s")
         time.sleep(0.2)
     return path.read_text().strip()
+
+
+def signatures(models: list[str]) -> tuple[str, dict]:
+    """The signature job's task (execute/slurm/signatures.py): this node's name, and each
+    factory's answer as workload/sigreader.py reads it in this job's Python and folder, as the
+    setups' processes see their packages."""
+    from stepbench.workload import sigreader
+
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return node, {model: sigreader.answer(sigreader.read(model)) for model in models}

@@ -1,0 +1,100 @@
+"""A factory's signature read on a compute node of the Slurm partition before any setup's job
+(execute/elsewhere.py), for a package the nodes have and this machine does not: one short job,
+submitted as the setups' jobs are (jobs.py: submitit's sbatch, the run's partition, this very
+Python with this stepbench on its PYTHONPATH, this folder as its working folder), that reads
+every such factory with workload/sigreader.py. It asks one CPU and no GPU: a free core starts it
+sooner than a whole node would, and the nodes of one partition share what is installed.
+
+A job the queue does not start (or finish) within READ_TIMEOUT_S is cancelled: its factories go
+unchecked, each setup's job checks what it is given, and the line says why and what to do."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from stepbench.execute.slurm.cluster import SlurmError, require_slurm, slurm
+from stepbench.execute.slurm.jobs import ALIVE, FOLDER, POLL_S, SETTLE_S, _quote, _reason, cancel
+from stepbench.workload import sigreader
+
+WHERE = "in a short Slurm job on the run's partition"
+READ_TIMEOUT_S = 120        # the job waits in the queue first; past this it is cancelled
+LOOK_S = 3.0                # how often squeue is asked whether the job still runs
+
+
+def read_signatures(cluster, settings, models: list[str]) -> dict:
+    """model -> (where, sigreader's fields) for each model the job read; else model -> why it
+    was not read (the job was refused, ended without an answer, or did not start in time)."""
+    submitit = require_slurm()
+    from stepbench.execute.slurm.task import signatures
+
+    name = f"stepbench-signature-{uuid.uuid4().hex[:12]}"
+    folder = Path(settings.out).expanduser().absolute().parent / FOLDER / name
+    src = str(Path(__file__).resolve().parents[3])
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        executor = submitit.SlurmExecutor(folder=folder / "%j", python=_quote(sys.executable))
+        executor.update_parameters(
+            job_name=name, partition=cluster.partition, nodes=1, ntasks_per_node=1,
+            cpus_per_task=1, time=max(1, math.ceil(READ_TIMEOUT_S / 60)) + 1,
+            setup=[f"export PYTHONPATH={_quote(src)}${{PYTHONPATH:+:$PYTHONPATH}}"],
+            additional_parameters={"no_requeue": True})
+        try:
+            job = executor.submit(signatures, list(models))
+        except Exception as exc:  # noqa: BLE001 - sbatch refused: unchecked, said
+            return dict.fromkeys(models, f"Slurm refused the job that reads it ({_reason(exc)})")
+        try:
+            return _answers(job, cluster.partition, models)
+        finally:
+            cancel(job.job_id)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            folder.parent.rmdir()
+        except OSError:
+            pass
+
+
+def _answers(job, partition: str, models: list[str]) -> dict:
+    """What the job returned, once its result is there; why not, where it is not."""
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    look_at, state = time.monotonic() + LOOK_S, "PENDING"
+    while not job.paths.result_pickle.exists():
+        now = time.monotonic()
+        if now >= deadline:
+            return dict.fromkeys(models, (
+                f"the Slurm job that reads it ({job.job_id}) was still {state} after "
+                f"{READ_TIMEOUT_S} s and was cancelled; run when partition {partition} has a "
+                "free CPU to have it read first"))
+        if now >= look_at:
+            look_at, state = now + LOOK_S, _state(job.job_id) or state
+            if state == "GONE" or state not in ALIVE:
+                time.sleep(SETTLE_S)        # its result, through a shared filesystem
+                if job.paths.result_pickle.exists():
+                    break
+                return dict.fromkeys(models, f"the Slurm job that reads it ({job.job_id}) "
+                                             f"ended {state} without an answer")
+        time.sleep(POLL_S)
+    try:
+        node, answers = job.result()
+    except Exception as exc:  # noqa: BLE001 - the job's Python failed: unchecked, said
+        return dict.fromkeys(models, f"the Slurm job that reads it ({job.job_id}) failed "
+                                     f"({_reason(exc)})")
+    where = f"on Slurm node {node} (job {job.job_id})"
+    found = {model: sigreader.parse(line) for model, line in answers.items()}
+    return {model: (where, fields) if fields is not None else f"the Slurm job that reads it "
+            f"({job.job_id}) gave no answer" for model, fields in found.items()}
+
+
+def _state(job_id: str) -> str | None:
+    """The job's state as squeue says it; "GONE" once it has left the queue; None where squeue
+    cannot tell now."""
+    try:
+        listed = slurm("squeue", "-h", "--me", "-t", "all", "-j", job_id, "-o", "%T").split()
+    except SlurmError as exc:
+        return "GONE" if "Invalid job id" in str(exc) else None
+    return listed[0] if listed else "GONE"
