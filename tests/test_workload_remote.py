@@ -334,7 +334,8 @@ def _a_package_only_the_host_has(sshd, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path):
+def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path, capsys,
+                                                                  monkeypatch):
     # A rented machine is an SSH host (the stand-in's instances are tests/sshd.py's server).
     pytest.importorskip("runcrate")
     from runcrate_standin import StandIn
@@ -357,8 +358,49 @@ def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path
         record = _ok(json.loads(proc.stdout))
         assert record["host"] == "runcrate:L40S" and api.live() == []
         assert lines_naming(proc.stderr, "runcrate:L40S:", "../proj/nets/mlp.py", "1 file")
+        monkeypatch.setenv("RUNCRATE_API_KEY", key)
+        monkeypatch.setenv("RUNCRATE_BASE_URL", api.url)
+        _a_package_only_the_rented_machine_has(sshd, api, tmp_path, capsys)
     finally:
         api.stop()
+
+
+def _a_package_only_the_rented_machine_has(sshd, api, tmp_path, capsys):
+    """`--model rpkg.net:make`, importable on the rented machines (--remote-setup), not here:
+    read on the first machine prepared, before any setup's job; a refusal deletes them all."""
+    from stepbench.cli import main
+
+    folder = tmp_path / "rented-site" / "rpkg"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "net.py").write_text(REMOTE_NET.format(origin=""))
+
+    def run(*flags: str, gpus=("L40S",)) -> tuple[int, str, str]:
+        rent = [a for gpu in gpus for a in ("--rent", f"runcrate:{gpu}")]
+        code = main(["run", *rent, "--rent-key", str(sshd.folder / "user_key"),
+                     "--remote-python", sys.executable, "--remote-dir", str(tmp_path / "remote"),
+                     "--remote-setup", f"export PYTHONPATH={folder.parent}", "--model",
+                     "rpkg.net:make", *TINY, "--out", str(tmp_path / "pkg.jsonl"), "--format",
+                     "json", *flags])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = run("--param", "depth=2")
+    assert code == 0, err
+    [record] = json.loads(out)
+    assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
+    assert lines_naming(err, "read the signature of rpkg.net:make", "on rented machine "
+                        "runcrate:L40S")
+    # Refused in one line, exit 2, before any setup's job; every rented machine deleted.
+    before = len(api.instances)
+    code, out, err = run("--param", "width=8", gpus=("L40S", "RTX 5090"))
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and error_line(last, "run") and names(last, "--param width", "depth"), err
+    assert len(api.instances) == before + 2 and api.live() == []
+    assert len(read_jsonl(tmp_path / "pkg.jsonl")) == 1         # nothing measured
+    code, out, err = run("--dry-run")
+    assert code == 0 and lines_naming(err, "rpkg.net", "not checked here",
+                                      "on the first rented machine")
 
 
 @pytest.mark.slow

@@ -18,7 +18,10 @@ class HostsBackend(Backend):
         _checked(settings)
 
     def reads_signatures(self, settings) -> str | None:
-        return "on the SSH hosts" if settings.remote.hosts else None
+        if settings.remote.hosts:
+            return "on the SSH hosts"
+        # Rented machines exist once the run creates them (hosts/site.py, fleet.py).
+        return "on the first rented machine once it is prepared" if settings.rent.specs else None
 
     def dry_run(self, settings) -> int:
         from stepbench.execute.hosts.dryrun import dry_run_hosts

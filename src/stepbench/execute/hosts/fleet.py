@@ -70,18 +70,22 @@ def destination(settings: RunSettings) -> str:
 
 
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile, measure,
-                 rentals=None, loop=None, runs: list[HostRun] | None = None) -> list[HostRun]:
+                 rentals=None, loop=None, runs: list[HostRun] | None = None,
+                 later: list[str] = ()) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
     (`rentals`, execute/rent/rentals.py: each is created, run and deleted in its host's thread); returns
     what each host did, in the order named (appended to `runs` as they start, so that a caller
     stopped by Ctrl-C sees what each host finished: HostRun.kept); `measure` (registry.Measure)
     runs each host's plan with its runner. Raises KeyboardInterrupt (or
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns
-    or raises."""
+    or raises. `later`: the factories read on the first rented machine prepared, before any
+    setup's job on any (firstread.py); a UserError, raised once every machine is deleted, where
+    that read refuses one."""
     from stepbench.execute import bundle
     from stepbench.execute.bundle import carried
     from stepbench.execute.progress import HostView
     from stepbench.execute.runner import Runner, least_processes, new_run_id, stop_signals
+    from stepbench.execute.hosts.firstread import FirstRead
     from stepbench.execute.hosts.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
     from stepbench.execute.local import uses_server
     from stepbench.execute.local.server import imports_for
@@ -100,6 +104,14 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     runs = runs if runs is not None else []
     runs.extend(HostRun(host.host, run_id=run_id) for host in hosts)
     lease_of = {lease.name: lease for lease in leases}
+
+    def stop_all() -> None:
+        for host in hosts:
+            host.stop()
+        if rentals:
+            rentals.stop()
+
+    first_read = FirstRead(later, stop_all)
 
     def one(host: SSHExecutor, result: HostRun) -> None:
         view = HostView(display, host.host)
@@ -120,6 +132,9 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
                       + (f" (installed stepbench into {info['env']})" if info["installed"] else ""))
             if workload is not None:
                 view.note(f"{workload.describe()}, its setups run in {info['workload_cwd']}")
+            first_read.before_plan(host, view.note,
+                                   lambda: lease is not None and lease.stopping.is_set(),
+                                   lambda: check_models(settings.resolved(device).plan()))
             there = settings.resolved(device)
             plan = there.plan()
             check_models(plan)
@@ -159,10 +174,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
             try:
                 wait(futures)
             except BaseException:
-                for host in hosts:
-                    host.stop()
-                if rentals:
-                    rentals.stop()
+                stop_all()
                 with _holding(leases):
                     wait(futures)
                 raise
@@ -183,6 +195,8 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
                     if problem not in (run.failure or ""):
                         run.failure = f"{run.failure}; {problem}" if run.failure else problem
         loop.close()
+    if first_read.refused is not None:
+        raise first_read.refused
     return runs
 
 

@@ -28,6 +28,7 @@ class HostsSite(Site):
         self.specs = specs
         self.rentals, self.loop = rentals, loop
         self.runs: list = []            # fleet.HostRun per machine, as each starts
+        self.later: list[str] = []      # factories read on the first rented machine prepared
         self.costed = False
 
     @classmethod
@@ -53,13 +54,15 @@ class HostsSite(Site):
     def read_signatures(self, settings, models: list[str]) -> dict:
         """Each factory read on every SSH host that answers (execute/elsewhere.py), one after
         another before the run starts on any; they must agree. A host that does not answer is
-        left to the run, which says why; a rented machine does not exist yet."""
-        from pathlib import Path
-
-        from stepbench.execute.elsewhere import agreed, sigreader
+        left to the run, which says why. Rented machines alone: read on the first one prepared,
+        before any setup's job (fleet.py, firstread.py)."""
+        from stepbench.execute.elsewhere import LATER, agreed
+        from stepbench.execute.hosts.firstread import read_on
         from stepbench.execute.hosts.ssh import EventLoop, HostError, SSHExecutor
 
-        source = Path(sigreader.__file__).read_text()
+        if not self.specs:
+            self.later = list(models)
+            return dict.fromkeys(models, LATER)
         answers: dict[str, list] = {model: [] for model in models}
         loop = EventLoop()
         try:
@@ -67,10 +70,8 @@ class HostsSite(Site):
                 host = SSHExecutor(spec, loop, self.asked.remote)
                 try:
                     host.connect()
-                    for model in models:
-                        fields = sigreader.parse(host.run_python(source, model))
-                        if fields is not None:
-                            answers[model].append((spec.name, fields))
+                    for model, fields in read_on(host, models).items():
+                        answers[model].append((spec.name, fields))
                 except HostError:
                     continue
                 finally:
@@ -84,7 +85,7 @@ class HostsSite(Site):
 
         loop, self.loop = self.loop, None      # run_on_hosts closes it
         run_on_hosts(self.asked, self.specs, display, store, measure, self.rentals, loop,
-                     self.runs)
+                     self.runs, self.later)
         display.close()
         self._say_cost()
         records = [record for run in self.runs for record in run.records]
