@@ -181,14 +181,15 @@ def test_the_setups_process_checks_a_factory_the_parent_could_not_read(pkg):
 
 
 def test_dry_runs_say_which_happens(tmp_path, monkeypatch, capsys):
-    # (SSH hosts' dry run: test_workload_remote.py; asyncssh starts a process as it loads.)
+    # (SSH hosts' and rented machines' dry runs: test_workload_remote.py; asyncssh starts a
+    # process as it loads.)
     from stepbench.cli import main
 
     monkeypatch.chdir(tmp_path)
     common = ["run", "--model", "nowhere_pkg.net:make", "--device", "cpu", "--modes", "eager",
               "--dry-run"]
     for engine, flags, where in [("ray", ["--ray", "http://127.0.0.1:1"], "on the Ray cluster"),
-                                 ("submitit", ["--slurm"], "where the setups run")]:
+                                 ("submitit", ["--slurm"], "in a short Slurm job")]:
         if importlib.util.find_spec(engine) is None:
             continue
         assert main([*common, *flags]) == 0
@@ -196,3 +197,76 @@ def test_dry_runs_say_which_happens(tmp_path, monkeypatch, capsys):
                             where)
     assert main(common) == 2            # this machine: today's error
     assert lines_naming(capsys.readouterr().err, "no module 'nowhere_pkg.net' importable here")
+
+
+class Machine:
+    """A rented machine's executor, as FirstRead sees it: it answers sigreader's line."""
+
+    def __init__(self, name: str, answers: dict):
+        self.host, self.answers, self.asked = name, answers, []
+
+    def run_python(self, source: str, model: str) -> str:
+        self.asked.append(model)
+        return f"motd\n{self.answers[model]}\n"
+
+
+def test_rented_machines_read_on_the_first_prepared_the_others_wait(pkg):
+    import threading
+
+    from stepbench.execute.hosts.firstread import FirstRead
+    from stepbench.execute.hosts.ssh import HostStopped
+
+    model = "nowhere_pkg.net:make"
+    good = sigreader.answer(sigreader.read("rnet.models:made"))
+    stops, said, checked = [], [], []
+    first = FirstRead([model], lambda: stops.append(1))
+    one, two = Machine("rc:A", {model: good}), Machine("rc:B", {model: good})
+    waiting = threading.Thread(target=first.before_plan,
+                               args=(two, said.append, lambda: False, lambda: None))
+    first.before_plan(one, said.append, lambda: False, lambda: checked.append(spec.signature(model)))
+    waiting.start()
+    waiting.join(5)
+    assert one.asked == [model] and two.asked == [] and not stops and first.refused is None
+    assert checked[0].names == ("batch_size", "device", "flag", "size")
+    assert lines_naming(said[0], "read the signature", model, "on rented machine rc:A")
+    # A refusal (here the plan's check) stops every machine; the others end as stopped.
+    refusing = FirstRead([model], lambda: stops.append(1))
+
+    def bad_param():
+        raise UserError("--param width: takes no parameter 'width'")
+
+    with pytest.raises(HostStopped):
+        refusing.before_plan(Machine("rc:A", {model: good}), said.append, lambda: False,
+                             bad_param)
+    assert stops == [1] and names(str(refusing.refused), "--param width")
+    with pytest.raises(HostStopped):
+        refusing.before_plan(two, said.append, lambda: False, lambda: None)
+    # No answer: unchecked, said with the machine's name; a missing module: refused.
+    silent = FirstRead([model], lambda: None)
+    silent.before_plan(Machine("rc:C", {model: "bash: python: not found"}), said.append,
+                       lambda: False, lambda: None)
+    assert silent.refused is None and lines_naming(said[-1], "not checked here", "rc:C")
+    gone = FirstRead([model], lambda: None)
+    with pytest.raises(HostStopped):
+        gone.before_plan(Machine("rc:D", {model: sigreader.answer({"error": "missing",
+                                                                   "why": ""})}),
+                         said.append, lambda: False, lambda: None)
+    assert names(str(gone.refused), model, "on rented machine rc:D", "install it there")
+
+
+def test_a_slurm_read_the_queue_does_not_start_is_cancelled_and_said(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from stepbench.execute.slurm import signatures
+
+    monkeypatch.setattr(signatures, "READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(signatures, "LOOK_S", 0.05)
+    monkeypatch.setattr(signatures, "POLL_S", 0.05)
+    monkeypatch.setattr(signatures, "_state", lambda job_id: "PENDING")
+    job = SimpleNamespace(job_id="41", paths=SimpleNamespace(result_pickle=tmp_path / "none"))
+    [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
+    assert names(why, "Slurm job", "41", "PENDING", "cancelled", "partition gpu", "free CPU")
+    monkeypatch.setattr(signatures, "_state", lambda job_id: "FAILED")
+    monkeypatch.setattr(signatures, "SETTLE_S", 0)
+    [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
+    assert names(why, "41", "ended FAILED", "without an answer")
