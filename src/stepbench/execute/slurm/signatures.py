@@ -18,7 +18,8 @@ import uuid
 from pathlib import Path
 
 from stepbench.execute.slurm.cluster import SlurmError, require_slurm, slurm
-from stepbench.execute.slurm.jobs import ALIVE, FOLDER, POLL_S, SETTLE_S, _quote, _reason, cancel
+from stepbench.execute.slurm.jobs import (ALIVE, FOLDER, POLL_S, SETTLE_S, STOP_WAIT_S, _quote,
+                                          _reason, cancel)
 from stepbench.workload import sigreader
 
 WHERE = "in a short Slurm job on the run's partition"
@@ -51,6 +52,7 @@ def read_signatures(cluster, settings, models: list[str]) -> dict:
             return _answers(job, cluster.partition, models)
         finally:
             cancel(job.job_id)
+            _left(job.job_id)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         try:
@@ -88,6 +90,14 @@ def _answers(job, partition: str, models: list[str]) -> dict:
     found = {model: sigreader.parse(line) for model, line in answers.items()}
     return {model: (where, fields) if fields is not None else f"the Slurm job that reads it "
             f"({job.job_id}) gave no answer" for model, fields in found.items()}
+
+
+def _left(job_id: str) -> None:
+    """Until the job has left the queue (its Python exits after writing the result), at most
+    STOP_WAIT_S: no job of the run's is left behind it."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while _state(job_id) in ALIVE and time.monotonic() < deadline:
+        time.sleep(POLL_S)
 
 
 def _state(job_id: str) -> str | None:
