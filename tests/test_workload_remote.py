@@ -415,17 +415,23 @@ def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster,
     record = _ok(json.loads(proc.stdout), "server")
     assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
     assert lines_naming(proc.stderr, "Ray job", "../proj", "2 files")
-    # A package the nodes have and this client has not: its signature read in a short Ray job,
-    # then measured; a --param it does not take refused before any setup's job.
+    # A package the nodes have and this client has not: read in a short Ray job.
+    _only_the_nodes_have_it(ray_cluster, ["--ray", ray_cluster.address], run, out,
+                            _env(RAY_AUTH_MODE="disabled"), "on the Ray cluster")
+
+
+def _only_the_nodes_have_it(cluster, engine: list[str], run: Path, out: Path, env: dict,
+                            where: str) -> None:
+    """`--model nodes_only_net:make` (tests/nodes_only: the test cluster's nodes import it, this
+    client cannot): its signature read `where`, then measured; a --param it does not take
+    refused in one line, exit 2, before any setup's job."""
     for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8"], 2)]:
-        proc = subprocess.run(ray_cluster.client_argv(
-            [sys.executable, "-m", "stepbench", "run", "--ray", ray_cluster.address, "--model",
-             "nodes_only_net:make", *flags, *TINY, "--out", str(out), "--format", "json"]),
-            cwd=run, capture_output=True, text=True, timeout=600,
-            env=_env(RAY_AUTH_MODE="disabled"))
+        proc = subprocess.run(cluster.client_argv(
+            [sys.executable, "-m", "stepbench", "run", *engine, "--model", "nodes_only_net:make",
+             *flags, *TINY, "--out", str(out), "--format", "json"]),
+            cwd=run, capture_output=True, text=True, timeout=600, env=env)
         assert proc.returncode == code, proc.stderr
-        assert lines_naming(proc.stderr, "read the signature of nodes_only_net:make",
-                            "on the Ray cluster")
+        assert lines_naming(proc.stderr, "read the signature of nodes_only_net:make", where)
     [record] = [r for r in read_jsonl(out) if r["setup"]["model"] == "nodes_only_net:make"]
     assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
     assert error_line(proc.stderr.strip().splitlines()[-1], "run")
@@ -446,19 +452,7 @@ def test_a_factory_runs_as_a_slurm_job_in_this_folder(slurm_cluster, tmp_path):
     assert proc.returncode == 0, proc.stderr
     record = _ok(json.loads(proc.stdout))
     assert record["placement"]["slurm"]
-    # A package only the nodes have (tests/slurmnet.py's task prolog): its signature read in a
-    # short Slurm job, then measured; a --param it does not take refused before any setup's job.
-    for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8"], 2)]:
-        proc = subprocess.run(slurm_cluster.client_argv(
-            [sys.executable, "-m", "stepbench", "run", "--slurm", "--model",
-             "nodes_only_net:make", *flags, *TINY, "--out", str(out), "--format", "json"]),
-            cwd=run, capture_output=True, text=True, timeout=600,
-            env=dict(slurm_cluster.env, PYTHONPATH=SRC))
-        assert proc.returncode == code, proc.stderr
-        assert lines_naming(proc.stderr, "read the signature of nodes_only_net:make",
-                            "on Slurm node")
-    [record] = [r for r in read_jsonl(out) if r["setup"]["model"] == "nodes_only_net:make"]
-    assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
-    assert error_line(proc.stderr.strip().splitlines()[-1], "run")
-    assert names(proc.stderr, "--param width", "depth")
+    # A package only the nodes have (tests/slurmnet.py's task prolog): read in a short job.
+    _only_the_nodes_have_it(slurm_cluster, ["--slurm"], run, out,
+                            dict(slurm_cluster.env, PYTHONPATH=SRC), "on Slurm node")
     assert not (run.parent / ".stepbench-slurm").exists() and slurm_cluster.jobs() == []
