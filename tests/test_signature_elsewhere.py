@@ -253,20 +253,3 @@ def test_rented_machines_read_on_the_first_prepared_the_others_wait(pkg):
                          said.append, lambda: False, lambda: None)
     assert names(str(gone.refused), model, "on rented machine rc:D", "install it there")
 
-
-def test_a_slurm_read_the_queue_does_not_start_is_cancelled_and_said(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
-    from stepbench.execute.slurm import signatures
-
-    monkeypatch.setattr(signatures, "READ_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(signatures, "LOOK_S", 0.05)
-    monkeypatch.setattr(signatures, "POLL_S", 0.05)
-    monkeypatch.setattr(signatures, "_state", lambda job_id: "PENDING")
-    job = SimpleNamespace(job_id="41", paths=SimpleNamespace(result_pickle=tmp_path / "none"))
-    [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
-    assert names(why, "Slurm job", "41", "PENDING", "cancelled", "partition gpu", "free CPU")
-    monkeypatch.setattr(signatures, "_state", lambda job_id: "FAILED")
-    monkeypatch.setattr(signatures, "SETTLE_S", 0)
-    [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
-    assert names(why, "41", "ended FAILED", "without an answer")

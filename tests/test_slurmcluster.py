@@ -1,6 +1,7 @@
 """The Slurm executor's decisions that need no cluster (fast): a node's GPUs as sinfo writes them,
 what a partition allows, a job's sbatch options, which paths a far node cannot read, which stored
-record a job resumes from, and how a job's log file is read as it grows. The real runs are in
+record a job resumes from, how a job's log file is read as it grows, and what a signature read
+the queue does not start says. The real runs are in
 tests/test_slurm.py."""
 
 import sys
@@ -17,6 +18,7 @@ from stepbench.execute.slurm.cluster import Cluster, Node, check_shared, gpus_of
 from stepbench.execute.slurm.jobs import SlurmExecutor, _Task
 from stepbench.record import Record
 from stepbench.setup import Setup
+from says import names
 
 
 def partition(*nodes: Node, name: str = "gpu") -> Cluster:
@@ -138,3 +140,22 @@ def test_a_jobs_log_file_is_read_as_it_grows(tmp_path):
     assert (task.lines.exit.start, task.lines.exit.wall_s, task.lines.exit.exit_s) == ("server", 3.5, 0.2)
     (tmp_path / "7_0_log.err").write_text("submitit INFO (2026) - Loading pickle\nTraceback: boom\n")
     assert task.said() == "Traceback: boom"         # submitit's own lines left out, in both files
+
+
+def test_a_slurm_read_the_queue_does_not_start_is_cancelled_and_said(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from stepbench.execute.slurm import signatures
+
+    # (The read itself, in a real Slurm job: test_workload_remote.py.)
+    monkeypatch.setattr(signatures, "READ_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(signatures, "LOOK_S", 0.05)
+    monkeypatch.setattr(signatures, "POLL_S", 0.05)
+    monkeypatch.setattr(signatures, "_state", lambda job_id: "PENDING")
+    job = SimpleNamespace(job_id="41", paths=SimpleNamespace(result_pickle=tmp_path / "none"))
+    [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
+    assert names(why, "Slurm job", "41", "PENDING", "cancelled", "partition gpu", "free CPU")
+    monkeypatch.setattr(signatures, "_state", lambda job_id: "FAILED")
+    monkeypatch.setattr(signatures, "SETTLE_S", 0)
+    [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
+    assert names(why, "41", "ended FAILED", "without an answer")

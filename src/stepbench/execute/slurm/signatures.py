@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 
 from stepbench.execute.slurm.cluster import SlurmError, require_slurm, slurm
-from stepbench.execute.slurm.jobs import (ALIVE, FOLDER, POLL_S, SETTLE_S, STOP_WAIT_S, _quote,
-                                          _reason, cancel)
+from stepbench.execute.slurm.jobs import (ALIVE, FOLDER, POLL_S, SETTLE_S, STOP_WAIT_S, _ended,
+                                          _quote, _reason, cancel)
 from stepbench.workload import sigreader
 
 WHERE = "in a short Slurm job on the run's partition"
@@ -73,13 +73,14 @@ def _answers(job, partition: str, models: list[str]) -> dict:
                 f"{READ_TIMEOUT_S} s and was cancelled; run when partition {partition} has a "
                 "free CPU to have it read first"))
         if now >= look_at:
-            look_at, state = now + LOOK_S, _state(job.job_id) or state
-            if state == "GONE" or state not in ALIVE:
+            found = _state(job.job_id)
+            look_at, state = now + LOOK_S, state if found is None else found
+            if state not in ALIVE:
                 time.sleep(SETTLE_S)        # its result, through a shared filesystem
                 if job.paths.result_pickle.exists():
                     break
                 return dict.fromkeys(models, f"the Slurm job that reads it ({job.job_id}) "
-                                             f"ended {state} without an answer")
+                                             f"{_ended(state)} without an answer")
         time.sleep(POLL_S)
     try:
         node, answers = job.result()
@@ -101,10 +102,10 @@ def _left(job_id: str) -> None:
 
 
 def _state(job_id: str) -> str | None:
-    """The job's state as squeue says it; "GONE" once it has left the queue; None where squeue
+    """The job's state as squeue says it; "" once it has left the queue; None where squeue
     cannot tell now."""
     try:
         listed = slurm("squeue", "-h", "--me", "-t", "all", "-j", job_id, "-o", "%T").split()
     except SlurmError as exc:
-        return "GONE" if "Invalid job id" in str(exc) else None
-    return listed[0] if listed else "GONE"
+        return "" if "Invalid job id" in str(exc) else None
+    return listed[0] if listed else ""
