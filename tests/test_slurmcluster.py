@@ -1,8 +1,7 @@
 """The Slurm executor's decisions that need no cluster (fast): a node's GPUs as sinfo writes them,
 what a partition allows, a job's sbatch options, which paths a far node cannot read, which stored
 record a job resumes from, how a job's log file is read as it grows, and what a signature read
-the queue does not start says. The real runs are in
-tests/test_slurm.py."""
+the queue does not start says. The real runs are in tests/test_slurm.py."""
 
 import sys
 from pathlib import Path
