@@ -6,6 +6,7 @@ and their cost is said when the run ends."""
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from stepbench.execute.registry import Measure, Note, Ran, Site
 
@@ -52,8 +53,8 @@ class HostsSite(Site):
         return plan_device(settings)
 
     def read_signatures(self, settings, models: list[str]) -> dict:
-        """Each factory read on every SSH host that answers (execute/elsewhere.py), one after
-        another before the run starts on any; they must agree. A host that does not answer is
+        """Each factory read on every SSH host that answers (execute/elsewhere.py), all at
+        once before the run starts on any; they must agree. A host that does not answer is
         left to the run, which says why. Rented machines alone: read on the first one prepared,
         before any setup's job (fleet.py, firstread.py)."""
         from stepbench.execute.elsewhere import LATER, agreed
@@ -63,21 +64,25 @@ class HostsSite(Site):
         if not self.specs:
             self.later = list(models)
             return dict.fromkeys(models, LATER)
-        answers: dict[str, list] = {model: [] for model in models}
+        def read(spec) -> dict:
+            host = SSHExecutor(spec, loop, self.asked.remote)
+            try:
+                host.connect()
+                return read_on(host, models)
+            except HostError:
+                return {}
+            finally:
+                host.close()
+
         loop = EventLoop()
-        try:
-            for spec in self.specs:
-                host = SSHExecutor(spec, loop, self.asked.remote)
-                try:
-                    host.connect()
-                    for model, fields in read_on(host, models).items():
-                        answers[model].append((spec.name, fields))
-                except HostError:
-                    continue
-                finally:
-                    host.close()
+        try:       # every host at once: one that does not answer costs its timeout once
+            with ThreadPoolExecutor(len(self.specs)) as pool:
+                read_by_host = list(pool.map(read, self.specs))
         finally:
             loop.close()
+        answers = {model: [(spec.name, found[model])
+                           for spec, found in zip(self.specs, read_by_host) if model in found]
+                   for model in models}
         return {model: agreed(model, found) for model, found in answers.items() if found}
 
     def run(self, settings, plan: list, store, display, measure: Measure) -> Ran:

@@ -359,35 +359,11 @@ class RayExecutor(ClusterExecutor):
         `--ray local` cluster, which ends with the run, its jobs with it."""
         if self.cluster.local is not None:
             return
-        thread = threading.Thread(target=self._delete, args=(job_id,), daemon=True,
+        thread = threading.Thread(target=delete_ended, args=(self.cluster.client, job_id), daemon=True,
                                   name=f"delete {job_id}")
         thread.start()
         with self._lock:
             self._deleting = [t for t in self._deleting if t.is_alive()] + [thread]
-
-    def _delete(self, job_id: str) -> None:
-        """Remove the job from the cluster's list once it ended (Ray deletes only ended jobs),
-        then watch it for SETTLE_S: Ray's job manager (each node's that was asked about the job
-        has one), which looks at a job's supervisor about once a second, writes FAILED
-        ("supervisor actor died") into a job deleted before it saw the supervisor end; such a
-        job is deleted again."""
-        from ray.job_submission import JobStatus
-
-        deadline, deleted_at = time.monotonic() + STOP_WAIT_S, None
-        while time.monotonic() < deadline:
-            try:
-                status = self.cluster.client.get_job_status(job_id)
-            except Exception:  # noqa: BLE001 - gone (or the cluster is): nothing to delete
-                if deleted_at is None or time.monotonic() - deleted_at >= SETTLE_S:
-                    return
-                status = None
-            if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
-                try:
-                    self.cluster.client.delete_job(job_id)
-                except Exception:  # noqa: BLE001 - deleted meanwhile
-                    pass
-                deleted_at = deleted_at or time.monotonic()
-            time.sleep(DELETE_POLL_S)
 
     def _lose(self, reason: str) -> None:
         """The cluster cannot run this run's jobs: no job starts after this one."""
@@ -445,3 +421,28 @@ def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_i
                        compile_cache=settings.compile_cache, run_id=run_id,
                        start=settings.start, preload=imports_for(plan), note=note,
                        workload=workload)
+
+
+def delete_ended(client, job_id: str) -> None:
+    """Remove the job from the cluster's list once it ended (Ray deletes only ended jobs),
+    then watch it for SETTLE_S: Ray's job manager (each node's that was asked about the job
+    has one), which looks at a job's supervisor about once a second, writes FAILED
+    ("supervisor actor died") into a job deleted before it saw the supervisor end; such a
+    job is deleted again."""
+    from ray.job_submission import JobStatus
+
+    deadline, deleted_at = time.monotonic() + STOP_WAIT_S, None
+    while time.monotonic() < deadline:
+        try:
+            status = client.get_job_status(job_id)
+        except Exception:  # noqa: BLE001 - gone (or the cluster is): nothing to delete
+            if deleted_at is None or time.monotonic() - deleted_at >= SETTLE_S:
+                return
+            status = None
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            try:
+                client.delete_job(job_id)
+            except Exception:  # noqa: BLE001 - deleted meanwhile
+                pass
+            deleted_at = deleted_at or time.monotonic()
+        time.sleep(DELETE_POLL_S)

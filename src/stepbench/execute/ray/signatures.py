@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 from stepbench.execute.hosts.ssh import EventLoop, quote_command
+from stepbench.execute.ray.jobs import delete_ended
 from stepbench.workload import sigreader
 
 WHERE = "on the Ray cluster"
@@ -32,9 +33,9 @@ def read_signatures(cluster, settings, models: list[str]) -> dict:
                                           metadata={"stepbench": "signature"})
                 output = loop.call(_log(cluster.client, job_id), timeout=READ_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - refused, or no answer in time: unchecked, said
-                _end(cluster, job_id)
                 continue
-            _end(cluster, job_id)
+            finally:
+                _end(cluster, job_id)
             fields = sigreader.parse(output)
             if fields is not None:
                 found[model] = (WHERE, fields)
@@ -56,12 +57,12 @@ async def _log(client, job_id: str) -> str:
 
 
 def _end(cluster, job_id: str) -> None:
-    """Stop the job (where it still runs) and delete it; a `--ray local` cluster ends with the
-    run, its jobs with it."""
-    for call in (cluster.client.stop_job, cluster.client.delete_job):
-        if cluster.local is not None:
-            return
-        try:
-            call(job_id)
-        except Exception:  # noqa: BLE001 - ended (or gone) meanwhile
-            pass
+    """Stop the job (where it still runs) and delete it once it ended (jobs.delete_ended: Ray
+    deletes only ended jobs); a `--ray local` cluster ends with the run, its jobs with it."""
+    if cluster.local is not None:
+        return
+    try:
+        cluster.client.stop_job(job_id)
+    except Exception:  # noqa: BLE001 - ended (or gone) meanwhile
+        pass
+    delete_ended(cluster.client, job_id)
