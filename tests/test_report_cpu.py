@@ -124,3 +124,20 @@ def test_a_cpu_row_names_the_cpu_model_and_cores_in_every_format(capsys, tmp_pat
         assert names(out, CPU, "CPU (AMD EPYC, 8 cores)")
         assert not any(line.split("|")[1:2] == [" cpu "] or line.startswith(("cpu,", "  cpu "))
                        for line in out.splitlines())
+
+
+def test_a_row_adds_host_and_label_to_a_machine_name_without_splicing_a_gpus():
+    # A GPU name ending in ")" was cut open like a CPU's "CPU (model, N cores)": "NVIDIA A100
+    # (SXM4, gpu-a)". Its host and label now follow it in their own parentheses.
+    from types import SimpleNamespace
+
+    from stepbench.record import Machine
+    from stepbench.report.rows import machine_labels
+
+    gpu, cpu = Machine(gpu="NVIDIA A100 (SXM4)"), Machine(cpu="AMD EPYC", cpu_count=8)
+    records = [SimpleNamespace(machine=m, host=h) for m in (gpu, cpu) for h in ("gpu-a", "gpu-b")]
+    label = machine_labels(records, {id(records[0]): "main"})
+    assert [label(r) for r in records] == [
+        "NVIDIA A100 (SXM4) (gpu-a, main)", "NVIDIA A100 (SXM4) (gpu-b)",
+        "CPU (AMD EPYC, 8 cores, gpu-a)", "CPU (AMD EPYC, 8 cores, gpu-b)"]
+    assert machine_labels(records[:1])(records[0]) == gpu.name == "NVIDIA A100 (SXM4)"

@@ -6,7 +6,6 @@ accepted unchecked where the backend cannot read it, and checked then by the set
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import sys
 
 import pytest
@@ -167,17 +166,17 @@ def test_the_setups_process_checks_a_factory_the_parent_could_not_read(pkg):
     def make(batch_size, device, width=16, *, depth):
         return None
 
-    sig = inspect.signature(make).parameters
+    sig = spec.Signature("m.n:make", **sigreader.of_function(make))
     base = {"batch_size": 2, "device": "cpu"}
-    check_takes(sig, {**base, "depth": 2}, "m.n:make")
+    check_takes(sig, {**base, "depth": 2})
     for kwargs, tokens in [({**base, "depth": 2, "nope": 1}, ("--param nope", "width, depth")),
                            (base, ("needs `depth`",)),
                            ({**base, "depth": 2, "attn": "sdpa"}, ("--attn", "`attn`"))]:
         with pytest.raises(WorkloadError) as caught:
-            check_takes(sig, kwargs, "m.n:make")
+            check_takes(sig, kwargs)
         assert names(str(caught.value), "m.n:make", *tokens)
     with pytest.raises(WorkloadError, match="does not take batch_size"):
-        check_takes(inspect.signature(lambda device: None).parameters, base, "m.n:make")
+        check_takes(spec.Signature("m.n:make", **sigreader.of_function(lambda device: None)), base)
 
 
 def test_dry_runs_say_which_happens(tmp_path, monkeypatch, capsys):

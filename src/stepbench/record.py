@@ -60,14 +60,15 @@ class Machine(_FromDict):
     cpu: str | None = None              # CPU model name
     cpu_count: int | None = None
 
-    @property
-    def name(self) -> str:
-        """The machine a report names: the GPU's name, or "CPU (its model, N cores)" for a run
-        on the CPU ("cpu" alone would not tell two machines apart)."""
+    def named(self, *extra: str) -> str:
+        """The machine a report names ("cpu" alone would not tell two apart), `extra` parts (a
+        host, a label) added: "CPU (AMD EPYC, 2 cores, gpu-a)", "NVIDIA H100 PCIe (gpu-a)"."""
         if self.gpu != "cpu":
-            return self.gpu
+            return f"{self.gpu} ({', '.join(extra)})" if extra else self.gpu
         cores = [f"{self.cpu_count} cores"] if self.cpu_count else []
-        return f"CPU ({', '.join([self.cpu or 'unknown model'] + cores)})"
+        return f"CPU ({', '.join([self.cpu or 'unknown model', *cores, *extra])})"
+
+    name = property(named)              # the GPU's name, or "CPU (its model, N cores)"
 
 
 @dataclass

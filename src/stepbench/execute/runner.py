@@ -92,7 +92,7 @@ class Runner:
         # what a run stopped by Ctrl-C still shows.
         self._kept: dict[tuple, Record] = {}
         # The setups (key) whose failed stored record this runner said it measures again.
-        self._retried: dict[str, str] = {}
+        self._retried: set[str] = set()
 
     def kept(self) -> list[Record]:
         """The records of the plans run so far, old and new, in the order they were found or
@@ -187,7 +187,7 @@ class Runner:
         new = {k: v for k, v in retried.items() if k not in self._retried}
         if not new:
             return
-        self._retried.update(new)
+        self._retried |= new.keys()
         statuses = "/".join(s for s in RETRIED if s in new.values())
         call.display.note(f"retrying {len(new)} setup{'s' if len(new) > 1 else ''} whose stored "
                           f"result was {statuses} (use --rerun to measure all again)")

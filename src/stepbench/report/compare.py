@@ -32,7 +32,7 @@ from stepbench.report import meta as about
 from stepbench.report import searches, table
 from stepbench.report.columns import unit_headers
 from stepbench.report.document import marks, warn
-from stepbench.report.findings import TESTS, Finding, change, every, join
+from stepbench.report.findings import TESTS, Finding, change, every, join, slower_pct
 from stepbench.report.layout import Document, Table
 from stepbench.report.marks import disturbed_marks, mark_notes
 from stepbench.report.rows import Row, build_rows, setup_labels, status_text
@@ -88,9 +88,7 @@ class Change:
     def change_pct(self) -> float | None:
         """How much slower after is, in percent (negative: how much faster), as
         findings.change words it: the slower step time over the faster's, either way round."""
-        if self.ratio is None:
-            return None
-        return (self.ratio - 1) * 100 if self.ratio >= 1 else (1 - 1 / self.ratio) * 100
+        return None if self.ratio is None else slower_pct(self.ratio)
 
     def text(self) -> str:
         """The verdict in words: "7.1% slower", "within the noise, p = 0.31", "untested:

@@ -114,7 +114,7 @@ def run_document(records: list[Record], searched: list[Record] = ()) -> Document
     hosts = list(dict.fromkeys(r.host for r in records if r.host))
     precisions = ", ".join(dict.fromkeys(r.setup.dtype for r in records))
     if head is not None:
-        title = about.title([head.setup.model_label], [precisions], about.machine_name(head))
+        title = about.title([head.setup.model_label], [precisions], head.machine.name)
         if len(hosts) == 1:
             title += f" at {hosts[0]}"
     if len({r.gpu for r in rows}) > 1 or len(hosts) > 1:

@@ -45,11 +45,6 @@ def shapes(batch_seq: list[str]) -> str:
     return _join(ordered)
 
 
-def machine_name(record: Record) -> str:
-    """The GPU's name, or "CPU (its model, N cores)" for a CPU run (Machine.name)."""
-    return record.machine.name
-
-
 def measured(records: list[Record]) -> dict:
     """The JSON `meta` object: each list in order of appearance, versions as recorded (and in
     `unrecorded`, how many records carry none, where some do not), the first and last
@@ -62,7 +57,7 @@ def measured(records: list[Record]) -> dict:
         "models": _unique(r.setup.model_label for r in records),
         "batch_seq": _unique(r.setup.shape for r in records),
         "dtypes": _unique(r.setup.dtype for r in records),
-        "gpus": _unique(machine_name(r) for r in records),
+        "gpus": _unique(r.machine.name for r in records),
         "torch": _unique(r.software.torch for r in records),
         "transformers": _unique(r.software.transformers for r in records),
         "stepbench": _unique(r.software.stepbench for r in records),

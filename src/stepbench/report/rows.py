@@ -345,10 +345,7 @@ def machine_labels(records: list[Record], labels: dict[int, str] | None = None):
         name = r.machine.name
         parts = [r.host or r.machine.hostname or "local"] if len(hosts[name]) > 1 else []
         parts += [labels[id(r)]] if labels.get(id(r)) is not None else []
-        if not parts:
-            return name
-        return f"{name[:-1]}, {', '.join(parts)})" if name.endswith(")") else \
-            f"{name} ({', '.join(parts)})"
+        return r.machine.named(*parts)
 
     return label
 

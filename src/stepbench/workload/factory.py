@@ -13,15 +13,15 @@ records it as a failed setup with the traceback.
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 
-from stepbench.workload import flopcache
+from stepbench.workload import flopcache, sigreader
 from stepbench.workload.contract import Workload
 from stepbench.workload.base import Built, tensors_in
 from stepbench.workload.loader import load_function
 from stepbench.workload.plan import no_blocks
-from stepbench.workload.spec import DECLARABLE_AXES, PASSED, params_of, typed
+from stepbench.workload.spec import (DECLARABLE_AXES, PASSED, Signature, no_batch_size,
+                                     no_default, no_such_param, params_of, typed)
 
 
 class WorkloadError(RuntimeError):
@@ -52,17 +52,15 @@ class FactoryBuilt(Built):
         self._blocks = find_blocks(self.model, work.block)
 
     def kwargs(self, setup) -> dict:
-        sig = inspect.signature(self.factory).parameters
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
+        sig = Signature(setup.model, **sigreader.of_function(self.factory))
         kwargs = {"batch_size": setup.batch, "device": setup.device}
-        if "seq_len" in sig:
+        if sig.declares("seq_len"):
             kwargs["seq_len"] = setup.seq
-        defaults = {name: p.default for name, p in sig.items()
-                    if p.default is not inspect.Parameter.empty}
+        defaults = dict(sig.defaults)
         for name, text in params_of(setup.params).items():
             kwargs[name] = typed(text, defaults.get(name))
-        check_takes(sig, kwargs, setup.model)
-        return {k: v for k, v in kwargs.items() if k in sig or takes_any}
+        check_takes(sig, kwargs)
+        return {k: v for k, v in kwargs.items() if sig.takes(k)}
 
     def loss(self, forward):
         inputs = self.inputs
@@ -189,30 +187,21 @@ class FactoryBuilt(Built):
                 p.grad = grad
 
 
-def check_takes(sig, kwargs: dict, model: str) -> None:
+def check_takes(sig: Signature, kwargs: dict) -> None:
     """What the parent checks before any process (workload/plan.py), checked again here for a
     factory it could not read (its module not importable there, spec.Signature.checked)."""
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
-    keyword = {n for n, p in sig.items() if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                       inspect.Parameter.KEYWORD_ONLY)}
-    if "batch_size" not in keyword and not takes_any:
-        raise WorkloadError(f"{model} does not take batch_size; add a `batch_size` keyword "
-                            "parameter (stepbench passes batch_size and device)")
-    passed = set(PASSED)
-    own = [n for n in sig if n in keyword and n not in passed and n not in DECLARABLE_AXES]
+    if not sig.takes("batch_size"):
+        raise WorkloadError(no_batch_size(sig.model))
     for name in kwargs:
-        if name in passed or name in keyword or takes_any:
+        if name in PASSED or sig.takes(name):
             continue
         if name in DECLARABLE_AXES:
-            raise WorkloadError(f"--{name} does not apply to {model}: it takes no `{name}` "
+            raise WorkloadError(f"--{name} does not apply to {sig.model}: it takes no `{name}` "
                                 f"keyword; drop --{name} (or let the factory take `{name}`)")
-        raise WorkloadError(f"--param {name}: {model} takes no parameter {name!r} (its own "
-                            f"parameters: {', '.join(own) or 'none'}); fix the name or add it "
-                            "to the factory")
-    for name, p in sig.items():
-        if name in keyword and p.default is inspect.Parameter.empty and name not in kwargs:
-            raise WorkloadError(f"{model} needs `{name}`, which has no default; give --param "
-                                f"{name}=V1,V2 (or a default in the factory)")
+        raise WorkloadError(no_such_param(sig, name))
+    for name in sig.required:
+        if name not in kwargs:
+            raise WorkloadError(no_default(sig.model, name))
 
 
 def as_workload(made, model: str) -> Workload:

@@ -18,7 +18,7 @@ from typing import Mapping
 
 from stepbench.errors import UserError
 from stepbench.workload.spec import (DECLARABLE_AXES, PASSED, check_params, combos,
-                                     parse_param_specs, signature)
+                                     no_default, parse_param_specs, signature)
 
 # Axes given through the factory's own keywords where it declares one -> the keyword.
 FLAGS = {"attn": "--attn", "kernels": "--kernels", "seq": "--seq"}
@@ -48,8 +48,7 @@ def factory_values(values: Mapping[str, object]) -> dict:
         values[name] = default[:1]
     for name in sig.required:
         if name not in PASSED and name not in params:
-            raise UserError(f"{model} needs `{name}`, which has no default; give --param "
-                            f"{name}=V1,V2 (or a default in the factory)")
+            raise UserError(no_default(model, name))
     seq = _tuple(values.get("seq"))
     if not sig.takes("seq_len"):
         default = _tuple(axis("seq").default_for(values.get("device") or "cuda"))

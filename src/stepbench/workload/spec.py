@@ -133,9 +133,27 @@ def _signature_here(model: str) -> Signature:
 
 def _takes_batch(sig: Signature) -> Signature:
     if not sig.takes("batch_size"):
-        raise UserError(f"{sig.model} does not take batch_size; add a `batch_size` keyword "
-                        f"parameter (stepbench passes batch_size and device)")
+        raise UserError(no_batch_size(sig.model))
     return sig
+
+
+# The texts of what a factory does not take, said by the parent (UserError, before any process)
+# and by a setup's process (WorkloadError, for a factory the parent could not read).
+
+def no_batch_size(model: str) -> str:
+    return (f"{model} does not take batch_size; add a `batch_size` keyword parameter "
+            "(stepbench passes batch_size and device)")
+
+
+def no_such_param(sig: Signature, name: str) -> str:
+    takes = ", ".join(sig.user_params) or "none"
+    return (f"--param {name}: {sig.model} takes no parameter {name!r} (its own parameters: "
+            f"{takes}); fix the name or add it to the factory")
+
+
+def no_default(model: str, name: str) -> str:
+    return (f"{model} needs `{name}`, which has no default; give --param {name}=V1,V2 (or a "
+            "default in the factory)")
 
 
 def _source(where: str, model: str) -> Path:
@@ -267,8 +285,6 @@ def check_params(sig: Signature, params: dict[str, tuple[str, ...]]
                     "attn": "--attn", "kernels": "--kernels"}[name]
             raise UserError(f"--param {name}: stepbench passes {name} itself; use {flag}")
         if not sig.takes(name):
-            takes = ", ".join(sig.user_params) or "none"
-            raise UserError(f"--param {name}: {sig.model} takes no parameter {name!r} (its own "
-                            f"parameters: {takes}); fix the name or add it to the factory")
+            raise UserError(no_such_param(sig, name))
     return {name: each_once([canonical_value(v, defaults.get(name), name) for v in values],
                             f"--param {name}", values) for name, values in params.items()}

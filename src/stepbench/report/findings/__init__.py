@@ -23,7 +23,8 @@ from stepbench.report.findings.compiling import (compile_cost, compile_memory, c
 from stepbench.report.findings.speed import (attention_speed, attention_vs_compile, energy,
                                              fastest_setup, gpus, host_bound, mfu, scaling)
 from stepbench.report.findings.words import (ACROSS_GPUS, BIG_RATIO, FITS_ONLY_COMPILED, NOISE,
-                                             WRONG_LOSS, Finding, change, compiler, every, join)
+                                             WRONG_LOSS, Finding, change, compiler, every, join,
+                                             slower_pct)
 from stepbench.report.rows import LABEL_PARTS, Row
 from stepbench.setup import Setup
 
@@ -99,4 +100,4 @@ RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_me
 
 __all__ = ["ACROSS_GPUS", "BIG_RATIO", "FITS_ONLY_COMPILED", "LEAD", "LEAD_MAX", "NOISE", "RULES",
            "TESTS", "WRONG_LOSS", "Finding", "change", "compiler", "every", "findings_for", "join",
-           "key_findings"]
+           "key_findings", "slower_pct"]

@@ -86,10 +86,16 @@ def change(new_ms: float, old_ms: float) -> tuple[str, str]:
     direction = "slower" if ratio > 1 else "faster"
     if times >= BIG_RATIO:
         return f"{times:.1f}x", direction
-    pct = (times - 1) * 100
+    pct = abs(slower_pct(ratio))
     if pct < 0.05:
         return "", "same"
     return (f"{pct:.0f}%" if pct >= 1 else f"{pct:.1f}%"), direction
+
+
+def slower_pct(ratio: float) -> float:
+    """How much slower a step time `ratio` (new over old) is, in percent, negative for faster:
+    the slower's time over the faster's, either way round (as `change` words it)."""
+    return (ratio - 1) * 100 if ratio >= 1 else (1 - 1 / ratio) * 100
 
 
 def verdict(new: Row, old: Row) -> tuple[str, str]:
