@@ -15,7 +15,8 @@
 #      nothing in section l) in all that is left                           (issue 37)
 #
 #   JOB=/root/job SEED=.anchors/seed_train.py setsid bash benchmarks/gpu_chain_hf_user_wander.sh &
-# JOB/done appears when everything has ended; JOB/steps.txt has each step's exit and seconds.
+# STEPS (names, in order: hf seed overhead gpt resnet microbench wander by default) runs fewer
+# or in another order. JOB/done appears when everything has ended; JOB/steps.txt has each step's exit and seconds.
 set -uo pipefail
 job=${JOB:?set JOB to a folder}; seed=${SEED:?set SEED to the post script}
 deadline=${DEADLINE_S:-1400}
@@ -48,13 +49,22 @@ seed() {
     done
   done
 }
-step hf 300 hf
-step seed 150 seed
-step overhead 100 env OUT="$job/user" OVERHEAD_S=130 COMPILE_UNTIL_S=-1 bash benchmarks/gpu_factory_overhead.sh overhead
-step gpt-nproc 100 env OUT="$job/user" GPT_MODES=eager GPT_S="${GPT_S:-130}" bash benchmarks/gpu_factory_overhead.sh gpt
-step resnet-fidelity 120 timeout "$(left)" python3 benchmarks/gpu_workloads.py --out "$job/resnet" \
-  --setups resnet:compile --rounds 3 --budget-s "${RESNET_S:-120}"
-step microbench 60 timeout 100 python3 benchmarks/gpu_microbench.py --out "$job/microbench.json"
-step wander 90 env OUT="$job/wander" SEED="$seed" WAYS="${WAYS:-server,script}" \
-  BUDGET_S=$(( $(left) - 40 )) python3 benchmarks/gpu_wander.py
+run_step() {   # one step by name (STEPS chooses which and in what order)
+  case $1 in
+    hf) step hf 300 hf ;;
+    seed) step seed 150 seed ;;
+    overhead) step overhead 100 env OUT="$job/user" OVERHEAD_S=130 COMPILE_UNTIL_S=-1 \
+      bash benchmarks/gpu_factory_overhead.sh overhead ;;
+    gpt) step gpt-nproc 100 env OUT="$job/user" GPT_MODES=eager GPT_S="${GPT_S:-130}" \
+      bash benchmarks/gpu_factory_overhead.sh gpt ;;
+    resnet) step resnet-fidelity 120 timeout "$(left)" python3 benchmarks/gpu_workloads.py \
+      --out "$job/resnet" --setups resnet:compile --rounds 3 --budget-s "${RESNET_S:-120}" ;;
+    microbench) step microbench 60 timeout 100 python3 benchmarks/gpu_microbench.py \
+      --out "$job/microbench.json" ;;
+    wander) step wander 90 env OUT="$job/wander" SEED="$seed" WAYS="${WAYS:-server,script}" \
+      BUDGET_S=$(( $(left) - 40 )) python3 benchmarks/gpu_wander.py ;;
+    *) echo "unknown step $1" >>"$job/steps.txt" ;;
+  esac
+}
+for name in ${STEPS:-hf seed overhead gpt resnet microbench wander}; do run_step "$name"; done
 touch "$job/done"
