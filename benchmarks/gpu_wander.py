@@ -83,7 +83,7 @@ def open_executor(out: Path, note):
 
 def main() -> None:
     out = Path(os.environ["OUT"])
-    seed = os.environ["SEED"]
+    seed = str(Path(os.environ["SEED"]).resolve())   # the script runs with cwd=ROOT
     budget_s = float(os.environ.get("BUDGET_S", 450))
     every = int(os.environ.get("PROFILE_EVERY", 3))
     out.mkdir(parents=True, exist_ok=True)
