@@ -519,3 +519,25 @@ def test_latest_and_resume_match_records_by_one_identity(tmp_path):
     kept = ResultsFile(path).latest(lambda message: None)
     assert [r.run_id for r in kept] == ["d", "b", "c"]
     assert len({r.resume_key() for r in kept}) == 3
+
+
+# ---------------------------------------------------------------- the tool's own records
+
+def test_every_committed_record_passes_the_checks_that_guard_the_readers():
+    """Each record stepbench wrote on a real machine (benchmarks/results/) reads back whole: a
+    check that refuses what the tool itself measures hides real rows from report and predict.
+    The H200's host-bound eager+sdpa measured its host lead at -0.03 ms (two clocks, zero within
+    their offset), and `host_lead_ms >= 0` skipped both of its records."""
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    skipped, read = [], 0
+    for path in sorted(results.rglob("*.jsonl")):
+        head = path.read_text().split("\n", 1)[0]
+        if '"schema"' not in head:
+            continue          # another program's lines (the post's script, torchtitan's logs)
+        read += len(ResultsFile(path).read(skipped.append))
+    assert read > 500
+    assert skipped == []
+    leads = [r.host_lead_ms for r in ResultsFile(
+        results / "h200-2026-12-05-default-run-profile.jsonl").read() if r.setup.attn == "sdpa"
+        and r.setup.mode == "eager"]
+    assert len(leads) == 2 and min(leads) < 0
