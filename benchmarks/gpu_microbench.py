@@ -15,7 +15,9 @@ One GPU, about 1-2 minutes, torch only:
    backward products), square and tall sweeps, and the shape of the RTX 5090's published rate
    (16384 x 8192 x 1280): achieved TFLOP/s.
 
-Each time is the median over the repetitions of one CUDA event pair around `reps` launches.
+Each time is the median over 5 replays of one CUDA graph of `reps` launches, one CUDA event pair
+around each replay (graph-free launches from Python timed the host's ~9 us a launch: the
+2026-12-05 H200 run, benchmarks/README.md section n3).
 The JSON holds the device's SM count and L2 size as torch reports them.
 """
 
@@ -30,21 +32,35 @@ from datetime import datetime, timezone
 import torch
 
 MB = 1024 * 1024
+# What calibrate_predict.py reads to know the L2 points are kernels, not launches.
+METHOD = "cuda graph: median of 5 replays of reps launches, one CUDA event pair each"
 
 
 def timed_us(fn, reps: int, rounds: int = 5) -> float:
-    """Median over `rounds` of the mean time of one of `reps` back-to-back launches (us)."""
-    fn()
+    """Median over `rounds` of the mean time of one of `reps` launches, captured in one CUDA
+    graph and replayed: the GPU runs them back to back with no host between them. Launched
+    from Python instead, one launch took about 9 us of the host (2026-12-05, H200), so every
+    elementwise kernel under 8 MB and every GEMM under 20 us timed the launch, not the kernel."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):       # warm (cuBLAS's workspace, allocations) off the graph
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    graph.replay()
     torch.cuda.synchronize()
     times = []
     for _ in range(rounds):
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
-        for _ in range(reps):
-            fn()
+        graph.replay()
         end.record()
         torch.cuda.synchronize()
         times.append(begin.elapsed_time(end) * 1000 / reps)
+    del graph
     return statistics.median(times)
 
 
@@ -108,7 +124,7 @@ def main() -> int:
               "torch": torch.__version__,
               "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "datasheet_bandwidth_gbs": args.bandwidth_gbs,
-              "method": "median of 5 rounds of one CUDA event pair around back-to-back launches",
+              "method": METHOD,
               "elementwise": elementwise(args.bandwidth_gbs), "gemm": gemms()}
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     with open(args.out, "w") as f:

@@ -88,3 +88,36 @@ def test_the_notes_say_where_the_l2_constants_come_from_where_they_acted():
     (said,) = l2_notes(binned)
     assert memory.constants()["source"] in said           # "first estimate, not measured" now
     assert l2_notes(plain) == []                          # no bins: the constants played no part
+
+
+def test_a_microbenchmark_that_timed_launches_calibrates_dram_alone():
+    """The H200's first microbenchmark (2026-12-05) timed every add under 8 MB at ~9 us, the
+    host's launch: calibrate_predict takes its DRAM efficiency and keeps the L2's first
+    estimates, saying so; a run whose L2-sized adds grow with their bytes calibrates the L2."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from test_benchmarks import load
+
+    calibrate = load("calibrate_predict")
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / \
+        "h200-2026-12-05-microbench.json"
+    measured = json.loads(path.read_text())
+    launched = calibrate.calibrate(measured, path.name)
+    assert launched["dram_efficiency"] == pytest.approx(0.909, abs=0.002)
+    assert launched["l2_gbs_per_sm"] == calibrate.first_estimates()["l2_gbs_per_sm"]
+    assert "first estimates" in launched["source"] and path.name in launched["source"]
+    # The same file with the small adds' times in proportion to their bytes, at 2x the DRAM's
+    # rate (what an L2 gives): the L2 constants come from it.
+    graphed = copy.deepcopy(measured)
+    for row in graphed["elementwise"]:
+        if row["working_set_mb"] <= 15:
+            row["gbs"] = 2 * 4363.0
+            row["us"] = row["bytes"] / (row["gbs"] * 1e9) * 1e6
+    kernels = calibrate.calibrate(graphed, path.name)
+    assert kernels["l2_gbs_per_sm"] == pytest.approx(2 * 4363.0 * 0.909 / 132, rel=0.01)
+    assert "first estimates" not in kernels["source"]
+    # what the predictor reads now is that file's calibration
+    assert memory.constants()["dram_efficiency"] == launched["dram_efficiency"]
+    assert memory.constants()["source"] == launched["source"]
