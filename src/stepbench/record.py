@@ -30,7 +30,7 @@ from typing import Callable
 
 from stepbench.claims import Claims
 from stepbench.errors import UserError
-from stepbench.record_checks import out_problem, overlap, wrong_value
+from stepbench.record_checks import missing_fields, out_problem, overlap, wrong_value
 from stepbench.record_formats import (FORMAT_V1, FORMATS, LATER_FIELDS, LAYER_GRAPHS,  # noqa: F401
                                       RecordFormat)
 from stepbench.setup import Setup
@@ -232,7 +232,7 @@ class Record:
         """A Record from its JSON object; missing fields take their defaults, unknown ones
         (written by a newer stepbench) are left out. Without a field that has no default it
         raises ValueError naming the field(s), e.g. "missing field 'repeat'"."""
-        problem = missing_fields(data)
+        problem = missing_fields(data, Record, Setup)
         if problem:
             raise ValueError(problem)
         known = field_names(cls)
@@ -250,33 +250,10 @@ MEASURED_FIELDS = tuple(f.name for f in dataclasses.fields(Record)
                                           "schema"))
 
 
-def missing_fields(data: dict) -> str | None:
-    """"missing field 'repeat'" (or "missing fields 'repeat', 'setup.model'") for the fields a
-    record object lacks that have no default; None when it has them all."""
-    missing = _required(Record, data, "")
-    if isinstance(data.get("setup"), dict):
-        missing += _required(Setup, data["setup"], "setup.")
-    if not missing:
-        return None
-    return f"missing field{'s' if len(missing) > 1 else ''} " + ", ".join(map(repr, missing))
-
-
-def _required(cls, data: dict, prefix: str) -> list[str]:
-    return [prefix + name for name in _without_default(cls) if name not in data]
-
-
 @functools.cache
 def field_names(cls) -> frozenset[str]:
     """The field names of dataclass `cls` (read once: a report reads thousands of records)."""
     return frozenset(f.name for f in dataclasses.fields(cls))
-
-
-@functools.cache
-def _without_default(cls) -> tuple[str, ...]:
-    """The fields of dataclass `cls` that have no default (read once: a report reads
-    thousands of records)."""
-    return tuple(f.name for f in dataclasses.fields(cls)
-                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
 def resume_parts(setup: Setup, repeat: int, gpu: str | None, host: str | None = None) -> tuple:
@@ -506,4 +483,4 @@ def _parse(line: str, where: str, warn) -> Record | None:
 
 
 def _problem(data: dict) -> str | None:
-    return missing_fields(data) or wrong_value(data, Record, Machine, Software)
+    return missing_fields(data, Record, Setup) or wrong_value(data, Record, Machine, Software)

@@ -5,6 +5,7 @@ further on. What fits comes from the dataclasses' field types and the axis regis
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -371,3 +372,26 @@ def overlap(earlier, later) -> bool:
     return (isinstance(earlier.finished_at, str) and isinstance(later.started_at, str)
             and bool(earlier.finished_at and later.started_at)
             and later.run_id != earlier.run_id and later.started_at < earlier.finished_at)
+
+
+def missing_fields(data: dict, record_cls, setup_cls) -> str | None:
+    """"missing field 'repeat'" (or "missing fields 'repeat', 'setup.model'") for the fields a
+    record object lacks that have no default; None when it has them all."""
+    missing = _required(record_cls, data, "")
+    if isinstance(data.get("setup"), dict):
+        missing += _required(setup_cls, data["setup"], "setup.")
+    if not missing:
+        return None
+    return f"missing field{'s' if len(missing) > 1 else ''} " + ", ".join(map(repr, missing))
+
+
+def _required(cls, data: dict, prefix: str) -> list[str]:
+    return [prefix + name for name in _without_default(cls) if name not in data]
+
+
+@functools.cache
+def _without_default(cls) -> tuple[str, ...]:
+    """The fields of dataclass `cls` that have no default (read once: a report reads
+    thousands of records)."""
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
