@@ -422,8 +422,9 @@ class Tuner:
                 said.ended = why_ended(candidates, max(now, 0.0), kept)
                 return
             pick = max(ready, key=lambda c: (c.setup in bound, c.per_second, -c.price.total))
-            if pick.setup in bound and bound[pick.setup].to_dict(label) not in said.host_bound:
-                said.host_bound.append(bound[pick.setup].to_dict(label))
+            moved = bound.get(pick.setup)
+            if moved and label(moved.setup) not in {h["setup"] for h in said.host_bound}:
+                said.host_bound.append(moved.to_dict(label))
                 self.say(said.host_bound[-1]["reason"])
             said.attempted.add(pick.setup)
             said.unmeasured.pop(pick.setup, None)
