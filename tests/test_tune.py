@@ -1251,3 +1251,116 @@ def test_a_process_the_tune_cut_short_does_not_fail_what_it_changed(tmp_path):
     assert any(r.ok and r.setup.batch != compiled[0].setup.batch for r in compiled)
     assert not any(e["why"] == "failed" for e in result.not_measured)
     assert result.winner.setup.mode == "compile"
+
+
+# ---------------------------------------------------------------- host-bound: fewer launches first
+
+LAUNCH_SPACE = dict(NARROW, compile_mode=["default", "reduce-overhead"])
+# What main's tune measured of LAUNCH_SPACE on the fake GPU at 1 GB a sequence in eager mode
+# (before the host-bound rule): no record host-bound, the same order.
+NO_HOST_BOUND_ORDER = [("ladder", "eager+sdpa", 4), ("ladder", "eager+sdpa", 8),
+                       ("ladder", "eager+sdpa", 16), ("ladder", "eager+sdpa", 32),
+                       ("compiled", "compile+sdpa", 32),
+                       ("explore", "compile:reduce-overhead+sdpa", 32),
+                       ("final", "compile:reduce-overhead+sdpa", 32), ("final", "compile+sdpa", 32)]
+
+
+class HostBoundRunner(FakeRunner):
+    """The fake GPU on a slow host: the setups `bound(setup)` picks finish each step right after
+    the host launched it (a host lead of 0.0 ms, the record's host_bound flag)."""
+
+    def __init__(self, *args, bound=lambda s: False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.bound = bound
+
+    def measure(self, s, repeat, timeout_s, tag):
+        record = super().measure(s, repeat, timeout_s, tag)
+        if record.ok and self.bound(s):
+            record.noise_flags, record.host_lead_ms = ["host_bound"], 0.0
+        return record
+
+
+def host_bound_tune(tmp_path, bound, base: Setup = BASE, space=LAUNCH_SPACE):
+    """A tune of `space` at 1 GB a sequence in eager mode (the ladder saturates at batch 32
+    and batch 64 fits): (result, the lines it said)."""
+    clock, lines = Clock(), []
+    runner = HostBoundRunner(ResultsFile(tmp_path / "t.jsonl"), clock, bound=bound)
+    tuner = Tuner(runner, base, dict(space), budget_s=3600, objective="tokens", timeout_s=1800,
+                  clock=clock, say=lines.append)
+    return tuner.run(), lines
+
+
+@pytest.fixture
+def light_eager(monkeypatch):
+    monkeypatch.setitem(GB_PER_SEQUENCE, "eager", 1.0)
+
+
+def test_without_a_host_bound_record_the_order_is_the_gains_order(tmp_path, light_eager):
+    result, lines = host_bound_tune(tmp_path, bound=lambda s: False)
+    assert stages(result) == NO_HOST_BOUND_ORDER
+    assert result.host_bound == [] and not any("host-bound" in line for line in lines)
+
+
+@pytest.fixture
+def one_rung(monkeypatch):
+    """A ladder of the start batch alone (no share of the budget for a second rung): no
+    batch measured above it, so nothing measured here says what a larger one is worth."""
+    import stepbench.search.tune.strategy as strategy
+    monkeypatch.setattr(strategy, "LADDER_SHARE", 0.0)
+
+
+def test_a_host_bound_reference_runs_cuda_graphs_and_a_larger_batch_first(tmp_path, one_rung):
+    # eager+sdpa at batch 4 is host-bound: its CUDA-graph variant and its doubled batch run
+    # before compile+sdpa, which the (another machine's) gains put first.
+    result, lines = host_bound_tune(
+        tmp_path, bound=lambda s: (s.mode, s.attn, s.batch) == ("eager", "sdpa", 4))
+    assert stages(result)[0] == ("ladder", "eager+sdpa", 4)
+    assert sorted(stages(result)[1:3]) == [("compiled", "compile:reduce-overhead+sdpa", 4),
+                                           ("compiled", "eager+sdpa", 8)]
+    assert ("compiled", "compile+sdpa", 4) in stages(result)[3:]        # still measured
+    [said] = [line for line in lines if "host-bound" in line]
+    assert names(said, "eager+sdpa batch 4 bf16", "host lead 0.0 ms", "CUDA graphs",
+                 "compile:reduce-overhead+sdpa batch 4", "larger batch", "eager+sdpa batch 8")
+    [entry] = result.host_bound
+    assert entry["setup"] == "eager+sdpa batch 4 bf16" and entry["host_lead_ms"] == 0.0
+    assert entry["reason"] == said
+    assert set(entry["candidates"]) == {"compile:reduce-overhead+sdpa batch 4 bf16",
+                                        "eager+sdpa batch 8 bf16"}
+    back = TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert back.host_bound == result.host_bound
+    from stepbench.report.render import render
+    from stepbench.report.tune import tune_document
+    assert said in render(tune_document(back), "markdown")
+
+
+def test_a_committed_gain_does_not_prune_what_cuts_a_host_bound_setups_launches(tmp_path,
+                                                                              light_eager):
+    # The committed table of this machine class puts CUDA graphs at 0.97x to 0.99x: on a host
+    # that bounds compile+sdpa they are measured all the same (the committed host launched at
+    # another rate); where nothing is host-bound they are pruned.
+    gains = [o for o in committed() if o.key[0] != "compile_mode"] + \
+        observed(("compile_mode", "default", "reduce-overhead", None), 0.97, 0.99)
+    for bound, measured in ((lambda s: s.mode == "compile", True), (lambda s: False, False)):
+        clock = Clock()
+        runner = HostBoundRunner(ResultsFile(tmp_path / f"{measured}.jsonl"), clock, bound=bound)
+        Tuner(runner, BASE, dict(LAUNCH_SPACE), budget_s=3600, objective="tokens",
+              timeout_s=1800, clock=clock, gains=gains).run()
+        assert any(r.setup.compile_mode == "reduce-overhead" for r in runner.new) == measured
+
+
+def test_on_a_cpu_a_host_bound_setup_moves_only_its_larger_batch(tmp_path, one_rung):
+    # A CPU's space compiles in the default mode alone; even a space that names
+    # reduce-overhead gets no CUDA graphs from the host-bound rule on a CPU.
+    cpu = dataclasses.replace(BASE, device="cpu")
+    for space in (NARROW, LAUNCH_SPACE):
+        (tmp_path / space["compile_mode"][-1]).mkdir()
+        result, lines = host_bound_tune(tmp_path / space["compile_mode"][-1], base=cpu,
+                                        space=space, bound=lambda s: s == cpu)
+        [entry] = result.host_bound
+        assert entry["candidates"] == ["eager+sdpa batch 8 bf16"]
+        assert "CUDA graphs" not in entry["reason"] and names(entry["reason"], "larger batch")
+        assert stages(result)[1] == ("compiled", "eager+sdpa", 8)
+        if space is NARROW:
+            assert not any(t.record.setup.compile_mode == "reduce-overhead" for t in result.tried)
+            assert not any(c["setup"]["compile_mode"] == "reduce-overhead"
+                           for c in result.not_measured)

@@ -122,6 +122,7 @@ def verdict(result: TuneResult) -> list[str]:
         out.append(f"Reproduce: {result.command}")
     if result.ladder and result.ladder.get("batches"):
         out.append(ladder_text(result.ladder, result_unit(result)))
+    out += [f"{h['reason']}." for h in result.host_bound]
     out += result.skipped
     out.append(f"Budget {duration(result.budget_s, exact=True)}, spent "
                f"{duration(result.spent_s, exact=True)}; {len(result.tried)} measurement"

@@ -145,7 +145,8 @@ def result(tuner, order: list[Setup]) -> TuneResult:
         {"winner": len(seen.processes(order[0])) if order else 0,
          "runner_up": len(seen.processes(order[1])) if len(order) > 1 else 0},
         [{"setup": c.setup.to_dict(), "why": c.why, "reason": c.reason}
-         for c in said.unmeasured.values() if not seen.processes(c.setup)], ended=said.ended)
+         for c in said.unmeasured.values() if not seen.processes(c.setup)], ended=said.ended,
+        host_bound=said.host_bound)
 
 
 def say_unmeasured(tuner, leaders: list[Setup]) -> None:

@@ -101,6 +101,26 @@ class Measurements:
                                              records[0].machine.gpu if records else None)
         return self._table
 
+    def nearest(self, setup: Setup, gains: GainTable):
+        """(the explorable setup measured that is fewest changes away from `setup`, the gain of
+        those changes by `gains` with this machine's); of equally near ones, the one that
+        promises most. (None, None) when nothing explorable ran."""
+        near = [(len(differences(s, setup)), s) for s in self.measured()
+                if self.explorable(s) and s != setup]
+        if not near:
+            return None, None
+        least = min(n for n, _ in near)
+        table = self.table(gains)
+        options = []
+        for _, s in (item for item in near if item[0] == least):
+            gain = table.chain(s, setup)
+            if gain is not None:
+                options.append((self.rate_of(s) * gain.hi, s, gain))
+        if not options:
+            return None, None
+        _, parent, gain = max(options, key=lambda item: item[0])
+        return parent, gain
+
     def verdict(self, setup: Setup):
         if self._verdicts is None:
             self._verdicts = loss_verdicts(self.records())

@@ -50,6 +50,9 @@ class TuneResult:
     not_measured: list[dict] = field(default_factory=list)   # candidates left, and why
     stopped: bool = False       # stopped (Ctrl-C, SIGTERM, SIGHUP) before it chose: no winner
     ended: str | None = None    # why it stopped exploring, in one line
+    # setups measured host-bound here whose launch-cutting candidates ran first, and why
+    # (search/tune/launches.py: setup, host_lead_ms, step_ms, candidates, reason)
+    host_bound: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"winner": self.winner.to_dict() if self.winner else None,
@@ -62,7 +65,7 @@ class TuneResult:
                 "skipped": self.skipped, "stages": STAGES, "ladder": self.ladder,
                 "gains": self.gains, "earlier_tune": self.earlier,
                 "processes": self.processes, "not_measured": self.not_measured,
-                "stopped": self.stopped, "ended": self.ended}
+                "stopped": self.stopped, "ended": self.ended, "host_bound": self.host_bound}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TuneResult":
@@ -78,7 +81,8 @@ class TuneResult:
                    data["comparison"], data["measured_in_full"], record(data.get("reference")),
                    data.get("ladder"), list(data.get("gains") or []), data.get("earlier_tune"),
                    data.get("processes"), list(data.get("not_measured") or []),
-                   data.get("stopped", False), data.get("ended"))
+                   data.get("stopped", False), data.get("ended"),
+                   list(data.get("host_bound") or []))
 
 
 def stage_of(record: Record) -> str:

@@ -19,11 +19,13 @@ from typing import Callable
 from stepbench.axes import AXES, axis, canonical_params
 from stepbench.execute.local import SERVER
 from stepbench.record import Record
-from stepbench.search.gains import GainTable, committed, differences, prior, rate, source_kind
+from stepbench.search.gains import (THIS_MACHINE, GainTable, committed, prior, rate,
+                                    source_kind)
 from stepbench.search.prices import Price, Prices
 from stepbench.search.tune.budget import (BEAT, LADDER_SHARE, Budget, Candidate, expected_gain,
                                           spent_by, why_ended)
 from stepbench.search.tune.finals import FINAL_PROCESSES, failed_reference, final, wanted
+from stepbench.search.tune.launches import host_bound_setups
 from stepbench.search.tune.measured import BATCH_LIMIT, Measurements, line, outcome
 from stepbench.search.tune.results import TuneResult, is_earlier, label
 from stepbench.search.tune.space import Space
@@ -46,6 +48,7 @@ class Said:
     unmeasured: dict = field(default_factory=dict)    # Setup -> Candidate
     earlier: str | None = None
     ended: str | None = None
+    host_bound: list = field(default_factory=list)    # HostBound.to_dict, said once each
 
 
 class Tuner:
@@ -267,7 +270,8 @@ class Tuner:
         winner; the same command resumes from its records."""
         return TuneResult(self.objective, self.budget.total_s, self.spent_s(), None, None,
                           self.seen.tried, self.said.skipped, None, None, False,
-                          ladder=self.ladder_info, earlier=self.said.earlier, stopped=True)
+                          ladder=self.ladder_info, earlier=self.said.earlier, stopped=True,
+                          host_bound=self.said.host_bound)
 
     def run(self) -> TuneResult:
         if self.earlier:
@@ -396,8 +400,12 @@ class Tuner:
         (`unmeasured`) for the result."""
         said = self.said
         while True:
-            candidates = [self.assess(s) for s in proposals() if not self.seen.processes(s)
-                          and s not in said.attempted]
+            # Fewer launches first (launches.py): the candidates that cut the launches of a
+            # setup measured host-bound here join the proposals and run before the rest.
+            bound = {c: h for h in host_bound_setups(self.seen, self.space, self.objective,
+                                                     BATCH_LIMIT) for c in h.cutters}
+            candidates = [self.assess(s, s in bound) for s in dict.fromkeys(
+                [*proposals(), *bound]) if not self.seen.processes(s) and s not in said.attempted]
             now, kept = self.left_s(), self.reserve_s()
             left = now - kept
             for c in candidates:
@@ -413,7 +421,11 @@ class Tuner:
             if not ready:
                 said.ended = why_ended(candidates, max(now, 0.0), kept)
                 return
-            pick = max(ready, key=lambda c: (c.per_second, -c.price.total))
+            pick = max(ready, key=lambda c: (c.setup in bound, c.per_second, -c.price.total))
+            moved = bound.get(pick.setup)
+            if moved and label(moved.setup) not in {h["setup"] for h in said.host_bound}:
+                said.host_bound.append(moved.to_dict(label))
+                self.say(said.host_bound[-1]["reason"])
             said.attempted.add(pick.setup)
             said.unmeasured.pop(pick.setup, None)
             self.note_gain(pick.gain)
@@ -426,12 +438,14 @@ class Tuner:
         if gain is not None and gain.to_dict() not in self.said.gains:
             self.said.gains.append(gain.to_dict())
 
-    def assess(self, setup: Setup) -> Candidate:
+    def assess(self, setup: Setup, host_bound: bool = False) -> Candidate:
         """A candidate's parent, gain, price and value, or the reason it is not worth it: a
         batch of it ran out of memory or would not fit, a change in it failed elsewhere, or
         even its largest gain cannot beat the best so far by BEAT, by a gain that may decide
         (measured here or on this machine's class: another machine's gain only orders it, at
-        no value, after every candidate that may gain)."""
+        no value, after every candidate that may gain). One that cuts the launches of a
+        host-bound setup (`host_bound`) is pruned only by a gain measured here: the committed
+        results' hosts launched at another rate."""
         c = Candidate(setup, reason=self.blockless(setup))
         if c.reason is not None:
             c.why = "blocks"
@@ -459,7 +473,9 @@ class Tuner:
             top = c.parent_rate * gain.hi
             # Gains seen on other models order a user's model's candidates, never skip one
             # (a ResNet is not a Llama).
-            if best_setup is not None and top <= best * (1 + BEAT) and gain.decides \
+            decides = gain.decides and not (host_bound and
+                                            source_kind(gain.source) != THIS_MACHINE)
+            if best_setup is not None and top <= best * (1 + BEAT) and decides \
                     and not is_factory(setup.model):
                 c.why = "pruned"
                 c.reason = (f"its largest gain cannot beat the best so far: at most "
@@ -476,23 +492,5 @@ class Tuner:
 
     def derive(self, setup: Setup):
         """(the explorable setup measured that is fewest changes away from `setup`, the gain of
-        those changes); of equally near ones, the one that promises most. (None, None) when
-        nothing explorable ran."""
-        return self.seen.kept(("derive", setup), lambda: self._derive(setup))
-
-    def _derive(self, setup: Setup):
-        near = [(len(differences(s, setup)), s) for s in self.seen.measured()
-                if self.seen.explorable(s) and s != setup]
-        if not near:
-            return None, None
-        least = min(n for n, _ in near)
-        table = self.seen.table(self.gains)
-        options = []
-        for _, s in (item for item in near if item[0] == least):
-            gain = table.chain(s, setup)
-            if gain is not None:
-                options.append((self.seen.rate_of(s) * gain.hi, s, gain))
-        if not options:
-            return None, None
-        _, parent, gain = max(options, key=lambda item: item[0])
-        return parent, gain
+        those changes): Measurements.nearest, kept until the next measurement."""
+        return self.seen.kept(("derive", setup), lambda: self.seen.nearest(setup, self.gains))
