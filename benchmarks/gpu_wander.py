@@ -100,6 +100,8 @@ def main() -> None:
     environment(say)
     nodes = numa_nodes()
     wanted = os.environ.get("WAYS", "server,nvml-off,pinned,script").split(",")
+    if "script" in wanted and not Path(seed).is_file():
+        sys.exit(f"gpu_wander: SEED {seed} is no file; copy the post's script there")
     unknown = set(wanted) - {"server", "nvml-off", "pinned", "script"}
     if unknown:
         sys.exit(f"WAYS: unknown way(s) {', '.join(sorted(unknown))}; "
@@ -137,6 +139,9 @@ def main() -> None:
                 f.write(json.dumps({"round": round_, **json.loads(line)}) + "\n")
         say(f"script: exit {proc.returncode}, {time.monotonic() - start:.1f} s, "
             f"{len(lines)} line(s)")
+        if not lines and round_ == 1:     # no comparison will come of it: spend no lease on it
+            raise SystemExit(f"gpu_wander: the script gave no result in round 1 (exit "
+                             f"{proc.returncode}): {proc.stderr.strip()[-300:]}")
 
     # A round's cost is guessed from the slowest round after the first (the first starts the
     # process server and measures the matmul rate), or the first's while it is the only one.
