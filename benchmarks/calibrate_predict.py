@@ -23,7 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from stepbench.predict import gpus
+from stepbench.predict import gpus, memory
 
 
 def calibrate(result: dict, name: str) -> dict:
@@ -44,7 +44,7 @@ def calibrate(result: dict, name: str) -> dict:
     if launch_bound(small):
         # A kernel of a few microseconds timed as fast as the host launched it: the L2 points
         # say nothing about the L2. Only the large kernels' DRAM efficiency is measured.
-        first = first_estimates()
+        first = memory.constants()          # the L2 constants as they stand
         return {"source": f"dram_efficiency measured, {where}; the L2 constants are first "
                           "estimates: that run timed launches, not L2-resident kernels",
                 "dram_efficiency": round(eff, 3),
@@ -67,15 +67,6 @@ def launch_bound(adds: list[dict]) -> bool:
         return True
     first, last = adds[0], adds[-1]
     return (last["bytes"] >= 4 * first["bytes"] and last["us"] < 1.5 * first["us"])
-
-
-def first_estimates() -> dict:
-    """calibration.toml's L2 constants as they stand (first estimates until a graph-timed run)."""
-    import tomllib
-    from importlib import resources
-
-    text = resources.files("stepbench.predict").joinpath("calibration.toml").read_text()
-    return tomllib.loads(text)["memory"]
 
 
 def main(argv: list[str] | None = None) -> int:

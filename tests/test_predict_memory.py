@@ -106,7 +106,7 @@ def test_a_microbenchmark_that_timed_launches_calibrates_dram_alone():
     measured = json.loads(path.read_text())
     launched = calibrate.calibrate(measured, path.name)
     assert launched["dram_efficiency"] == pytest.approx(0.909, abs=0.002)
-    assert launched["l2_gbs_per_sm"] == calibrate.first_estimates()["l2_gbs_per_sm"]
+    assert launched["l2_gbs_per_sm"] == memory.constants()["l2_gbs_per_sm"] == 55.0
     assert "first estimates" in launched["source"] and path.name in launched["source"]
     # The same file with the small adds' times in proportion to their bytes, at 2x the DRAM's
     # rate (what an L2 gives): the L2 constants come from it.
