@@ -64,6 +64,7 @@ class HostsSite(Site):
         if not self.specs:
             self.later = list(models)
             return dict.fromkeys(models, LATER)
+
         def read(spec) -> dict:
             host = SSHExecutor(spec, loop, self.asked.remote)
             try:

@@ -359,8 +359,8 @@ class RayExecutor(ClusterExecutor):
         `--ray local` cluster, which ends with the run, its jobs with it."""
         if self.cluster.local is not None:
             return
-        thread = threading.Thread(target=delete_ended, args=(self.cluster.client, job_id), daemon=True,
-                                  name=f"delete {job_id}")
+        thread = threading.Thread(target=delete_ended, args=(self.cluster.client, job_id),
+                                  daemon=True, name=f"delete {job_id}")
         thread.start()
         with self._lock:
             self._deleting = [t for t in self._deleting if t.is_alive()] + [thread]
