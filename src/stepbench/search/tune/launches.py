@@ -49,22 +49,22 @@ def is_host_bound(records: list[Record]) -> bool:
     return bool(ran) and 2 * sum("host_bound" in r.noise_flags for r in ran) >= len(ran)
 
 
-def cutters(setup: Setup, space: dict, objective: str, batch_limit: int) -> tuple[Setup, ...]:
+def cutters(setup: Setup, space: dict, changes: list[dict]) -> tuple[Setup, ...]:
     """The candidates one step from `setup` that launch fewer kernels per token: its CUDA-graph
     variant (compiled, where the space compiles and holds reduce-overhead, on CUDA only) and
-    its doubled batch (the tokens objective only: fit keeps the batch)."""
+    its doubled batch, where the tune's own `changes` of it hold one (the tokens objective)."""
     out = []
     if setup.device == "cuda" and CUDA_GRAPHS in space.get("compile_mode", ()) and \
             setup.compile_mode != CUDA_GRAPHS and "compile" in space.get("mode", ()):
         out.append(planned(setup.replace(mode="compile", compile_mode=CUDA_GRAPHS)))
-    if objective == "tokens" and setup.batch * 2 <= batch_limit:
-        out.append(planned(setup.replace(batch=setup.batch * 2)))
+    out += [planned(setup.replace(**c)) for c in changes if set(c) == {"batch"}]
     return tuple(out)
 
 
-def host_bound_setups(seen, space: dict, objective: str, batch_limit: int) -> list[HostBound]:
+def host_bound_setups(seen, space: dict, changes) -> list[HostBound]:
     """Every explorable setup `seen` (the tune's Measurements) holds host-bound, with the
-    candidates that cut its launches, in the order measured."""
+    candidates that cut its launches (`changes`: the tune's changes of a setup), in the order
+    measured."""
     out = []
     for s in seen.measured():
         runs = seen.ran(s)
@@ -73,7 +73,7 @@ def host_bound_setups(seen, space: dict, objective: str, batch_limit: int) -> li
         bound = [r for r in runs if "host_bound" in r.noise_flags]
         leads = [r.host_lead_ms for r in bound if r.host_lead_ms is not None]
         steps = [r.step_ms_median or r.step_ms for r in bound]
-        found = cutters(s, space, objective, batch_limit)
+        found = cutters(s, space, changes(s))
         if found:
             out.append(HostBound(s, statistics.median(leads) if leads else 0.0,
                                  statistics.median(steps), found))

@@ -402,8 +402,8 @@ class Tuner:
         while True:
             # Fewer launches first (launches.py): the candidates that cut the launches of a
             # setup measured host-bound here join the proposals and run before the rest.
-            bound = {c: h for h in host_bound_setups(self.seen, self.space, self.objective,
-                                                     BATCH_LIMIT) for c in h.cutters}
+            bound = {c: h for h in host_bound_setups(self.seen, self.space, self.changes)
+                     for c in h.cutters}
             candidates = [self.assess(s, s in bound) for s in dict.fromkeys(
                 [*proposals(), *bound]) if not self.seen.processes(s) and s not in said.attempted]
             now, kept = self.left_s(), self.reserve_s()
