@@ -21,7 +21,8 @@ from stepbench.workload.base import Built, tensors_in
 from stepbench.workload.loader import load_function
 from stepbench.workload.plan import no_blocks
 from stepbench.workload.spec import (DECLARABLE_AXES, PASSED, Signature, no_batch_size,
-                                     no_default, no_such_param, params_of, typed)
+                                     no_default, no_such_param, not_an_axis, params_of,
+                                     typed)
 
 
 class WorkloadError(RuntimeError):
@@ -196,8 +197,7 @@ def check_takes(sig: Signature, kwargs: dict) -> None:
         if name in PASSED or sig.takes(name):
             continue
         if name in DECLARABLE_AXES:
-            raise WorkloadError(f"--{name} does not apply to {sig.model}: it takes no `{name}` "
-                                f"keyword; drop --{name} (or let the factory take `{name}`)")
+            raise WorkloadError(not_an_axis(sig.model, f"--{name}", DECLARABLE_AXES[name]))
         raise WorkloadError(no_such_param(sig, name))
     for name in sig.required:
         if name not in kwargs:

@@ -18,7 +18,7 @@ from typing import Mapping
 
 from stepbench.errors import UserError
 from stepbench.workload.spec import (DECLARABLE_AXES, PASSED, check_params, combos,
-                                     no_default, parse_param_specs, signature)
+                                     no_default, not_an_axis, parse_param_specs, signature)
 
 # Axes given through the factory's own keywords where it declares one -> the keyword.
 FLAGS = {"attn": "--attn", "kernels": "--kernels", "seq": "--seq"}
@@ -42,9 +42,7 @@ def factory_values(values: Mapping[str, object]) -> dict:
             # (A factory accepted unread gets what was asked; its process says if it takes it.)
             params[keyword] = tuple(str(v) for v in given)
         elif given not in (default, default[:1]):
-            raise UserError(f"{FLAGS[name]} does not apply to {model}: it takes no `{keyword}` "
-                            f"keyword; drop {FLAGS[name]} (or let the factory take `{keyword}`, "
-                            "which then gets the value)")
+            raise UserError(not_an_axis(model, FLAGS[name], keyword))
         values[name] = default[:1]
     for name in sig.required:
         if name not in PASSED and name not in params:

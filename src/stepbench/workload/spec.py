@@ -156,6 +156,11 @@ def no_default(model: str, name: str) -> str:
             "default in the factory)")
 
 
+def not_an_axis(model: str, flag: str, keyword: str) -> str:
+    return (f"{flag} does not apply to {model}: it takes no `{keyword}` keyword; drop {flag} "
+            f"(or let the factory take `{keyword}`, which then gets the value)")
+
+
 def _source(where: str, model: str) -> Path:
     if where.endswith(".py"):
         path = Path(where)
