@@ -25,7 +25,7 @@ def not_here(settings) -> list[str]:
     models = settings.values.get("model")
     models = models if isinstance(models, (tuple, list)) else (models,)
     return [m for m in dict.fromkeys(models)
-            if is_factory(m) and not split(m)[0].endswith(".py") and not spec.importable_here(m)]
+            if is_factory(m) and not spec.importable_here(m)]
 
 
 # A site's answer for a factory it reads once its machine exists, before any setup's job there.

@@ -99,12 +99,10 @@ signature.cache_clear = lambda: _signature_here.cache_clear()     # (what tests 
 
 
 def importable_here(model: str) -> bool:
-    """A `package.module:FUNCTION` whose module this machine can import (a FILE.py: True)."""
-    try:
-        _source(split(model)[0], model)
-    except NotHere:
-        return False
-    return True
+    """A `package.module:FUNCTION` whose module this machine can import (a FILE.py: True, as
+    its file travels with the run)."""
+    where = split(model)[0]
+    return where.endswith(".py") or sigreader.module_file(where)[0] is not None
 
 
 @functools.lru_cache(maxsize=64)
