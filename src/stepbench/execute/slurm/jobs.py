@@ -173,13 +173,11 @@ class SlurmExecutor(ClusterExecutor):
 
     def parameters(self, setup: Setup, timeout_s: float) -> dict:
         """The job's sbatch options, as submitit's SlurmExecutor takes them."""
-        src = str(Path(__file__).resolve().parents[3])
         params = {
             "job_name": self.name, "partition": self.cluster.partition,
             "time": max(1, math.ceil((timeout_s + START_S) / 60)),
             "nodes": setup.nnodes, "ntasks_per_node": 1,
-            # The job imports this very stepbench, also when it runs from a checkout.
-            "setup": [f"export PYTHONPATH={_quote(src)}${{PYTHONPATH:+:$PYTHONPATH}}"],
+            "setup": [this_stepbench()],
             # A setup's process is measured once: never requeued (after a node failure).
             "additional_parameters": {"no_requeue": True},
         }
@@ -305,11 +303,7 @@ class SlurmExecutor(ClusterExecutor):
         except SlurmError as exc:
             self.note(f"could not make sure the run's Slurm jobs ended ({exc}); see "
                       f"`squeue --me --name {self.name}`")
-        shutil.rmtree(self.folder, ignore_errors=True)
-        try:
-            self.folder.parent.rmdir()         # the last run's: the folder goes too
-        except OSError:
-            pass
+        remove_folder(self.folder)
 
     def _left(self, wait_s: float) -> list[str]:
         """The run's jobs still in the queue after waiting up to `wait_s` for them to leave."""
@@ -389,3 +383,19 @@ def executor_for(cluster: Cluster, settings, plan: list[Setup], gpus: int, run_i
     return SlurmExecutor(cluster, settings.device, gpus=gpus, gpu_type=settings.gpu_type,
                          out=settings.out, compile_cache=settings.compile_cache, run_id=run_id,
                          start=settings.start, note=note)
+
+
+def this_stepbench() -> str:
+    """A job's setup line: the job imports this very stepbench, also when it runs from a
+    checkout."""
+    src = str(Path(__file__).resolve().parents[3])
+    return f"export PYTHONPATH={_quote(src)}${{PYTHONPATH:+:$PYTHONPATH}}"
+
+
+def remove_folder(folder: Path) -> None:
+    """A run's job folder, and the folder of such folders once it is empty (the last run's)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        folder.parent.rmdir()
+    except OSError:
+        pass

@@ -11,20 +11,19 @@ unchecked, each setup's job checks what it is given, and the line says why and w
 from __future__ import annotations
 
 import math
-import shutil
 import sys
 import time
 import uuid
 from pathlib import Path
 
 from stepbench.execute.slurm.cluster import SlurmError, require_slurm, slurm
-from stepbench.execute.slurm.jobs import (ALIVE, FOLDER, POLL_S, SETTLE_S, STOP_WAIT_S, _ended,
-                                          _quote, _reason, cancel)
+from stepbench.execute.slurm.jobs import (ALIVE, FOLDER, LOOK_S, POLL_S, SETTLE_S, STOP_WAIT_S,
+                                          _ended, _quote, _reason, cancel, remove_folder,
+                                          this_stepbench)
 from stepbench.workload import sigreader
 
 WHERE = "in a short Slurm job on the run's partition"
 READ_TIMEOUT_S = 120        # the job waits in the queue first; past this it is cancelled
-LOOK_S = 3.0                # how often squeue is asked whether the job still runs
 
 
 def read_signatures(cluster, settings, models: list[str]) -> dict:
@@ -35,14 +34,13 @@ def read_signatures(cluster, settings, models: list[str]) -> dict:
 
     name = f"stepbench-signature-{uuid.uuid4().hex[:12]}"
     folder = Path(settings.out).expanduser().absolute().parent / FOLDER / name
-    src = str(Path(__file__).resolve().parents[3])
     try:
         folder.mkdir(parents=True, exist_ok=True)
         executor = submitit.SlurmExecutor(folder=folder / "%j", python=_quote(sys.executable))
         executor.update_parameters(
             job_name=name, partition=cluster.partition, nodes=1, ntasks_per_node=1,
             cpus_per_task=1, time=max(1, math.ceil(READ_TIMEOUT_S / 60)) + 1,
-            setup=[f"export PYTHONPATH={_quote(src)}${{PYTHONPATH:+:$PYTHONPATH}}"],
+            setup=[this_stepbench()],
             additional_parameters={"no_requeue": True})
         try:
             job = executor.submit(signatures, list(models))
@@ -54,11 +52,7 @@ def read_signatures(cluster, settings, models: list[str]) -> dict:
             cancel(job.job_id)
             _left(job.job_id)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
-        try:
-            folder.parent.rmdir()
-        except OSError:
-            pass
+        remove_folder(folder)
 
 
 def _answers(job, partition: str, models: list[str]) -> dict:
