@@ -220,13 +220,21 @@ def test_rented_machines_read_on_the_first_prepared_the_others_wait(pkg):
     stops, said, checked = [], [], []
     first = FirstRead([model], lambda: stops.append(1))
     one, two = Machine("rc:A", {model: good}), Machine("rc:B", {model: good})
-    waiting = threading.Thread(target=first.before_plan,
-                               args=(two, said.append, lambda: False, lambda: None))
-    first.before_plan(one, said.append, lambda: False, lambda: checked.append(spec.signature(model)))
+    waited = []
+    waiting = threading.Thread(target=lambda: waited.append(first.before_plan(
+        two, said.append, lambda: False, lambda: "plan of rc:B")))
+
+    def plan_of_a():
+        checked.append(spec.signature(model))
+        return "plan of rc:A"
+
+    # The first machine's plan is made once, with what was read, and is the one it runs.
+    assert first.before_plan(one, said.append, lambda: False, plan_of_a) == "plan of rc:A"
     waiting.start()
     waiting.join(5)
     assert one.asked == [model] and two.asked == [] and not stops and first.refused is None
-    assert checked[0].names == ("batch_size", "device", "flag", "size")
+    assert len(checked) == 1 and checked[0].names == ("batch_size", "device", "flag", "size")
+    assert waited == ["plan of rc:B"]
     assert lines_naming(said[0], "read the signature", model, "on rented machine rc:A")
     # A refusal (here the plan's check) stops every machine; the others end as stopped.
     refusing = FirstRead([model], lambda: stops.append(1))

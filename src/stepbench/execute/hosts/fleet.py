@@ -13,6 +13,7 @@ thread creates it first, points the host's executor at it, and deletes it last, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -69,6 +70,16 @@ def destination(settings: RunSettings) -> str:
         else "SSH hosts"
 
 
+def planned(settings: RunSettings, device: str) -> tuple[RunSettings, list]:
+    """The settings on a host's device and their plan, its models checked."""
+    from stepbench.measure.models import check_models
+
+    there = settings.resolved(device)
+    plan = there.plan()
+    check_models(plan)
+    return there, plan
+
+
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile, measure,
                  rentals=None, loop=None, runs: list[HostRun] | None = None,
                  later: list[str] = ()) -> list[HostRun]:
@@ -89,7 +100,6 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     from stepbench.execute.hosts.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
     from stepbench.execute.local import uses_server
     from stepbench.execute.local.server import imports_for
-    from stepbench.measure.models import check_models
 
     options = settings.remote
     models = model_copies(settings.values["model"])
@@ -132,12 +142,9 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
                       + (f" (installed stepbench into {info['env']})" if info["installed"] else ""))
             if workload is not None:
                 view.note(f"{workload.describe()}, its setups run in {info['workload_cwd']}")
-            first_read.before_plan(host, view.note,
-                                   lambda: lease is not None and lease.stopping.is_set(),
-                                   lambda: check_models(settings.resolved(device).plan()))
-            there = settings.resolved(device)
-            plan = there.plan()
-            check_models(plan)
+            there, plan = first_read.before_plan(
+                host, view.note, lambda: lease is not None and lease.stopping.is_set(),
+                functools.partial(planned, settings, device))
             if uses_server(there.start):
                 view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
