@@ -82,7 +82,7 @@ def planned(settings: RunSettings, device: str) -> tuple[RunSettings, list]:
 
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile, measure,
                  rentals=None, loop=None, runs: list[HostRun] | None = None,
-                 later: list[str] = ()) -> list[HostRun]:
+                 later: list[str] = (), known: dict | None = None) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
     (`rentals`, execute/rent/rentals.py: each is created, run and deleted in its host's thread); returns
     what each host did, in the order named (appended to `runs` as they start, so that a caller
@@ -91,7 +91,8 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns
     or raises. `later`: the factories read on the first rented machine prepared, before any
     setup's job on any (firstread.py); a UserError, raised once every machine is deleted, where
-    that read refuses one."""
+    that read refuses one. `known`: those read on the SSH hosts, model -> (host, fields). Each
+    rented machine reads them too, before its setups: one that disagrees fails, in one line."""
     from stepbench.execute import bundle
     from stepbench.execute.bundle import carried
     from stepbench.execute.progress import HostView
@@ -121,7 +122,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
         if rentals:
             rentals.stop()
 
-    first_read = FirstRead(later, stop_all)
+    first_read = FirstRead(later, stop_all, known)
 
     def one(host: SSHExecutor, result: HostRun) -> None:
         view = HostView(display, host.host)
@@ -142,9 +143,11 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
                       + (f" (installed stepbench into {info['env']})" if info["installed"] else ""))
             if workload is not None:
                 view.note(f"{workload.describe()}, its setups run in {info['workload_cwd']}")
-            there, plan = first_read.before_plan(
-                host, view.note, lambda: lease is not None and lease.stopping.is_set(),
-                functools.partial(planned, settings, device))
+            if lease is None:           # an SSH host: read before the run (site.py)
+                there, plan = planned(settings, device)
+            else:
+                there, plan = first_read.before_plan(host, view.note, lease.stopping.is_set,
+                                                     functools.partial(planned, settings, device))
             if uses_server(there.start):
                 view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,
