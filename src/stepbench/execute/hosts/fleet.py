@@ -75,6 +75,7 @@ def planned(settings: RunSettings, device: str) -> tuple[RunSettings, list]:
     from stepbench.measure.models import check_models
 
     there = settings.resolved(device)
+    there.check_device()        # --device auto: known now (resolved leaves it to the host)
     plan = there.plan()
     check_models(plan)
     return there, plan
