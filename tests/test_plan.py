@@ -10,7 +10,7 @@ from stepbench.cli import main
 from stepbench.guard import REFERENCE, OK, loss_verdicts
 from stepbench.record import ResultsFile
 from conftest import run_cli
-from says import names, user_error
+from says import error_line, names, user_error
 
 # One process per setup: run's default (2, and a third where they disagree) would double the
 # real run below.
@@ -61,16 +61,15 @@ def test_flags_beside_a_plan_override_it(plan_file, capsys):
 
 def test_every_axis_can_be_written_in_a_plan(plan_file, capsys):
     text = STUDY.replace('modes = ["eager"]', 'modes = ["compile"]\ncompile-mode = ["default", '
-                         '"reduce-overhead"]\ncompile_scope = ["layer"]\nprecision = "fp32"\n'
+                         '"max-autotune-no-cudagraphs"]\ncompile_scope = ["layer"]\nprecision = "fp32"\n'
                          'kernels = ["none"]\ncheckpointing = [false, true]\noptimizer = "foreach"\n'
                          'seq = 64')
     setups = dry_run(capsys, "--plan", plan_file(text))
     assert len(setups) == 2 * 2 * 2 * 2          # compile modes x checkpointing x attn x batch
+    # (on the CPU: reduce-overhead's CUDA graphs are refused there)
     assert {s["name"] for s in setups} == {
-        "compile/layer+sdpa+foreach", "compile:reduce-overhead/layer+sdpa+foreach",
-        "compile/layer+sdpa+ckpt+foreach", "compile:reduce-overhead/layer+sdpa+ckpt+foreach",
-        "compile/layer+eager+foreach", "compile:reduce-overhead/layer+eager+foreach",
-        "compile/layer+eager+ckpt+foreach", "compile:reduce-overhead/layer+eager+ckpt+foreach"}
+        f"compile{mode}/layer+{attn}{ckpt}+foreach" for mode in ("", ":max-autotune-no-cudagraphs")
+        for attn in ("sdpa", "eager") for ckpt in ("", "+ckpt")}
     assert {(s["dtype"], s["seq"]) for s in setups} == {("fp32", 64)}
 
 
@@ -200,6 +199,53 @@ def test_repeats_default_to_two_and_a_third_unless_a_plan_or_a_flag_fixes_them(p
     plan = read_plan(plan_file())
     assert RunSettings.build({}, plan).repeats == 1
     assert RunSettings.build({"repeats": 3}, plan).repeats == 3
+
+
+def test_cuda_graphs_on_the_cpu_are_refused_before_anything_runs(plan_file, capsys, tmp_path):
+    # inductor leaves CUDA graphs out on the CPU: a reduce-overhead row would be the default
+    # mode's step under another name, so nothing of it is measured (exit 2, one line).
+    out = tmp_path / "r.jsonl"
+    graphs = ["--modes", "compile", "--compile-mode", "default,reduce-overhead"]
+    for argv, tokens in (
+            ([*FLAGS[:-6], *graphs, "--out", out], ("--compile-mode reduce-overhead", "cpu",
+                                                    "--device cuda")),
+            (["--plan", plan_file(STUDY.replace('modes = ["eager"]', 'modes = ["compile"]\n'
+                                                'compile_mode = ["reduce-overhead"]')),
+              "--out", out], ("plan", "study.toml", "compile_mode reduce-overhead",
+                              "--device cuda")),
+            (["--device", "cpu", "--budget", "5m", "--compile-mode", "reduce-overhead", "--out",
+              out], ("--compile-mode reduce-overhead", "cpu", "--device cuda"))):
+        command = "tune" if "--budget" in argv else "run"
+        assert main([command, *map(str, argv)]) == 2
+        err = capsys.readouterr().err
+        assert error_line(err, command) and names(err, *tokens), err
+    assert not out.exists()
+    # On a GPU it is a run's value (planned here without one).
+    from stepbench.settings import RunSettings
+
+    cuda = RunSettings.build({"modes": "compile", "compile_mode": "default,reduce-overhead"})
+    assert [s.compile_mode for s in cuda.resolved("cuda").plan()] == ["default",
+                                                                       "reduce-overhead"] * 2
+    # SSH hosts with --device auto: each host's own device decides, once it is known there.
+    from stepbench.errors import UserError
+    from stepbench.execute.hosts.fleet import planned
+
+    hosts = RunSettings.build({"host": ["alpha"], "modes": "compile",
+                               "compile_mode": "reduce-overhead"})
+    assert [s.compile_mode for s in planned(hosts, "cuda")[1]] == ["reduce-overhead"] * 2
+    assert hosts.resolved("cpu").device == "cpu"        # the hosts' check before the run
+    with pytest.raises(UserError) as caught:
+        planned(hosts, "cpu")                           # a host that has no GPU
+    assert names(str(caught.value), "--compile-mode reduce-overhead", "--device cuda")
+    # tune never searches it on the CPU, whatever values the registry lists there.
+    import dataclasses
+
+    from stepbench.axes import axis
+
+    listed = dataclasses.replace(axis("compile_mode"),
+                                 tune_values={"cpu": ("default", "reduce-overhead")})
+    kept, notes = listed.searched("cpu")
+    assert kept == ["default"] and names(notes[0], "reduce-overhead", "not tried")
 
 
 def test_a_missing_plan_file_says_so(capsys, tmp_path):

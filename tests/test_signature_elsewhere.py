@@ -209,7 +209,7 @@ class Machine:
         return f"motd\n{self.answers[model]}\n"
 
 
-def test_rented_machines_read_on_the_first_prepared_the_others_wait(pkg):
+def test_rented_machines_read_on_the_first_prepared_the_others_wait_then_agree(pkg):
     import threading
 
     from stepbench.execute.hosts.firstread import FirstRead
@@ -220,13 +220,21 @@ def test_rented_machines_read_on_the_first_prepared_the_others_wait(pkg):
     stops, said, checked = [], [], []
     first = FirstRead([model], lambda: stops.append(1))
     one, two = Machine("rc:A", {model: good}), Machine("rc:B", {model: good})
-    waiting = threading.Thread(target=first.before_plan,
-                               args=(two, said.append, lambda: False, lambda: None))
-    first.before_plan(one, said.append, lambda: False, lambda: checked.append(spec.signature(model)))
+    waited = []
+    waiting = threading.Thread(target=lambda: waited.append(first.before_plan(
+        two, said.append, lambda: False, lambda: "plan of rc:B")))
+
+    def plan_of_a():
+        checked.append(spec.signature(model))
+        return "plan of rc:A"
+
+    # The first machine's plan is made once, with what was read, and is the one it runs.
+    assert first.before_plan(one, said.append, lambda: False, plan_of_a) == "plan of rc:A"
     waiting.start()
     waiting.join(5)
-    assert one.asked == [model] and two.asked == [] and not stops and first.refused is None
-    assert checked[0].names == ("batch_size", "device", "flag", "size")
+    assert one.asked == two.asked == [model] and not stops and first.refused is None
+    assert len(checked) == 1 and checked[0].names == ("batch_size", "device", "flag", "size")
+    assert waited == ["plan of rc:B"]
     assert lines_naming(said[0], "read the signature", model, "on rented machine rc:A")
     # A refusal (here the plan's check) stops every machine; the others end as stopped.
     refusing = FirstRead([model], lambda: stops.append(1))
@@ -252,3 +260,39 @@ def test_rented_machines_read_on_the_first_prepared_the_others_wait(pkg):
                          said.append, lambda: False, lambda: None)
     assert names(str(gone.refused), model, "on rented machine rc:D", "install it there")
 
+
+
+def test_each_rented_machine_must_agree_with_the_runs_answer(pkg):
+    from stepbench.execute.hosts.firstread import FirstRead
+
+    model = "nowhere_pkg.net:make"
+    good = sigreader.answer(sigreader.read("rnet.models:made"))
+    other = sigreader.answer(sigreader.read("rnet.models:make"))
+    missing = sigreader.answer({"error": "missing", "why": ""})
+    stops, said = [], []
+    first = FirstRead([model], lambda: stops.append(1))
+    assert first.before_plan(Machine("rc:A", {model: good}), said.append, lambda: False,
+                             lambda: "A") == "A"
+    # Another version, or no module there: that machine fails in one line naming it, its plan
+    # never made; the run goes on (nothing stopped).
+    for name, answer in (("rc:B", other), ("rc:C", missing)):
+        made = []
+        with pytest.raises(UserError) as caught:
+            first.before_plan(Machine(name, {model: answer}), said.append, lambda: False,
+                              lambda: made.append(name))
+        assert names(str(caught.value), model, "rc:A", name) and not made and not stops
+        assert len(str(caught.value).splitlines()) == 1
+    assert first.before_plan(Machine("rc:D", {model: good}), said.append, lambda: False,
+                             lambda: "D") == "D"
+    # No answer on a later machine: said with its name; its setups' processes check.
+    assert first.before_plan(Machine("rc:E", {model: "bash: python: not found"}), said.append,
+                             lambda: False, lambda: "E") == "E"
+    assert lines_naming(said[-1], model, "not read on rc:E")
+    # With SSH hosts, their answer is the run's: the first rented machine agrees with it too.
+    hosts = FirstRead([], lambda: stops.append(1), {model: ("alpha", sigreader.parse(good))})
+    with pytest.raises(UserError) as caught:
+        hosts.before_plan(Machine("rc:F", {model: other}), said.append, lambda: False,
+                          lambda: "F")
+    assert names(str(caught.value), model, "alpha", "rc:F") and not stops
+    assert hosts.before_plan(Machine("rc:G", {model: good}), said.append, lambda: False,
+                             lambda: "G") == "G"

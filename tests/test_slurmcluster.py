@@ -152,9 +152,28 @@ def test_a_slurm_read_the_queue_does_not_start_is_cancelled_and_said(tmp_path, m
     monkeypatch.setattr(signatures, "POLL_S", 0.05)
     monkeypatch.setattr(signatures, "_state", lambda job_id: "PENDING")
     job = SimpleNamespace(job_id="41", paths=SimpleNamespace(result_pickle=tmp_path / "none"))
-    [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
-    assert names(why, "Slurm job", "41", "PENDING", "cancelled", "partition gpu", "free CPU")
+    [why] = signatures._answers(job, "gpu", ["p.m:make"], "a free GPU").values()
+    assert names(why, "Slurm job", "41", "PENDING", "cancelled", "partition gpu", "free GPU")
     monkeypatch.setattr(signatures, "_state", lambda job_id: "FAILED")
     monkeypatch.setattr(signatures, "SETTLE_S", 0)
     [why] = signatures._answers(job, "gpu", ["p.m:make"]).values()
     assert names(why, "41", "ended FAILED", "without an answer")
+
+
+def test_the_signature_reads_job_asks_what_the_runs_jobs_ask():
+    from types import SimpleNamespace
+
+    from stepbench.execute.slurm import signatures
+
+    # A GPU partition may refuse a job that asks for no GPU: one of the run's type, per node.
+    gpus = partition(node("a", "gpu:h100:8"), node("b", "gpu:a10:1"))
+    read = signatures.parameters(gpus, SimpleNamespace(device="auto", gpu_type="h100"), "n")
+    assert read["gres"] == "gpu:h100:1" and read["cpus_per_task"] == 1 and read["time"] == 3
+    assert (read["partition"], read["nodes"], read["job_name"]) == ("gpu", 1, "n")
+    assert read["additional_parameters"] == {"no_requeue": True}
+    anyone = signatures.parameters(gpus, SimpleNamespace(device="cuda", gpu_type=None), "n")
+    assert anyone["gres"] == "gpu:1"
+    # CPU setups: one core, no GPU, even on a partition that has them.
+    for cluster, device in ((gpus, "cpu"), (partition(node("d"), name="cpu"), "auto")):
+        read = signatures.parameters(cluster, SimpleNamespace(device=device, gpu_type=None), "n")
+        assert "gres" not in read and read["cpus_per_task"] == 1

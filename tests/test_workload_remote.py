@@ -421,11 +421,11 @@ def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster,
 
 
 def _only_the_nodes_have_it(cluster, engine: list[str], run: Path, out: Path, env: dict,
-                            where: str) -> None:
+                            where: str, refusing: tuple[str, ...] = ()) -> None:
     """`--model nodes_only_net:make` (tests/nodes_only: the test cluster's nodes import it, this
     client cannot): its signature read `where`, then measured; a --param it does not take
-    refused in one line, exit 2, before any setup's job."""
-    for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8"], 2)]:
+    refused in one line, exit 2, before any setup's job (`refusing`: more flags of that run)."""
+    for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8", *refusing], 2)]:
         proc = subprocess.run(cluster.client_argv(
             [sys.executable, "-m", "stepbench", "run", *engine, "--model", "nodes_only_net:make",
              *flags, *TINY, "--out", str(out), "--format", "json"]),
@@ -453,6 +453,9 @@ def test_a_factory_runs_as_a_slurm_job_in_this_folder(slurm_cluster, tmp_path):
     record = _ok(json.loads(proc.stdout))
     assert record["placement"]["slurm"]
     # A package only the nodes have (tests/slurmnet.py's task prolog): read in a short job.
+    # Refused as a GPU run: the read job asks one of the run's GPUs (gres), on the node that has
+    # them (sb1), as a GPU partition may refuse a job that asks none.
     _only_the_nodes_have_it(slurm_cluster, ["--slurm"], run, out,
-                            dict(slurm_cluster.env, PYTHONPATH=SRC), "on Slurm node")
+                            dict(slurm_cluster.env, PYTHONPATH=SRC), "on Slurm node",
+                            ("--device", "cuda", "--gpu-type", "h100"))
     assert not (run.parent / ".stepbench-slurm").exists() and slurm_cluster.jobs() == []

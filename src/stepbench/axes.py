@@ -89,8 +89,13 @@ class Axis:
     tune_values: Any = None
     tune_order: int = 50
     expensive: tuple = ()
-    # Why this machine cannot run a value, or None: (value, device) -> reason.
+    # Why this machine cannot run a value, or None: (value, device) -> reason. Measured: the
+    # setup's process records `unsupported` with it.
     unsupported: Callable[[Any, str], str | None] | None = None
+    # Why a value means nothing on a device, or None: (value, device) -> the reason and its fix.
+    # Refused when the plan is made (settings' check_device), as a run would measure another
+    # value under its name; tune never searches it there.
+    refuses: Callable[[Any, str], str | None] | None = None
 
     @property
     def flag(self) -> str:
@@ -180,7 +185,7 @@ class Axis:
         values = values.get(device, ()) if isinstance(values, dict) else (values or self.choices)
         kept, notes = [], []
         for value in values:
-            reason = self.why_not(value, device)
+            reason = self.why_not(value, device) or (self.refuses and self.refuses(value, device))
             if reason is None:
                 kept.append(value)
             else:
@@ -256,6 +261,13 @@ def _precision_unsupported(value: str, device: str) -> str | None:
     if capability is not None and capability < FLOAT8_MIN_CAPABILITY:
         return (f"float8 training needs compute capability 8.9 or newer; this GPU has "
                 f"{capability[0]}.{capability[1]}")
+    return None
+
+
+def _compile_mode_refused(value: str, device: str) -> str | None:
+    if value == "reduce-overhead" and device == CPU:
+        return ("its CUDA graphs are left out by inductor on the CPU, so the step measured "
+                "would be the default mode's; drop it, or pass --device cuda")
     return None
 
 
@@ -357,7 +369,8 @@ AXES: list[Axis] = [
          tune_order=10,
          tune_values={CUDA: ("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
                       CPU: ("default",)},
-         expensive=("max-autotune", "max-autotune-no-cudagraphs")),
+         expensive=("max-autotune", "max-autotune-no-cudagraphs"),
+         refuses=_compile_mode_refused),
     Axis("warmup", int, 4, "untimed steps after the first", least=0, timing=True,
          detail=lambda s: f"{s.warmup}+{s.steps} steps", tune="fixed"),
     Axis("steps", int, 20, "timed steps", least=1, timing=True, tune="fixed"),

@@ -40,6 +40,15 @@ def output_path(value: str):
     return path
 
 
+def add_output(p: argparse.ArgumentParser, formats) -> None:
+    """--format (one of `formats`, the table by default) and --out PATH: how report, compare and
+    predict write what they make."""
+    p.add_argument("--format", choices=formats, default="table",
+                   help="output format (default: table)")
+    p.add_argument("--out", type=output_path, metavar="PATH",
+                   help="write the output here instead of stdout")
+
+
 def out_is_not(out, given, flag: str) -> None:
     """A UserError where --out `out` is the file `flag` reads (`given`, a price list): writing
     the output there would replace what the command reads."""

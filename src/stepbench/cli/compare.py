@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import output_path
+from stepbench.cli.base import add_output
 from stepbench.cli.report import REPORT_FORMATS, add_filters, filters_of
 from stepbench.errors import UserError
 
@@ -35,9 +35,7 @@ def add(sub) -> None:
                         "noise, or ran in BEFORE and fails in AFTER (for CI); exit 3 when none "
                         "does but a setup's steps were disturbed (inconclusive)")
     add_filters(p)
-    p.add_argument("--format", choices=REPORT_FORMATS, default="table",
-                   help="output format (default: table)")
-    p.add_argument("--out", type=output_path, metavar="PATH", help="write the output here instead of stdout")
+    add_output(p, REPORT_FORMATS)
     p.set_defaults(handler=cmd_compare)
 
 

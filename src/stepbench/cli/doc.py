@@ -35,7 +35,7 @@ AXIS_DOCS: dict[str, tuple[str | None, str]] = {
     "attn": (None, "comma list of `attn_implementation`s: `eager`, `sdpa`, `flex_attention`, "
                    "`flash_attention_2`, `flash_attention_3` (the last two need flash-attn on a "
                    "GPU, else `unsupported`)"),
-    "compile_mode": (None, "comma list: `default`, `reduce-overhead` (CUDA graphs), "
+    "compile_mode": (None, "comma list: `default`, `reduce-overhead` (CUDA graphs; refused on the CPU), "
                            "`max-autotune`, `max-autotune-no-cudagraphs`"),
     "compile_scope": (None, "comma list: `model` (torch.compile the whole model), `layer` "
                             "(compile each decoder layer on its own); needs `compile` in "

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import out_is_not, output_path
+from stepbench.cli.base import add_output, out_is_not
 from stepbench.report.render import FORMATS  # the Document's formats, as report renders them
 
 
@@ -31,9 +31,7 @@ def add(sub) -> None:
                    help="where the profiled steps' traces are, for records without kernel "
                         "classes (default: the folder the record names, STEM-traces or "
                         "STEM-profiles beside the results file)")
-    p.add_argument("--format", choices=FORMATS, default="table",
-                   help="output format (default: table)")
-    p.add_argument("--out", type=output_path, metavar="PATH", help="write the output here instead of stdout")
+    add_output(p, FORMATS)
     p.set_defaults(handler=cmd_predict)
 
 

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from stepbench.cli.base import out_is_not, output_path
+from stepbench.cli.base import add_output, out_is_not, output_path
 from stepbench.cli.flags import add_settings
 from stepbench.errors import UserError
 from stepbench.report.render import FORMATS as REPORT_FORMATS  # every format a Document renders
@@ -37,9 +37,7 @@ def add(sub) -> None:
     p.add_argument("--energy-price", metavar="DOLLARS_PER_KWH",
                    help="price of electricity in dollars per kWh: adds the GPU's energy cost "
                         "per million tokens to the details (records with NVML energy only)")
-    p.add_argument("--format", choices=REPORT_FORMATS, default="table",
-                   help="output format (default: table)")
-    p.add_argument("--out", type=output_path, metavar="PATH", help="write the output here instead of stdout")
+    add_output(p, REPORT_FORMATS)
     p.add_argument("--plots", metavar="DIR", help="also write the plots as PNG files into DIR")
     p.add_argument("--label", action="append", metavar="NAME",
                    help="a name for each FILE, once per FILE in order: its records keep rows of "

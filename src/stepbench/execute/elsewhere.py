@@ -6,9 +6,10 @@ take are refused in one line as on this machine (workload/plan.py).
 A backend that can run a short command where its setups run says where (`Backend.reads_signatures`)
 and its site reads it (`Site.read_signatures`: workload/sigreader.py run there), now or, for
 machines the run creates (rented ones), on the first one prepared (`LATER`: the site then calls
-`take` before any setup's job); one that cannot, or a read that got no answer, takes the factory
-unread, says so once, and each setup's process checks what it is given (workload/factory.py
-`check_takes`). A run on this machine keeps the error that names the fix.
+`take` before any setup's job; each other machine must agree, hosts/firstread.py); one that
+cannot, or a read that got no answer, takes the factory unread, says so once, and each setup's
+process checks what it is given (workload/factory.py `check_takes`). A run on this machine keeps
+the error that names the fix.
 """
 
 from __future__ import annotations

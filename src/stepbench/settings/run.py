@@ -242,8 +242,15 @@ class RunSettings(Common):
                                             f"CPU; drop {gpus} (or pass --device cuda on a GPU "
                                             "machine)")
         timeout = self.timeout_s if self.timeout_s is not None else TIMEOUT_S[device]
-        return dataclasses.replace(self, values=frozen(values), device=Device(device),
-                                   timeout_s=timeout)
+        there = dataclasses.replace(self, values=frozen(values), device=Device(device),
+                                    timeout_s=timeout)
+        if self.device != Device.AUTO or not self.remote_run:   # a host resolves auto itself
+            there.check_device()                                # (hosts/fleet.py's plan)
+        return there
+
+    def check_device(self) -> None:
+        """The values the resolved device gives no meaning (axes.Axis.refuses), refused."""
+        check_device(self.values, self.device, self.origin)
 
     def plan(self) -> list:
         """The setups, checked, in the matrix's order (settings must be `resolved`)."""
@@ -351,6 +358,18 @@ class RunSettings(Common):
                               kind="conflict")
 
 
+def check_device(values: Mapping[str, Any], device: str, origin: Origin = Origin()) -> None:
+    """A UserError (exit 2) for the first axis value `device` gives no meaning (its
+    `refuses`), naming it as it was given and the fix; nothing of it would be measured."""
+    for a in AXES:
+        given = values.get(a.name)
+        for value in (given if isinstance(given, (tuple, list)) else (given,)):
+            reason = a.refuses(value, device) if a.refuses and value is not None else None
+            if reason:
+                raise origin.error(a.key, f"{origin.name(a.key)} {value} on {device}: {reason}",
+                                   kind="conflict")
+
+
 def axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):
     """An axis's value from a flag's or plan's raw value (None: its default); a matrix axis of
     `run` is a tuple, the rest one value."""
@@ -369,4 +388,4 @@ def axis_value(a: Axis, raw, command: str, origin: Origin = Origin()):
                        where=where)
 
 
-__all__ = ["RunSettings", "MaxBatchOptions", "Remote", "Rent", "axis_value"]
+__all__ = ["RunSettings", "MaxBatchOptions", "Remote", "Rent", "axis_value", "check_device"]

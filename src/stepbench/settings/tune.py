@@ -14,7 +14,7 @@ from stepbench.settings.choices import Device, Objective
 from stepbench.settings.common import Common, frozen
 from stepbench.settings.declare import TUNE, check_backends, read, setting
 from stepbench.settings.origin import Origin, writable_folder
-from stepbench.settings.run import axis_value
+from stepbench.settings.run import axis_value, check_device
 from stepbench.setup import TIMEOUT_S
 
 SEARCHED = ("screen", "option", "memory")     # Axis.tune values of the axes tune searches
@@ -79,6 +79,7 @@ class TuneSettings(Common):
             if a.name in values and values[a.name] is None and not a.optional:
                 default = a.default_for(device)
                 values[a.name] = default[0] if isinstance(default, tuple) else default
+        check_device({**values, **self.space}, device)
         timeout = self.timeout_s if self.timeout_s is not None else TIMEOUT_S[device]
         return dataclasses.replace(self, values=frozen(values), device=Device(device),
                                    timeout_s=timeout)

@@ -21,7 +21,8 @@ class HostsBackend(Backend):
         if settings.remote.hosts:
             return "on the SSH hosts"
         # Rented machines exist once the run creates them (hosts/site.py, fleet.py).
-        return "on the first rented machine once it is prepared" if settings.rent.specs else None
+        return "on the first rented machine once it is prepared (each other one must agree)" \
+            if settings.rent.specs else None
 
     def dry_run(self, settings) -> int:
         from stepbench.execute.hosts.dryrun import dry_run_hosts

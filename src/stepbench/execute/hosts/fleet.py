@@ -13,6 +13,7 @@ thread creates it first, points the host's executor at it, and deletes it last, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -69,9 +70,20 @@ def destination(settings: RunSettings) -> str:
         else "SSH hosts"
 
 
+def planned(settings: RunSettings, device: str) -> tuple[RunSettings, list]:
+    """The settings on a host's device and their plan, its models checked."""
+    from stepbench.measure.models import check_models
+
+    there = settings.resolved(device)
+    there.check_device()        # --device auto: known now (resolved leaves it to the host)
+    plan = there.plan()
+    check_models(plan)
+    return there, plan
+
+
 def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile, measure,
                  rentals=None, loop=None, runs: list[HostRun] | None = None,
-                 later: list[str] = ()) -> list[HostRun]:
+                 later: list[str] = (), known: dict | None = None) -> list[HostRun]:
     """Run the plan on every host (`specs`, from check_hosts) and every rented machine
     (`rentals`, execute/rent/rentals.py: each is created, run and deleted in its host's thread); returns
     what each host did, in the order named (appended to `runs` as they start, so that a caller
@@ -80,7 +92,8 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     runner.Stopped) after stopping every host; a rented machine is deleted before this returns
     or raises. `later`: the factories read on the first rented machine prepared, before any
     setup's job on any (firstread.py); a UserError, raised once every machine is deleted, where
-    that read refuses one."""
+    that read refuses one. `known`: those read on the SSH hosts, model -> (host, fields). Each
+    rented machine reads them too, before its setups: one that disagrees fails, in one line."""
     from stepbench.execute import bundle
     from stepbench.execute.bundle import carried
     from stepbench.execute.progress import HostView
@@ -89,7 +102,6 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
     from stepbench.execute.hosts.ssh import EventLoop, HostError, HostSpec, HostStopped, SSHExecutor
     from stepbench.execute.local import uses_server
     from stepbench.execute.local.server import imports_for
-    from stepbench.measure.models import check_models
 
     options = settings.remote
     models = model_copies(settings.values["model"])
@@ -111,7 +123,7 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
         if rentals:
             rentals.stop()
 
-    first_read = FirstRead(later, stop_all)
+    first_read = FirstRead(later, stop_all, known)
 
     def one(host: SSHExecutor, result: HostRun) -> None:
         view = HostView(display, host.host)
@@ -132,12 +144,11 @@ def run_on_hosts(settings: RunSettings, specs: list, display, store: ResultsFile
                       + (f" (installed stepbench into {info['env']})" if info["installed"] else ""))
             if workload is not None:
                 view.note(f"{workload.describe()}, its setups run in {info['workload_cwd']}")
-            first_read.before_plan(host, view.note,
-                                   lambda: lease is not None and lease.stopping.is_set(),
-                                   lambda: check_models(settings.resolved(device).plan()))
-            there = settings.resolved(device)
-            plan = there.plan()
-            check_models(plan)
+            if lease is None:           # an SSH host: read before the run (site.py)
+                there, plan = planned(settings, device)
+            else:
+                there, plan = first_read.before_plan(host, view.note, lease.stopping.is_set,
+                                                     functools.partial(planned, settings, device))
             if uses_server(there.start):
                 view.note(host.start_server(imports_for(plan)))
             runner = Runner(host, store, rerun=there.rerun, measure_peak=there.measure_peak,

@@ -30,6 +30,7 @@ class HostsSite(Site):
         self.rentals, self.loop = rentals, loop
         self.runs: list = []            # fleet.HostRun per machine, as each starts
         self.later: list[str] = []      # factories read on the first rented machine prepared
+        self.known: dict = {}           # model -> (SSH host, fields): each rented machine agrees
         self.costed = False
 
     @classmethod
@@ -56,7 +57,8 @@ class HostsSite(Site):
         """Each factory read on every SSH host that answers (execute/elsewhere.py), all at
         once before the run starts on any; they must agree. A host that does not answer is
         left to the run, which says why. Rented machines alone: read on the first one prepared,
-        before any setup's job (fleet.py, firstread.py)."""
+        before any setup's job (fleet.py, firstread.py); each rented machine reads them too, and
+        must agree."""
         from stepbench.execute.elsewhere import LATER, agreed
         from stepbench.execute.hosts.firstread import read_on
         from stepbench.execute.hosts.ssh import EventLoop, HostError, SSHExecutor
@@ -84,6 +86,7 @@ class HostsSite(Site):
         answers = {model: [(spec.name, found[model])
                            for spec, found in zip(self.specs, read_by_host) if model in found]
                    for model in models}
+        self.known = {model: found[0] for model, found in answers.items() if found}
         return {model: agreed(model, found) for model, found in answers.items() if found}
 
     def run(self, settings, plan: list, store, display, measure: Measure) -> Ran:
@@ -91,7 +94,7 @@ class HostsSite(Site):
 
         loop, self.loop = self.loop, None      # run_on_hosts closes it
         run_on_hosts(self.asked, self.specs, display, store, measure, self.rentals, loop,
-                     self.runs, self.later)
+                     self.runs, self.later, self.known)
         display.close()
         self._say_cost()
         records = [record for run in self.runs for record in run.records]

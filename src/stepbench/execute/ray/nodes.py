@@ -26,6 +26,7 @@ import threading
 from stepbench.execute.hosts import hostside
 from stepbench.execute.local import FRESH
 from stepbench.execute.hosts.hostside import EXIT_EVENT, PLACED_EVENT, RANKS_EVENT, event_of
+from stepbench.execute.ray.servers import join_as_job
 
 
 def _free_port() -> dict:
@@ -74,13 +75,7 @@ def main(argv: list[str]) -> int:
               measure_peak=spec["job"].get("measure_peak", True),
               probe=spec["job"].get("probe", False))
     node_spec = {k: spec[k] for k in ("env", "dirs", "cleanup", "rank_dir", "watch_stdin")}
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt(signum)
-
-    ray.init(log_to_driver=False, configure_logging=False)
-    # After ray.init, whose own SIGTERM handler would end this process before it tidies up.
-    signal.signal(signal.SIGTERM, stop)
+    join_as_job()
     group = placement_group([bundle] * nnodes, strategy="STRICT_SPREAD")
     tasks, lock = [], threading.Lock()
     try:

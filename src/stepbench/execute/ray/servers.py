@@ -24,6 +24,19 @@ import time
 
 STOP_S = 2.0    # Ray kills this process 3 s after stop_job's SIGTERM (RAY_JOB_STOP_WAIT_TIME_S)
 
+def join_as_job() -> None:
+    """Join the cluster as a Ray job's entrypoint, Ray job stop's SIGTERM then a
+    KeyboardInterrupt, so that the job tidies up what it started before Ray kills it."""
+    import ray
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt(signum)
+
+    ray.init(log_to_driver=False, configure_logging=False)
+    # After ray.init, whose own SIGTERM handler would end this process before it tidies up.
+    signal.signal(signal.SIGTERM, stop)
+
+
 class _Serve:
     """A Ray actor: one host's process server, a child that lives while this actor does."""
 
@@ -53,13 +66,7 @@ def main(argv: list[str]) -> int:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     spec = json.loads(argv[0])
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt(signum)
-
-    ray.init(log_to_driver=False, configure_logging=False)
-    # After ray.init, whose own SIGTERM handler would end this process before it tidies up.
-    signal.signal(signal.SIGTERM, stop)
+    join_as_job()
     hosts: dict[str, str] = {}
     for node in ray.nodes():
         if node.get("Alive"):

@@ -366,17 +366,9 @@ def prepare_rentals(rent: Rent, loop: EventLoop, note: Callable[[str], None]) ->
     key_path, public_key = ssh_key(rent.key)
     settings = RentSettings(key_path, public_key, rent.timeout_s, rent.max_minutes,
                             rent.template)
-    providers: dict[str, Provider] = {}
-    key_ids: dict[str, str] = {}
-    offers: dict[str, Offer] = {}
-    listed: dict = {}
+    providers, offers = _offers(specs)
     try:
-        for spec in specs:
-            if spec.provider not in providers:
-                providers[spec.provider] = provider(spec.provider)
-            offers[spec.name] = pick_offer(providers[spec.provider], spec, listed)
-        for name, p in providers.items():
-            key_ids[name] = p.register_key(public_key)
+        key_ids = {name: p.register_key(public_key) for name, p in providers.items()}
     except ProviderError as exc:
         raise UserError(str(exc)) from None
     for spec in specs:
@@ -392,6 +384,12 @@ def prepare_rentals(rent: Rent, loop: EventLoop, note: Callable[[str], None]) ->
 def quote_rentals(specs: list[RentSpec]) -> dict[str, Offer]:
     """`run --rent ... --dry-run --rent-prices`: the offer each rental would take now, by its
     name (this asks the providers, with their API keys); nothing is created."""
+    return _offers(specs)[1]
+
+
+def _offers(specs: list[RentSpec]) -> tuple[dict[str, Provider], dict[str, Offer]]:
+    """Each provider the specs name, made once, and the offer each spec takes now, by its name;
+    a provider's error a UserError."""
     providers: dict[str, Provider] = {}
     listed: dict = {}
     offers = {}
@@ -402,7 +400,7 @@ def quote_rentals(specs: list[RentSpec]) -> dict[str, Offer]:
             offers[spec.name] = pick_offer(providers[spec.provider], spec, listed)
     except ProviderError as exc:
         raise UserError(str(exc)) from None
-    return offers
+    return providers, offers
 
 
 def pick_offer(p: Provider, spec: RentSpec, cache: dict | None = None) -> Offer:

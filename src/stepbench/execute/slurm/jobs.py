@@ -64,6 +64,13 @@ ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEU
          "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
 
 
+def gres(gpu_type: str | None, count: int) -> str:
+    """The --gres a job of `count` GPUs (of `gpu_type`, else any) asks for: per node, the form
+    GPU partitions' submit rules read as a GPU job (`--gpus=N`, per job, some refuse as a CPU
+    job)."""
+    return f"gpu:{gpu_type}:{count}" if gpu_type else f"gpu:{count}"
+
+
 class SlurmExecutor(ClusterExecutor):
     """Each job a Slurm job in `cluster`'s partition; see the module's docstring."""
 
@@ -182,8 +189,7 @@ class SlurmExecutor(ClusterExecutor):
             "additional_parameters": {"no_requeue": True},
         }
         if setup.device == "cuda":
-            kind = f"{self.gpu_type}:" if self.gpu_type else ""
-            params["gres"] = f"gpu:{kind}{setup.nproc}"
+            params["gres"] = gres(self.gpu_type, setup.nproc)
         else:
             params["exclusive"] = True
         return params

@@ -2,8 +2,10 @@
 (execute/elsewhere.py), for a package the nodes have and this machine does not: one short job,
 submitted as the setups' jobs are (jobs.py: submitit's sbatch, the run's partition, this very
 Python with this stepbench on its PYTHONPATH, this folder as its working folder), that reads
-every such factory with workload/sigreader.py. It asks one CPU and no GPU: a free core starts it
-sooner than a whole node would, and the nodes of one partition share what is installed.
+every such factory with workload/sigreader.py. It asks one CPU for the shortest time, and, where
+the run's jobs ask for GPUs, one GPU of theirs (`parameters`): a GPU partition's submit rules may
+refuse a job that asks none (a job_submit plugin, a QOS's minimum GPUs), and a job of the run's
+GPU type lands on the nodes the setups will, with what is installed there.
 
 A job the queue does not start (or finish) within READ_TIMEOUT_S is cancelled: its factories go
 unchecked, each setup's job checks what it is given, and the line says why and what to do."""
@@ -16,9 +18,10 @@ import time
 import uuid
 from pathlib import Path
 
+from stepbench.execute.clusters import cluster_device
 from stepbench.execute.slurm.cluster import SlurmError, require_slurm, slurm
 from stepbench.execute.slurm.jobs import (ALIVE, FOLDER, LOOK_S, POLL_S, SETTLE_S, STOP_WAIT_S,
-                                          _ended, _quote, _reason, cancel, remove_folder,
+                                          _ended, _quote, _reason, cancel, gres, remove_folder,
                                           this_stepbench)
 from stepbench.workload import sigreader
 
@@ -37,17 +40,15 @@ def read_signatures(cluster, settings, models: list[str]) -> dict:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         executor = submitit.SlurmExecutor(folder=folder / "%j", python=_quote(sys.executable))
-        executor.update_parameters(
-            job_name=name, partition=cluster.partition, nodes=1, ntasks_per_node=1,
-            cpus_per_task=1, time=max(1, math.ceil(READ_TIMEOUT_S / 60)) + 1,
-            setup=[this_stepbench()],
-            additional_parameters={"no_requeue": True})
+        params = parameters(cluster, settings, name)
+        executor.update_parameters(**params)
         try:
             job = executor.submit(signatures, list(models))
         except Exception as exc:  # noqa: BLE001 - sbatch refused: unchecked, said
             return dict.fromkeys(models, f"Slurm refused the job that reads it ({_reason(exc)})")
         try:
-            return _answers(job, cluster.partition, models)
+            return _answers(job, cluster.partition, models,
+                            "a free GPU" if "gres" in params else "a free CPU")
         finally:
             cancel(job.job_id)
             _left(job.job_id)
@@ -55,7 +56,19 @@ def read_signatures(cluster, settings, models: list[str]) -> dict:
         remove_folder(folder)
 
 
-def _answers(job, partition: str, models: list[str]) -> dict:
+def parameters(cluster, settings, name: str) -> dict:
+    """The read job's sbatch options (submitit's names): one task of one CPU for the shortest
+    time; one GPU of the run's type where the run's jobs ask for GPUs."""
+    params = {"job_name": name, "partition": cluster.partition, "nodes": 1,
+              "ntasks_per_node": 1, "cpus_per_task": 1,
+              "time": max(1, math.ceil(READ_TIMEOUT_S / 60)) + 1, "setup": [this_stepbench()],
+              "additional_parameters": {"no_requeue": True}}
+    if cluster_device(cluster, settings.device, settings.gpu_type) == "cuda":
+        params["gres"] = gres(settings.gpu_type, 1)
+    return params
+
+
+def _answers(job, partition: str, models: list[str], free: str = "a free CPU") -> dict:
     """What the job returned, once its result is there; why not, where it is not."""
     deadline = time.monotonic() + READ_TIMEOUT_S
     look_at, state = time.monotonic() + LOOK_S, "PENDING"
@@ -64,8 +77,8 @@ def _answers(job, partition: str, models: list[str]) -> dict:
         if now >= deadline:
             return dict.fromkeys(models, (
                 f"the Slurm job that reads it ({job.job_id}) was still {state} after "
-                f"{READ_TIMEOUT_S} s and was cancelled; run when partition {partition} has a "
-                "free CPU to have it read first"))
+                f"{READ_TIMEOUT_S} s and was cancelled; run when partition {partition} has "
+                f"{free} to have it read first"))
         if now >= look_at:
             found = _state(job.job_id)
             look_at, state = now + LOOK_S, state if found is None else found
