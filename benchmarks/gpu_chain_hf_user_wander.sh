@@ -27,7 +27,7 @@ set -uo pipefail
 job=${JOB:?set JOB to a folder}
 rehearse=${REHEARSE:-0}
 if [ "$rehearse" = 1 ]; then seed=${SEED:-benchmarks/seed_standin.py}; else seed=${SEED:?set SEED to the post script}; fi
-seed=$(realpath "$seed")    # steps run from other folders (gpu_wander.py's script in ROOT)
+seed=$(realpath -m "$seed")    # steps run from other folders (gpu_wander.py's script in ROOT)
 deadline=${DEADLINE_S:-1140}
 steps=${STEPS:-microbench wander gpt tune hf seed}
 mkdir -p "$job"
@@ -36,6 +36,9 @@ known=" microbench wander gpt tune hf seed overhead resnet "
 for name in $steps; do   # a misspelt step would be found only when its turn came in the lease
   [[ "$known" == *" $name "* ]] || { echo "STEPS: unknown step '$name'; choose from:$known" | tee -a "$job/steps.txt" >&2; exit 2; }
 done
+if [[ " $steps " == *" seed "* || " $steps " == *" wander "* ]] && [ ! -f "$seed" ]; then
+  echo "SEED $seed is no file; copy the post's script there" | tee -a "$job/steps.txt" >&2; exit 2
+fi
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 cache=$job/cache/inductor
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
@@ -90,7 +93,7 @@ tune() {   # the budgets in turn on one results file, until the host-bound rule 
   local budget
   for budget in $budgets; do
     [ "$(left)" -lt 60 ] && { say "tune: --budget $budget not started, $(left) s left"; return 0; }
-    timeout "$(cap 900)" python3 -m stepbench tune "${tune_args[@]}" --budget "$budget" \
+    timeout "$(cap 900)" python3 -m stepbench tune "${tune_args[@]}" --budget "$budget" --compile-cache "$cache" \
       --out "$job/tune/tune.jsonl" --format json >"$job/tune/tune-$budget.json" \
       2>>"$job/tune/tune.log" || return
     # Shown: a host-bound setup, and every candidate that cuts its launches measured.
