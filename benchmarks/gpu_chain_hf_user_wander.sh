@@ -7,7 +7,7 @@
 #   wander      the eager+sdpa wander rounds (gpu_wander.py, WAYS server,script), WANDER_S
 #               (default 450) or what is left; every PROFILE_EVERY-th (10th) round profiled (37)
 #   gpt         examples/gpt.py at --nproc 1 --parallel none,ddp,fsdp2, eager (gpu_factory_overhead.sh gpt)
-#   tune        a short `stepbench tune` of the default model, budgets TUNE_BUDGETS ("1m 2m 3m")
+#   tune        a short `stepbench tune` of the default model, budgets TUNE_BUDGETS ("2m 3m")
 #               in turn on one results file (a resumed tune spends only the difference) until its
 #               JSON's host_bound is not empty: the host-bound rule shown, at the smallest of them
 #   hf          the default `stepbench run` (the post's model, four setups, two processes each),
@@ -67,7 +67,7 @@ if [ "$rehearse" = 1 ]; then
   user_env=(DEVICE=cpu); wander_s=${WANDER_S:-100}; budgets=${TUNE_BUDGETS:-30s 45s}
 else
   hf_args=(--timeout 400); tune_args=(); wander_env=(); user_env=()
-  wander_s=${WANDER_S:-450}; budgets=${TUNE_BUDGETS:-1m 2m 3m}
+  wander_s=${WANDER_S:-450}; budgets=${TUNE_BUDGETS:-2m 3m}
 fi
 # shellcheck disable=SC2206
 hf_args+=(${HF_ARGS:-})
