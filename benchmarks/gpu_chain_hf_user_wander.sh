@@ -8,8 +8,9 @@
 #               (default 450) or what is left; every PROFILE_EVERY-th (10th) round profiled (37)
 #   gpt         examples/gpt.py at --nproc 1 --parallel none,ddp,fsdp2, eager (gpu_factory_overhead.sh gpt)
 #   tune        a short `stepbench tune` of the default model, budgets TUNE_BUDGETS ("2m 3m")
-#               in turn on one results file (a resumed tune spends only the difference) until its
-#               JSON's host_bound is not empty: the host-bound rule shown, at the smallest of them
+#               in turn on one results file (a resumed tune spends only the difference) until a
+#               host-bound setup's launch-cutting candidates were all measured (its JSON's
+#               host_bound): the host-bound rule shown, at the smaller budget that shows it
 #   hf          the default `stepbench run` (the post's model, four setups, two processes each),
 #               one inductor cache (HF_ARGS: more flags, e.g. --profile DIR)   (issues 35, 37)
 #   seed        the post's script (SEED), the same four setups, one fresh process each  (35, 37)
