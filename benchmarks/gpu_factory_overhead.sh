@@ -20,7 +20,8 @@
 #   jobs of one rank: the wrappers' own cost without communication), ending by GPT_S (235 s);
 #   GPT_MODES=eager leaves the compiled three out (a shorter GPT_S fits them otherwise not).
 #   Writes OUT/gpt-nproc1.jsonl, OUT/gpt.md.
-# Logs: OUT/run.log; the machine: OUT/env.txt.
+# Logs: OUT/run.log; the machine: OUT/env.txt. Exits 1 when a run or a table failed (a run
+# stopped at its deadline keeps its records and counts as run).
 set -uo pipefail
 out=${OUT:?set OUT to a folder}
 parts=${*:-overhead gpt}
@@ -31,6 +32,7 @@ export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
   python3 -c "import sys, torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
   echo "cpus $(nproc)"; git rev-parse HEAD 2>/dev/null; } >>"$out/env.txt"
 work=$(mktemp -d)
+status=0
 export STEPBENCH_CACHE_DIR=$work/stepbench-cache
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
 # Each run ends by its part's deadline (SECONDS): a run stopped there keeps the setups it finished.
@@ -38,6 +40,10 @@ sb() {
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 20 ]; then echo "== skipped: ${left}s left" | tee -a "$out/run.log"; return; fi
   timeout "$left" python3 -m stepbench run --compile-cache "$work/inductor" "$@" 2>&1 | quiet >>"$out/run.log"
+  local code=${PIPESTATUS[0]}
+  # 124: the deadline stopped it (what it finished is kept); 1: no setup ran ok, 2: a usage
+  # error, others a traceback: the step failed, whatever tables follow.
+  case $code in 0|124) ;; *) echo "== stepbench run exit $code" | tee -a "$out/run.log"; status=1 ;; esac
 }
 
 if [ "$device" = cpu ]; then
@@ -65,7 +71,7 @@ if [[ " $parts " == *" overhead "* ]]; then
         --out "$out/overhead-$path-r$round.jsonl"
     done
   done
-  python3 benchmarks/factory_overhead_table.py "$out"/overhead-*.jsonl | tee "$out/overhead.md"
+  python3 benchmarks/factory_overhead_table.py "$out"/overhead-*.jsonl | tee "$out/overhead.md" || status=1
 fi
 
 if [[ " $parts " == *" gpt "* ]]; then
@@ -86,6 +92,8 @@ for line in open(sys.argv[1]):
           f"{num(r.get('first_step_s'), '.1f')} | {num(r.get('loss_last'), '.4f')} | "
           f"{(r.get('scaling') or {}).get('wrapping', '')} |")
 PY
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 echo "total ${SECONDS}s"
 rm -rf "$work"
+exit $status

@@ -81,9 +81,15 @@ def open_executor(out: Path, note):
     return site, site.executor(local, plan, note), local, plan
 
 
+def seed_path(value: str) -> str:
+    """SEED as an absolute path, taken from the caller's folder: the script's processes run in
+    ROOT, where a relative SEED names another file (the 2026-12-05 lease lost its script side so)."""
+    return str(Path(value).expanduser().resolve())
+
+
 def main() -> None:
     out = Path(os.environ["OUT"])
-    seed = str(Path(os.environ["SEED"]).resolve())   # the script runs with cwd=ROOT
+    seed = seed_path(os.environ["SEED"])
     budget_s = float(os.environ.get("BUDGET_S", 450))
     every = int(os.environ.get("PROFILE_EVERY", 3))
     out.mkdir(parents=True, exist_ok=True)
