@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One H200 lease, one setsid job collected over two calls (one host, one lease); a step starts
-# only while DEADLINE_S (default 1140: a first call of ~560 s, a second of ~590) seconds have not
+# One H200 lease, one setsid job collected over three calls (one host, one lease); a step starts
+# only while DEADLINE_S (default 1420: calls of ~560, ~570 and ~290 s) seconds have not
 # passed and its own least time is left. The steps, by name (STEPS chooses which and in what
 # order; the default is the 2026-12-05 plan, benchmarks/README.md section m3):
 #   microbench  the graph-timed microbenchmark for predict's L2 constants (gpu_microbench.py)  (36)
 #   wander      the eager+sdpa wander rounds (gpu_wander.py, WAYS server,script), WANDER_S
-#               (default 450) or what is left; every PROFILE_EVERY-th (10th) round profiled (37)
+#               (default 740: 20 rounds of ~36 s) or what is left; every PROFILE_EVERY-th (10th) round profiled (37)
 #   gpt         examples/gpt.py at --nproc 1 --parallel none,ddp,fsdp2, eager (gpu_factory_overhead.sh gpt)
 #   tune        a short `stepbench tune` of the default model, budgets TUNE_BUDGETS ("2m 3m")
 #               in turn on one results file (a resumed tune spends only the difference) until a
@@ -29,7 +29,7 @@ job=${JOB:?set JOB to a folder}
 rehearse=${REHEARSE:-0}
 if [ "$rehearse" = 1 ]; then seed=${SEED:-benchmarks/seed_standin.py}; else seed=${SEED:?set SEED to the post script}; fi
 seed=$(realpath -m "$seed")    # steps run from other folders (gpu_wander.py's script in ROOT)
-deadline=${DEADLINE_S:-1140}
+deadline=${DEADLINE_S:-1420}
 steps=${STEPS:-microbench wander gpt tune hf seed}
 mkdir -p "$job"
 job=$(realpath "$job")
@@ -68,7 +68,7 @@ if [ "$rehearse" = 1 ]; then
   user_env=(DEVICE=cpu); wander_s=${WANDER_S:-100}; budgets=${TUNE_BUDGETS:-30s 45s}
 else
   hf_args=(--timeout 400); tune_args=(); wander_env=(); user_env=()
-  wander_s=${WANDER_S:-450}; budgets=${TUNE_BUDGETS:-2m 3m}
+  wander_s=${WANDER_S:-740}; budgets=${TUNE_BUDGETS:-2m 3m}
 fi
 # shellcheck disable=SC2206
 hf_args+=(${HF_ARGS:-})
