@@ -562,6 +562,44 @@ def test_no_budget_is_kept_back_for_finals_that_are_not_needed(tmp_path):
     assert TuneResult.from_dict(json.loads(json.dumps(result.to_dict()))).ended == result.ended
 
 
+class BusyRunner(FakeRunner):
+    """A busy CPU (issue 37, item 2): the processes `busy(setup, repeat)` names ran while other
+    processes took CPU time from their timed steps (`busy_cpu`, the report's `‡`)."""
+
+    def __init__(self, *args, busy, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.busy = busy
+
+    def measure(self, s: Setup, repeat: int, timeout_s: float, tag) -> Record:
+        record = super().measure(s, repeat, timeout_s, tag)
+        return dataclasses.replace(record, noise_flags=["busy_cpu"]) \
+            if self.busy(s, repeat) else record
+
+
+def test_a_choice_from_disturbed_processes_is_measured_again_and_said(tmp_path):
+    # Every first process ran on a busy machine, eager's reading twice as fast as it is: the
+    # tune chose eager over compiled sdpa (1.3x eager) from them. The finals measure the two
+    # leaders again; their quiet processes decide, and the choice rests on no disturbed one.
+    runner = BusyRunner(ResultsFile(tmp_path / "busy.jsonl"), Clock(),
+                        spread=lambda s, repeat: 0.5 if (s.mode, repeat) == ("eager", 0)
+                        else 1.0, busy=lambda s, repeat: repeat == 0)
+    result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=NARROW)
+    assert result.winner.setup.mode == "compile" and not result.winner.noise_flags
+    assert any(t.stage == "final" and t.record.repeat == 1 for t in result.tried)
+    assert result.disturbed == [] and result.to_dict()["disturbed"] == []
+    # Every process disturbed: measured up to the tune's processes, and the verdict says the
+    # choice rests on disturbed measurements (the JSON names the setups).
+    from stepbench.report.tune import verdict
+    runner = BusyRunner(ResultsFile(tmp_path / "all-busy.jsonl"), Clock(),
+                        busy=lambda s, repeat: True)
+    result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=NARROW)
+    assert result.processes["winner"] == 3
+    winner = next(t for t in result.tried if t.record.setup == result.winner.setup).record
+    assert result.disturbed[0].startswith(f"{winner.setup.name} batch {winner.setup.batch}")
+    text = " ".join(verdict(TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))))
+    assert names(text, "disturbed measurements", result.disturbed[0], "quiet machine"), text
+
+
 def tune_saying(tmp_path, gains, name: str):
     """A tune of eager and compiled sdpa on the fake GPU with `gains` as the committed table:
     (result, the lines it said)."""

@@ -111,6 +111,12 @@ def verdict(result: TuneResult) -> list[str]:
                    "Nothing was measured; see below why.")
     else:
         out += _winner(result)
+        if result.disturbed:
+            out.append(f"Chosen from disturbed measurements: every process of "
+                       f"{' and '.join(result.disturbed)} ran while something outside the step "
+                       "(another process, throttling, a recompile: the marks above) took from "
+                       "its timed steps, measured again up to the tune's processes; measure "
+                       "again on a quiet machine before relying on the choice.")
         if second is not None:
             marks = disturbed_marks(winner, second)
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "
