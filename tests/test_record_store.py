@@ -439,6 +439,9 @@ def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_pa
     ("step_times_ms", [10.0, -1.0], "step_times_ms is [10.0, -1.0], not a list of numbers >= 0"),
     ("peak_memory_gb", -0.5, "peak_memory_gb is -0.5"),
     ("setup.batch", 0, "setup.batch is 0, not an integer >= 1"),
+    # no process ends so, and no process is numbered so (hostqa: both were read as records)
+    ("status", "weird", 'status is "weird", not one of ok, oom'),
+    ("repeat", -1, "repeat is -1, not an integer >= 0"),
     # tune reads blocks.count (issue 35): an object of another shape is no record either
     ("blocks", {"count": "12"}, 'blocks is {"count": "12"}, not an object {"count": an integer'),
     ("blocks", {"count": -1}, 'blocks is {"count": -1}, not an object'),
