@@ -544,3 +544,22 @@ def test_every_committed_record_passes_the_checks_that_guard_the_readers():
         results / "h200-2026-12-05-default-run-profile.jsonl").read() if r.setup.attn == "sdpa"
         and r.setup.mode == "eager"]
     assert len(leads) == 2 and min(leads) < 0
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("hello world\nthis is prose\n", True),
+    ("a,b,c\n1,2,3\n", True),
+    ('[{"setup": {}}]\n', True),
+    ('{"a": 1}\n', True),
+    ("", False),
+    # hostqa: blank lines were refused though an empty file is taken (the reader skips them)
+    ("\n\n  \n", False),
+])
+def test_out_takes_a_results_file_or_an_empty_one_only(tmp_path, text, refused):
+    from stepbench.record_checks import out_problem
+
+    path = tmp_path / "out.jsonl"
+    path.write_text(text)
+    problem = out_problem(path)
+    assert (problem is not None) == refused, problem
+    assert not refused or names(problem, str(path), "not a stepbench results file")

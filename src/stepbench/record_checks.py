@@ -316,7 +316,7 @@ _HEAD_BYTES = 256 * 1024
 def not_results(path: Path) -> str | None:
     """Why the file at `path` is not a results file to append to: it has content and none of
     its first lines is a stepbench record (a line cut off while a record was written counts as
-    one); None for a results file, an empty file or none."""
+    one); None for a results file, an empty file (or one of blank lines) or none."""
     try:
         if not path.is_file() or path.stat().st_size == 0:
             return None
@@ -326,7 +326,9 @@ def not_results(path: Path) -> str | None:
                                                           f.read(_HEAD_BYTES).splitlines())), 20))
     except OSError:
         return None                 # check_writable says why it cannot be used
-    for line in filter(None, head):
+    if not head:
+        return None                 # blank lines only: as an empty file (the reader skips them)
+    for line in head:
         if line.startswith('{"schema":'):
             return None
         try:
