@@ -640,6 +640,26 @@ def test_priors_from_another_machine_order_the_candidates_and_never_skip_one(tmp
     assert_never_slower(theirs)
 
 
+def test_priors_from_other_models_only_order_a_factorys_candidates(tmp_path):
+    # hostqa (issue 37, item 3): the committed gains are HF causal LMs' (Llama shapes); on their
+    # own machine class they pruned a user factory's candidates as if its model were one.
+    from stepbench.search.gains import GainTable, prior
+
+    key = ("mode", "eager", "compile", "sdpa")
+    gains = observed(key, 0.4, 0.5)
+    assert GainTable(gains).with_machine([], "fake GPU").lookup(key).decides
+    gain = GainTable(gains, other_models=True).with_machine([], "fake GPU").lookup(key)
+    assert not gain.decides and gain.to_dict()["elsewhere"] == "other models"
+    assert names(prior(gain), "other models'", "orders the candidates")
+    factory = BASE.replace(model="net.py:make")
+    tuner = Tuner(FakeRunner(ResultsFile(tmp_path / "f.jsonl"), Clock()), factory, dict(NARROW),
+                  budget_s=3600, objective="tokens", timeout_s=1800, gains=gains)
+    assert not tuner.gains.with_machine([], "fake GPU").lookup(key).decides
+    tuner = Tuner(FakeRunner(ResultsFile(tmp_path / "l.jsonl"), Clock()), BASE, dict(NARROW),
+                  budget_s=3600, objective="tokens", timeout_s=1800, gains=gains)
+    assert tuner.gains.with_machine([], "fake GPU").lookup(key).decides
+
+
 def test_a_setup_above_the_ladder_gets_its_reference_before_it_can_win(tmp_path, monkeypatch):
     # The ladder stops at 16 (eager mode needs 5 GB a sequence here); compiled flex_attention
     # grows to 32, where eager mode does not fit (160 GB): its reference there is measured with

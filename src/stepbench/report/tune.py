@@ -161,7 +161,8 @@ GAINS_NOTE = ("What each change was taken to multiply {unit}/s by, from the smal
               "a candidate whose largest gain could not beat the best so far was not measured.")
 
 
-FOREIGN_NOTE = ("A gain measured on another machine class (\"orders only\") ordered the "
+FOREIGN_NOTE = ("A gain measured on another machine class or on other models (\"orders "
+                "only\") ordered the "
                 "candidates and skipped none: measurements on this machine decide.")
 
 
@@ -171,7 +172,8 @@ def gains_table(gains: list[dict], unit: str = TOKENS) -> Table:
     marked as one that only ordered the candidates."""
     cells = [[g["kind"], f"{g['smallest']:.2f}x", f"{g['largest']:.2f}x",
               source_kind(g["source"]) + ("" if g.get("may_skip", True) else
-                                          ", another machine: orders only")] for g in gains]
+                                          f", {g.get('elsewhere', 'another machine')}: orders "
+                                          "only")] for g in gains]
     foreign = any(not g.get("may_skip", True) for g in gains)
     notes = [GAINS_NOTE.format(unit=unit)] + ([FOREIGN_NOTE] if foreign else [])
     return Table(["Change", "Smallest", "Largest", "From"], cells, "lrrl",
