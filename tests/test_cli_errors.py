@@ -180,6 +180,22 @@ def test_seq_above_the_configs_positions(config_file, capsys, tmp_path):
      '"num_key_value_heads": 3}', ("num_attention_heads 4", "num_key_value_heads 3")),
     ('{"model_type": "llama", "num_hidden_layers": -2}', ("num_hidden_layers", "-2")),
     ('{"model_type": "llama", "rms_norm_eps": "tiny"}', ("rms_norm_eps", '"tiny"')),
+    # Each of these was a traceback (exit 1), or a pass and then an error in every setup's
+    # process, or a silent 7B-sized layer (hostqa).
+    ('{"model_type": "llama", "rms_norm_eps": -1}', ("rms_norm_eps", "-1", "above 0")),
+    ('{"model_type": "llama", "attention_dropout": 2.0}', ("attention_dropout", "2.0")),
+    ('{"model_type": "llama", "rope_scaling": "linear"}', ("rope_scaling", '"linear"')),
+    ('{"model_type": "llama", "rope_scaling": [1, 2]}', ("rope_scaling", "[1, 2]")),
+    ('{"model_type": "llama", "rope_scaling": {"rope_type": "linear"}}',
+     ("transformers rejects", "factor")),
+    ('{"model_type": "llama", "rope_scaling": {"rope_type": "dynamic", "factor": -2}}',
+     ("rope_scaling's factor", "-2")),
+    ('{"model_type": "llama", "rope_scaling": {"rope_type": "bogus", "factor": 2.0}}',
+     ("'bogus'", "linear")),
+    ('{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}',
+     ("intermediate_size 11008", "llama")),
+    ('[{"model_type": "llama"}]', ("JSON list", "object")),
+    ("", ("empty",)),
 ])
 def test_malformed_config(config_file, capsys, tmp_path, text, tokens):
     cfg = config_file(text)

@@ -439,6 +439,9 @@ def test_a_field_of_the_wrong_type_is_a_skipped_line_naming_file_and_line(tmp_pa
     ("step_times_ms", [10.0, -1.0], "step_times_ms is [10.0, -1.0], not a list of numbers >= 0"),
     ("peak_memory_gb", -0.5, "peak_memory_gb is -0.5"),
     ("setup.batch", 0, "setup.batch is 0, not an integer >= 1"),
+    # no process ends so, and no process is numbered so (hostqa: both were read as records)
+    ("status", "weird", 'status is "weird", not one of ok, oom'),
+    ("repeat", -1, "repeat is -1, not an integer >= 0"),
     # tune reads blocks.count (issue 35): an object of another shape is no record either
     ("blocks", {"count": "12"}, 'blocks is {"count": "12"}, not an object {"count": an integer'),
     ("blocks", {"count": -1}, 'blocks is {"count": -1}, not an object'),
@@ -541,3 +544,22 @@ def test_every_committed_record_passes_the_checks_that_guard_the_readers():
         results / "h200-2026-12-05-default-run-profile.jsonl").read() if r.setup.attn == "sdpa"
         and r.setup.mode == "eager"]
     assert len(leads) == 2 and min(leads) < 0
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("hello world\nthis is prose\n", True),
+    ("a,b,c\n1,2,3\n", True),
+    ('[{"setup": {}}]\n', True),
+    ('{"a": 1}\n', True),
+    ("", False),
+    # hostqa: blank lines were refused though an empty file is taken (the reader skips them)
+    ("\n\n  \n", False),
+])
+def test_out_takes_a_results_file_or_an_empty_one_only(tmp_path, text, refused):
+    from stepbench.record_checks import out_problem
+
+    path = tmp_path / "out.jsonl"
+    path.write_text(text)
+    problem = out_problem(path)
+    assert (problem is not None) == refused, problem
+    assert not refused or names(problem, str(path), "not a stepbench results file")

@@ -271,3 +271,26 @@ def test_two_runs_on_one_results_file_measure_each_setup_once(tmp_path):
     # only that what was said names the other run and the file.
     assert all(names(line, "(pid ", str(out)) for line in waited)
     assert not claims.exists()
+
+
+def test_a_failed_count_of_the_steps_tensors_leaves_a_note():
+    # hostqa: under a --memory-limit-gb cap just above a step's need, the profiled step that
+    # counts its tensors failed to allocate in some processes (not in others): their peak
+    # memory was the resident growth (0.19-0.21 GB against 0.14 GB) with nothing said.
+    import torch
+
+    from stepbench.measure.step import CpuMemory
+
+    def step():
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory\nmore")
+
+    counted = CpuMemory.tensors_peak(step, [torch.zeros(4)])
+    assert "peak_memory_gb" not in counted and "peak_memory_source" not in counted
+    [note] = counted["notes"]
+    assert names(note, "resident growth", "RuntimeError", "can't allocate") and "\n" not in note
+
+    def fine():
+        torch.ones(1024).sum()
+
+    counted = CpuMemory.tensors_peak(fine, [torch.zeros(4)])
+    assert counted["peak_memory_source"] == "tensors" and "notes" not in counted

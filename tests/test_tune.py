@@ -562,6 +562,44 @@ def test_no_budget_is_kept_back_for_finals_that_are_not_needed(tmp_path):
     assert TuneResult.from_dict(json.loads(json.dumps(result.to_dict()))).ended == result.ended
 
 
+class BusyRunner(FakeRunner):
+    """A busy CPU (issue 37, item 2): the processes `busy(setup, repeat)` names ran while other
+    processes took CPU time from their timed steps (`busy_cpu`, the report's `‡`)."""
+
+    def __init__(self, *args, busy, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.busy = busy
+
+    def measure(self, s: Setup, repeat: int, timeout_s: float, tag) -> Record:
+        record = super().measure(s, repeat, timeout_s, tag)
+        return dataclasses.replace(record, noise_flags=["busy_cpu"]) \
+            if self.busy(s, repeat) else record
+
+
+def test_a_choice_from_disturbed_processes_is_measured_again_and_said(tmp_path):
+    # Every first process ran on a busy machine, eager's reading twice as fast as it is: the
+    # tune chose eager over compiled sdpa (1.3x eager) from them. The finals measure the two
+    # leaders again; their quiet processes decide, and the choice rests on no disturbed one.
+    runner = BusyRunner(ResultsFile(tmp_path / "busy.jsonl"), Clock(),
+                        spread=lambda s, repeat: 0.5 if (s.mode, repeat) == ("eager", 0)
+                        else 1.0, busy=lambda s, repeat: repeat == 0)
+    result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=NARROW)
+    assert result.winner.setup.mode == "compile" and not result.winner.noise_flags
+    assert any(t.stage == "final" and t.record.repeat == 1 for t in result.tried)
+    assert result.disturbed == [] and result.to_dict()["disturbed"] == []
+    # Every process disturbed: measured up to the tune's processes, and the verdict says the
+    # choice rests on disturbed measurements (the JSON names the setups).
+    from stepbench.report.tune import verdict
+    runner = BusyRunner(ResultsFile(tmp_path / "all-busy.jsonl"), Clock(),
+                        busy=lambda s, repeat: True)
+    result, _ = tune_with(tmp_path, budget_s=3600, runner=runner, space=NARROW)
+    assert result.processes["winner"] == 3
+    winner = next(t for t in result.tried if t.record.setup == result.winner.setup).record
+    assert result.disturbed[0].startswith(f"{winner.setup.name} batch {winner.setup.batch}")
+    text = " ".join(verdict(TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))))
+    assert names(text, "disturbed measurements", result.disturbed[0], "quiet machine"), text
+
+
 def tune_saying(tmp_path, gains, name: str):
     """A tune of eager and compiled sdpa on the fake GPU with `gains` as the committed table:
     (result, the lines it said)."""
@@ -600,6 +638,26 @@ def test_priors_from_another_machine_order_the_candidates_and_never_skip_one(tmp
     assert any(names(line, "H200", "another machine", "orders only") for line in text.splitlines())
     assert FOREIGN_NOTE in text
     assert_never_slower(theirs)
+
+
+def test_priors_from_other_models_only_order_a_factorys_candidates(tmp_path):
+    # hostqa (issue 37, item 3): the committed gains are HF causal LMs' (Llama shapes); on their
+    # own machine class they pruned a user factory's candidates as if its model were one.
+    from stepbench.search.gains import GainTable, prior
+
+    key = ("mode", "eager", "compile", "sdpa")
+    gains = observed(key, 0.4, 0.5)
+    assert GainTable(gains).with_machine([], "fake GPU").lookup(key).decides
+    gain = GainTable(gains, other_models=True).with_machine([], "fake GPU").lookup(key)
+    assert not gain.decides and gain.to_dict()["elsewhere"] == "other models"
+    assert names(prior(gain), "other models'", "orders the candidates")
+    factory = BASE.replace(model="net.py:make")
+    tuner = Tuner(FakeRunner(ResultsFile(tmp_path / "f.jsonl"), Clock()), factory, dict(NARROW),
+                  budget_s=3600, objective="tokens", timeout_s=1800, gains=gains)
+    assert not tuner.gains.with_machine([], "fake GPU").lookup(key).decides
+    tuner = Tuner(FakeRunner(ResultsFile(tmp_path / "l.jsonl"), Clock()), BASE, dict(NARROW),
+                  budget_s=3600, objective="tokens", timeout_s=1800, gains=gains)
+    assert tuner.gains.with_machine([], "fake GPU").lookup(key).decides
 
 
 def test_a_setup_above_the_ladder_gets_its_reference_before_it_can_win(tmp_path, monkeypatch):

@@ -32,6 +32,8 @@ def wrong_value(data: dict, record, machine, software) -> str | None:
         return "no machine.gpu"
     if not isinstance(data.get("status"), str):
         return "no status"
+    if data["status"] not in STATUSES:
+        return _why("status", data["status"], "one of " + ", ".join(STATUSES))
     parts = ((data, _checks(record), ""), (data["setup"], _setup_checks(), "setup."),
              (data.get("machine"), _checks(machine), "machine."),
              (data.get("software") or {}, _checks(software), "software."))
@@ -65,6 +67,9 @@ def _shown(value) -> str:
 # damage, and would overflow the report's arithmetic (seconds to milliseconds, ceilings).
 _LARGEST = 1e30
 
+# What a setup's process can have ended as (docs/cli.md, "Statuses").
+STATUSES = ("ok", "oom", "timeout", "crashed", "error", "unsupported")
+
 # A step takes time: what a step's time is divided into (tokens per second) is above 0.
 _POSITIVE = ("step_ms", "step_ms_median")
 # A number that counts time, memory or a rate is never negative.
@@ -88,7 +93,7 @@ def _checks(cls) -> dict[str, tuple[Callable[[object], bool], str]]:
         if name in _POSITIVE:
             fits = _positive(fits)
             wanted = wanted.replace("a number", "a number > 0")
-        elif name not in _SIGNED and name.endswith(_NON_NEGATIVE):
+        elif name == "repeat" or (name not in _SIGNED and name.endswith(_NON_NEGATIVE)):
             fits, wanted = _non_negative_check(fits, wanted)
         out[name] = (fits, wanted)
     out.update({name: check for name, check in _SHAPES.items() if name in out})
@@ -205,6 +210,7 @@ def _fits_of(shape, key: str) -> Callable[[object], bool]:
 def _non_negative_check(fits, wanted: str) -> tuple[Callable[[object], bool], str]:
     """(fits, wanted) of a time, memory or rate: the same, and never below 0."""
     return _non_negative(fits), wanted.replace("a number", "a number >= 0").replace(
+        "an integer", "an integer >= 0").replace(
         "of numbers", "of numbers >= 0")
 
 
@@ -310,7 +316,7 @@ _HEAD_BYTES = 256 * 1024
 def not_results(path: Path) -> str | None:
     """Why the file at `path` is not a results file to append to: it has content and none of
     its first lines is a stepbench record (a line cut off while a record was written counts as
-    one); None for a results file, an empty file or none."""
+    one); None for a results file, an empty file (or one of blank lines) or none."""
     try:
         if not path.is_file() or path.stat().st_size == 0:
             return None
@@ -320,7 +326,9 @@ def not_results(path: Path) -> str | None:
                                                           f.read(_HEAD_BYTES).splitlines())), 20))
     except OSError:
         return None                 # check_writable says why it cannot be used
-    for line in filter(None, head):
+    if not head:
+        return None                 # blank lines only: as an empty file (the reader skips them)
+    for line in head:
         if line.startswith('{"schema":'):
             return None
         try:

@@ -27,6 +27,7 @@ from stepbench import hostlead, workload
 from stepbench.measure import (compile_info, inductor_cache, kernels, machine, options,  # noqa: F401
                                parallel, telemetry)
 from stepbench.measure.phases import Phases
+from stepbench.errors import first_line
 from stepbench.noise import noise_flags_for
 from stepbench.setup import Setup
 from stepbench.workload.hf import flop_counter_per_sequence  # noqa: F401 - its old home
@@ -141,7 +142,10 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
             result["profile"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
         phases.lap("profile")
     if not cuda and not setup.distributed:
-        result.update(memory.tensors_peak(step, held_tensors(model, optimizer, work.held())))
+        counted = memory.tensors_peak(step, held_tensors(model, optimizer, work.held()))
+        if counted.get("notes"):
+            result["notes"] = [*result.get("notes", []), *counted.pop("notes")]
+        result.update(counted)
         phases.lap("memory")
     fields = work.flop_fields(setup, result["tokens_per_s"], peak_tflops_measured, count=not probe)
     notes = fields.pop("notes", None)
@@ -357,7 +361,7 @@ class CpuMemory:
     def tensors_peak(step, held: list[torch.Tensor]) -> dict:
         """One more step under torch.profiler's memory events: the held tensors' bytes plus the
         step's peak net allocation (`peak_memory_source` "tensors"); {} when the profiler cannot
-        count (the resident peak stands)."""
+        count (the resident peak stands) but a note saying why."""
         from torch.profiler import ProfilerActivity, profile
 
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in held}
@@ -368,7 +372,10 @@ class CpuMemory:
             deltas = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
         except Exception as exc:  # noqa: BLE001 - the resident peak is kept instead
             print(f"stepbench: counting the step's tensors failed: {exc}", file=sys.stderr)
-            return {}
+            # Said in the record: under a --memory-limit-gb cap a step that fit may not fit
+            # again beside the profiler, and the peak is then another measure of memory.
+            return {"notes": ["peak memory is the resident growth, not the step's tensors: "
+                              f"counting them failed ({first_line(f'{type(exc).__name__}: {exc}', 160)})"]}
         running = peak = 0
         for _, nbytes in deltas:
             running += nbytes

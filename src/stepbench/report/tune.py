@@ -111,6 +111,12 @@ def verdict(result: TuneResult) -> list[str]:
                    "Nothing was measured; see below why.")
     else:
         out += _winner(result)
+        if result.disturbed:
+            out.append(f"Chosen from disturbed measurements: every process of "
+                       f"{' and '.join(result.disturbed)} ran while something outside the step "
+                       "(another process, throttling, a recompile: the marks above) took from "
+                       "its timed steps, measured again up to the tune's processes; measure "
+                       "again on a quiet machine before relying on the choice.")
         if second is not None:
             marks = disturbed_marks(winner, second)
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "
@@ -155,7 +161,8 @@ GAINS_NOTE = ("What each change was taken to multiply {unit}/s by, from the smal
               "a candidate whose largest gain could not beat the best so far was not measured.")
 
 
-FOREIGN_NOTE = ("A gain measured on another machine class (\"orders only\") ordered the "
+FOREIGN_NOTE = ("A gain measured on another machine class or on other models (\"orders "
+                "only\") ordered the "
                 "candidates and skipped none: measurements on this machine decide.")
 
 
@@ -165,7 +172,8 @@ def gains_table(gains: list[dict], unit: str = TOKENS) -> Table:
     marked as one that only ordered the candidates."""
     cells = [[g["kind"], f"{g['smallest']:.2f}x", f"{g['largest']:.2f}x",
               source_kind(g["source"]) + ("" if g.get("may_skip", True) else
-                                          ", another machine: orders only")] for g in gains]
+                                          f", {g.get('elsewhere', 'another machine')}: orders "
+                                          "only")] for g in gains]
     foreign = any(not g.get("may_skip", True) for g in gains)
     notes = [GAINS_NOTE.format(unit=unit)] + ([FOREIGN_NOTE] if foreign else [])
     return Table(["Change", "Smallest", "Largest", "From"], cells, "lrrl",

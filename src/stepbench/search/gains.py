@@ -27,6 +27,9 @@ from stepbench.settings import SEARCHED
 from stepbench.setup import Setup
 
 THIS_MACHINE = "this machine"
+# Where a gain that only orders the candidates was measured, as its lines say it.
+ANOTHER_MACHINE = "another machine"
+OTHER_MODELS = "other models"
 # A change no record holds an observation of (flash attention where no H200 run had it): assumed
 # to land anywhere in this range, so that it is neither pruned nor favoured.
 UNKNOWN = (0.8, 1.25)
@@ -152,15 +155,19 @@ class Gain:
     # Whether the gain may skip a candidate: measured on this machine or on its machine class
     # (or reasoned), not on another machine class, whose gains only order the candidates.
     decides: bool = True
+    # Where a gain that does not decide was measured, in the words its lines use.
+    elsewhere: str = ANOTHER_MACHINE
 
     def then(self, other: "Gain") -> "Gain":
         return Gain(self.lo * other.lo, self.hi * other.hi, f"{self.kind}, then {other.kind}",
                     f"{self.source}; {other.source}", self.samples + other.samples,
-                    self.decides and other.decides)
+                    self.decides and other.decides,
+                    self.elsewhere if not self.decides else other.elsewhere)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "smallest": round(self.lo, 3), "largest": round(self.hi, 3),
                 "source": self.source, "may_skip": self.decides,
+                **({} if self.decides else {"elsewhere": self.elsewhere}),
                 "observations": [{"ratio": o.ratio, "setups": o.what, "where": o.where,
                                   "gpu": o.gpu} for o in self.samples]}
 
@@ -179,7 +186,8 @@ def prior(gain) -> str:
     candidate (it never skips one); "" for a gain that may decide."""
     if gain.decides:
         return ""
-    return (f" (by {source_kind(gain.source)}, another machine's: it orders the candidates, "
+    whose = gain.elsewhere + ("'" if gain.elsewhere.endswith("s") else "'s")
+    return (f" (by {source_kind(gain.source)}, {whose}: it orders the candidates, "
             "measurements here decide)")
 
 
@@ -211,19 +219,25 @@ class GainTable:
     ones of its machine class (`gpu`: the records' machine.gpu), then among the committed ones
     of other machine classes, each from the most specific match to the least (`_levels`). A gain
     from another machine class does not decide (`Gain.decides`): priors order the candidates,
-    measurements decide."""
+    measurements decide. Nor does a committed one where the tune's model is of another family
+    than the committed results' (`other_models`: a user's factory against their HF causal LMs):
+    what compiling a Llama gains says nothing certain of a ResNet's step."""
 
     def __init__(self, committed: list[Observation], machine: list[Observation] = (),
-                 gpu: str | None = None):
+                 gpu: str | None = None, other_models: bool = False):
         self.committed = list(committed)
         self.machine = list(machine)
         self.gpu = gpu
-        self._ours = [o for o in self.committed if gpu is not None and o.gpu == gpu]
-        self._others = [o for o in self.committed if not (gpu is not None and o.gpu == gpu)]
+        self.other_models = other_models
+        ours = [] if other_models else [o for o in self.committed
+                                        if gpu is not None and o.gpu == gpu]
+        self._ours = ours
+        mine = set(map(id, ours))
+        self._others = [o for o in self.committed if id(o) not in mine]
         self._found: dict[tuple, Gain] = {}     # key -> its gain: a tune asks thousands of times
 
     def with_machine(self, machine: list[Observation], gpu: str | None = None) -> "GainTable":
-        return GainTable(self.committed, machine, gpu)
+        return GainTable(self.committed, machine, gpu, self.other_models)
 
     def lookup(self, key: tuple) -> Gain:
         found = self._found.get(key)
@@ -239,7 +253,10 @@ class GainTable:
                 if found:
                     ratios = [bounded(key, o.ratio) for o in found]
                     where = THIS_MACHINE if pool is self.machine else _committed_source(found)
-                    return Gain(min(ratios), max(ratios), kind, where, tuple(found), decides)
+                    elsewhere = OTHER_MODELS if self.other_models and all(
+                        o.gpu == self.gpu for o in found) else ANOTHER_MACHINE
+                    return Gain(min(ratios), max(ratios), kind, where, tuple(found), decides,
+                                elsewhere)
         if key[:3] in REASONED:
             lo, hi, why = REASONED[key[:3]]
             return Gain(lo, hi, kind, why)

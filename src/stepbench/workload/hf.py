@@ -13,8 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-from stepbench.errors import UserError
+from stepbench.errors import UserError, first_line
 from stepbench.workload.base import Built
+from stepbench.workload.hfconfig import ROPE_KEYS, defaulted_sizes
 
 # The post's model: LlamaForCausalLM, 468.2M parameters. max_position_embeddings follows --seq.
 LLAMA_468M = dict(model_type="llama", vocab_size=32000, hidden_size=1024, intermediate_size=4096,
@@ -55,11 +56,17 @@ def config_dict(model: str) -> dict:
             raise UserError(f"{model}: folder has no config.json; pass a config file or a folder "
                             "holding one")
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text()
+        if not text.strip():
+            raise UserError(f"{path}: the file is empty; pass a config.json or a preset")
+        data = json.loads(text)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{path}: not a readable JSON config ({exc}); fix the file or pass a "
                         "preset") from None
-    if not isinstance(data, dict) or "model_type" not in data:
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: holds a JSON {type(data).__name__.replace('dict', 'object')}, "
+                        "not an object of the model's settings; pass a config.json")
+    if "model_type" not in data:
         raise UserError(f"{path}: no 'model_type' in the config; add it (e.g. \"llama\")")
     return data
 
@@ -78,16 +85,36 @@ def build_config(model: str, seq: int):
     known_types = _known_model_types()
     if model_type not in known_types:
         raise _unknown_model_type(model, model_type, known_types)
+    _check_rope_type(model, data)
     try:
         cfg = AutoConfig.for_model(model_type, **data)
-    except ValueError as exc:
-        raise UserError(f"{model}: transformers rejects this {model_type} config ({exc}); "
-                        "fix the config") from None
+    # ValueError, KeyError (a RoPE type's missing key), huggingface_hub's strict dataclass
+    # errors (neither a ValueError nor a TypeError): the config, not stepbench, is wrong.
+    except Exception as exc:  # noqa: BLE001 - any of them is this one line, exit 2
+        raise UserError(f"{model}: transformers rejects this {model_type} config "
+                        f"({first_line(str(exc))}); fix the config") from None
+    defaulted = [] if model in PRESETS else defaulted_sizes(data, cfg)
+    if defaulted:
+        raise UserError(f"{model}: the config leaves {', '.join(defaulted)} to transformers' "
+                        f"{model_type} defaults; give each in the config")
     limit = getattr(cfg, "max_position_embeddings", None)
     if limit is not None and seq > limit:
         raise UserError(f"--seq {seq} is above the model's max_position_embeddings ({limit}); "
                         f"use --seq {limit} or less")
     return cfg
+
+
+def _check_rope_type(model: str, data: dict) -> None:
+    """A RoPE scaling of a type transformers has no function for: one line here, not a KeyError
+    in every setup's build (transformers only warns when it reads the config)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    for key in ROPE_KEYS:
+        value = data.get(key)
+        kind = value.get("rope_type", value.get("type")) if isinstance(value, dict) else None
+        if kind is not None and kind != "default" and kind not in ROPE_INIT_FUNCTIONS:
+            raise UserError(f"{model}: {key}'s rope_type {kind!r} is not one transformers knows; "
+                            f"choose one of: default, {', '.join(ROPE_INIT_FUNCTIONS)}")
 
 
 def _known_model_types() -> list[str]:

@@ -98,13 +98,17 @@ def ranked(tuner) -> list[Setup]:
 
 
 def wanted(tuner, pair: list[Setup]) -> list[Setup]:
-    """Which of the two best need another process for the test between them: none where the
+    """Which of the two best need another process: one measured only under a disturbance;
+    else, for the test between them, none where the
     test and their mean tokens/s both tell them apart, the same way, by more than identical
     processes differ (CLEAR_GAP); else FINAL_PROCESSES each first, then, while the test finds
     no difference or a setup's processes disagree, another each up to `repeats`."""
-    if len(pair) < 2:
-        return []
     seen = tuner.seen
+    # A finalist measured only under a disturbance (a busy CPU: `‡`) is measured again, up to
+    # `repeats` processes, before any test between the two: its quiet process replaces it.
+    again = [s for s in pair if seen.disturbed(s) and len(seen.processes(s)) < tuner.repeats]
+    if again or len(pair) < 2:
+        return again
     result = seen.compare(*pair)
     means = seen.mean_tokens(pair[1]) / seen.mean_tokens(pair[0])   # a's time per token / b's
     if result is not None and result.significant and (means < 1) == (result.ratio < 1) and \
@@ -146,7 +150,8 @@ def result(tuner, order: list[Setup]) -> TuneResult:
          "runner_up": len(seen.processes(order[1])) if len(order) > 1 else 0},
         [{"setup": c.setup.to_dict(), "why": c.why, "reason": c.reason}
          for c in said.unmeasured.values() if not seen.processes(c.setup)], ended=said.ended,
-        host_bound=said.host_bound)
+        host_bound=said.host_bound,
+        disturbed=[label(s) for s in order[:2] if seen.disturbed(s)])
 
 
 def say_unmeasured(tuner, leaders: list[Setup]) -> None:

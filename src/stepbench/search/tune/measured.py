@@ -9,6 +9,7 @@ import statistics
 from stepbench import stats
 from stepbench.axes import axis
 from stepbench.guard import OK, REFERENCE, loss_verdicts
+from stepbench.noise import disturbed
 from stepbench.record import Record
 from stepbench.search.gains import GainTable, differences, observations, rate
 from stepbench.search.tune.results import Tried, label
@@ -89,8 +90,18 @@ class Measurements:
         return statistics.fmean(r.tokens_per_s for r in self.ran(setup))
 
     def ran(self, setup: Setup) -> list[Record]:
-        """The setup's processes that ran (status ok)."""
-        return [r for r in self.processes(setup) if r.ok]
+        """The setup's processes that ran (status ok); where some of them ran undisturbed, those
+        alone (noise.DISTURBED: another process's CPU time, a throttled GPU, a recompile made
+        the others' steps the disturbance's as much as the setup's)."""
+        ok = [r for r in self.processes(setup) if r.ok]
+        quiet = [r for r in ok if not disturbed(r.noise_flags)]
+        return quiet or ok
+
+    def disturbed(self, setup: Setup) -> bool:
+        """Whether every process of the setup that ran was disturbed: a choice resting on it
+        rests on the disturbance."""
+        ok = self.ran(setup)
+        return bool(ok) and all(disturbed(r.noise_flags) for r in ok)
 
     def table(self, gains: GainTable) -> GainTable:
         """The gain table with this machine's observations (the tune's records so far) and its

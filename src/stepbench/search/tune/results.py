@@ -53,6 +53,8 @@ class TuneResult:
     # setups measured host-bound here whose launch-cutting candidates ran first, and why
     # (search/tune/launches.py: setup, host_lead_ms, step_ms, candidates, reason)
     host_bound: list[dict] = field(default_factory=list)
+    # the winner and runner-up (labels) whose every process that counts was disturbed
+    disturbed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"winner": self.winner.to_dict() if self.winner else None,
@@ -65,7 +67,8 @@ class TuneResult:
                 "skipped": self.skipped, "stages": STAGES, "ladder": self.ladder,
                 "gains": self.gains, "earlier_tune": self.earlier,
                 "processes": self.processes, "not_measured": self.not_measured,
-                "stopped": self.stopped, "ended": self.ended, "host_bound": self.host_bound}
+                "stopped": self.stopped, "ended": self.ended, "host_bound": self.host_bound,
+                "disturbed": self.disturbed}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TuneResult":
@@ -82,7 +85,7 @@ class TuneResult:
                    data.get("ladder"), list(data.get("gains") or []), data.get("earlier_tune"),
                    data.get("processes"), list(data.get("not_measured") or []),
                    data.get("stopped", False), data.get("ended"),
-                   list(data.get("host_bound") or []))
+                   list(data.get("host_bound") or []), list(data.get("disturbed") or []))
 
 
 def stage_of(record: Record) -> str:

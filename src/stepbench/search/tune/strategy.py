@@ -76,7 +76,9 @@ class Tuner:
         self.repeats = repeats
         self.base = base
         self.say = say
-        self.gains = GainTable(committed() if gains is None else gains)
+        # The committed results are HF causal LMs': of a factory's model they only order.
+        self.gains = GainTable(committed() if gains is None else gains,
+                               other_models=is_factory(base.model))
         self.prices = Prices(base.device, start)
         stored = runner.store.latest()
         # (setup key, repeat) of what the results file already holds: measured for free.
