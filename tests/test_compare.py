@@ -237,12 +237,12 @@ def test_fail_above_is_inconclusive_on_a_disturbed_setup(capsys, tmp_path):
     # The golden of --fail-above's inconclusive line, word for word.
     assert err.strip() == ("stepbench compare: inconclusive for --fail-above 5: 1 setup not "
                            "compared because something disturbed their timed steps "
-                           "(compile+sdpa on NVIDIA H200 +8.0% (‡)); measure again on a quiet "
+                           "(compile+sdpa on NVIDIA H200: 8% slower as measured (‡)); measure again on a quiet "
                            "machine")
     assert any(names(line, "--fail-above 5", "exit 3") for line in out.splitlines())
     doc = json.loads(compare(capsys, BEFORE, path, "--fail-above", "5", "--format", "json")[1])
     [inconclusive] = doc["inconclusive"]
-    assert doc["failed"] == [] and names(inconclusive, "compile+sdpa", "NVIDIA H200", "+8.0%", "(‡)")
+    assert doc["failed"] == [] and names(inconclusive, "compile+sdpa", "NVIDIA H200", "8% slower", "(‡)")
 
     def oom_eager(r):
         if r["setup"]["mode"] == "eager":
@@ -253,6 +253,10 @@ def test_fail_above_is_inconclusive_on_a_disturbed_setup(capsys, tmp_path):
                            "--fail-above", "5")
     assert code == 1 and names(err, "--fail-above 5", "eager+sdpa on NVIDIA H200", "OOM")
     assert compare(capsys, BEFORE, path)[0] == 0          # without the flag: exit 0
+    # A large speed-up as measured is worded, not a percentage ("-180.0%" for 2.8x faster).
+    code, _, err = compare(capsys, BEFORE, after(tmp_path, 1 / 2.8, edit=_busy()),
+                           "--fail-above", "5")
+    assert code == 3 and names(err, "2.8x faster as measured") and "%" not in err
 
 
 # (flags, what the one line must name: the flag, the value, what the records hold)

@@ -102,8 +102,7 @@ class Change:
         if verdict == FAILS_BOTH:
             b, a = status_text(self.before.status), status_text(self.after.status)
             return f"{b} in both" if a == b else f"{b}, then {a}"
-        size, direction = change(self.ratio, 1.0)
-        moved = f"{size} {direction}" if size else "the same"
+        moved = self.moved()
         if verdict == NOISE:
             return f"within the noise, p = {self.result.p_value:.2f}"
         if verdict == UNTESTED:
@@ -111,6 +110,12 @@ class Change:
         if verdict == DISTURBED_VERDICT:
             return f"not compared, disturbed ({self.disturbed_marks}): {moved} as measured"
         return moved
+
+    def moved(self) -> str:
+        """The change as measured, in the tool's words ("8% slower", "2.8x faster", "the
+        same"); both sides ran."""
+        size, direction = change(self.ratio, 1.0)
+        return f"{size} {direction}" if size else "the same"
 
     def as_dict(self) -> dict:
         b, a = self.before, self.after
@@ -283,10 +288,11 @@ def failures(changes: list[Change], fail_above: float | None) -> list[str]:
 
 def inconclusive(changes: list[Change], fail_above: float | None) -> list[str]:
     """The setups `--fail-above PCT` cannot judge: their steps were disturbed on a side
-    (verdict `disturbed`), named with the change as measured."""
+    (verdict `disturbed`), named with the change as measured, in words (a percentage of a
+    2.8x speed-up would read -180%)."""
     if fail_above is None:
         return []
-    return [f"{c.label} on {c.before.gpu} {c.change_pct:+.1f}% ({c.disturbed_marks})"
+    return [f"{c.label} on {c.before.gpu}: {c.moved()} as measured ({c.disturbed_marks})"
             for c in changes if c.verdict == DISTURBED_VERDICT]
 
 
