@@ -258,6 +258,44 @@ def test_checkpointing_wraps_the_blocks_and_trains_the_same_model():
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
 
 
+LAZY = """
+import torch
+from torch import nn
+
+import stepbench
+
+
+def make(batch_size, device):
+    model = nn.Sequential(nn.LazyLinear(16), nn.ReLU(), nn.Linear(16, 1))
+    x = torch.randn(batch_size, 8, device=device)
+    return stepbench.Workload(model=model, make_batch=lambda: x,
+                              loss_fn=lambda out, _: out.float().pow(2).mean())
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_a_lazy_modules_weights_are_made_before_the_step(tmp_path, dtype):
+    # nn.LazyLinear has no weights until a forward: counting or optimizing them raised
+    # "Attempted to use an uninitialized parameter" in every setup.
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    (tmp_path / "lazy.py").write_text(LAZY)
+    setup = Setup(model=f"{tmp_path}/lazy.py:make", mode="eager", attn="sdpa", batch=4, seq=1,
+                  device="cpu",
+                  dtype=dtype)
+    work, run, optimizer = step.build_workload(setup, torch.device("cpu"))
+    weights = list(work.model.parameters())
+    assert sum(p.numel() for p in weights) == 8 * 16 + 16 + 16 + 1
+    assert {p.dtype for p in weights} == {torch.bfloat16 if dtype == "bf16" else torch.float32}
+    assert len(optimizer.param_groups[0]["params"]) == len(weights)
+    before = weights[0].detach().clone()
+    assert torch.isfinite(run())
+    assert not torch.equal(before, weights[0].detach())    # the made weights are the trained ones
+
+
 def flop_fields(setup, count=True) -> dict:
     """The FLOP fields a setup's process would record, built and counted in this process."""
     import torch

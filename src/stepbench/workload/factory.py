@@ -48,6 +48,7 @@ class FactoryBuilt(Built):
         check_devices(inputs, device, setup.model)
         # autocast-bf16 keeps fp32 weights and inputs: autocast casts inside the forward.
         self.inputs = cast_floats(inputs, None if setup.dtype == "autocast-bf16" else dtype)
+        materialize_lazy(self.model, self.inputs)
         # Found once, before any option wraps the model (FSDP2 and compile replace classes):
         # what layers() gives and the record's `blocks` says.
         self._blocks = find_blocks(self.model, work.block)
@@ -65,12 +66,7 @@ class FactoryBuilt(Built):
 
     def loss(self, forward):
         inputs = self.inputs
-        if isinstance(inputs, dict):
-            output = forward(**inputs)
-        elif isinstance(inputs, (tuple, list)):
-            output = forward(*inputs)
-        else:
-            output = forward(inputs)
+        output = call(forward, inputs)
         if self.work.loss_fn is not None:
             loss = self.work.loss_fn(output, inputs)
         else:
@@ -186,6 +182,28 @@ class FactoryBuilt(Built):
         finally:
             for p, grad in zip(params, saved):
                 p.grad = grad
+
+
+def call(forward, inputs):
+    """`forward(**inputs)` (a dict), `forward(*inputs)` (a tuple or list) or `forward(inputs)`."""
+    if isinstance(inputs, dict):
+        return forward(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return forward(*inputs)
+    return forward(inputs)
+
+
+def materialize_lazy(model, inputs) -> None:
+    """A model with lazy modules (nn.LazyLinear, nn.LazyConv2d) has no weights until its first
+    forward: one forward of the batch, without gradients, makes them, in the dtype and on the
+    device the model was given, before anything counts, wraps or optimizes its parameters (as
+    a training script's dry run does). Other models are left untouched."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    if any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
+        with torch.no_grad():
+            call(model, inputs)
 
 
 def check_takes(sig: Signature, kwargs: dict) -> None:
