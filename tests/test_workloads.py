@@ -486,6 +486,61 @@ def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention
                     ("compile", "attn=plain"): (DEPARTS, "eager attn=plain")}
 
 
+DROPOUT = """
+import torch
+from torch import nn
+
+import stepbench
+
+
+def make(batch_size, device, p=0.5):
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(p), nn.Linear(16, 1))
+    x = torch.randn(batch_size, 8, device=device)
+    return stepbench.Workload(model=model, make_batch=lambda: x,
+                              loss_fn=lambda out, _: out.pow(2).mean())
+"""
+
+
+@pytest.mark.parametrize("p, draws", [(0.5, True), (0.0, None)])
+def test_a_step_that_draws_random_numbers_says_so_in_its_record(tmp_path, p, draws):
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    (tmp_path / "drop.py").write_text(DROPOUT)
+    setup = Setup(model=f"{tmp_path}/drop.py:make", mode="eager", attn="sdpa", batch=4, seq=1,
+                  device="cpu", dtype="fp32", warmup=0, steps=1, params=f"p={p}")
+    result: dict = {}
+    step.measure(setup, result, lambda *a, **k: None)
+    assert result.get("draws_random") is draws
+
+
+def test_the_loss_guard_does_not_compare_compiled_and_eager_steps_that_draw_random_numbers(mlp):
+    # Dropout: inductor draws its masks from its own generator, so a compiled step's losses
+    # differ from eager's by the draw, not by a fault: "departs 55%" was a false alarm. Eager
+    # setups draw alike and are still compared.
+    from stepbench.guard import DEPARTS, REFERENCE, UNCHECKED, loss_verdicts
+    from stepbench.record import Machine, Record
+    from stepbench.setup import Setup
+
+    def record(mode, optimizer="fused", drift=0.0, draws=True):
+        setup = Setup(model=f"{mlp}:make", mode=mode, attn="sdpa", batch=2, seq=1,
+                      device="cpu", optimizer=optimizer)
+        losses = [2.0 * (1 + drift * i) for i in range(4)]
+        return Record(run_id="r", repeat=0, setup=setup, status="ok", losses=losses,
+                      loss_first=losses[0], machine=Machine(gpu="cpu"),
+                      draws_random=draws or None)
+
+    for draws in (True, False):
+        records = [record("eager", draws=draws), record("compile", drift=0.3, draws=draws),
+                   record("eager", "foreach", drift=0.3, draws=draws)]
+        judged = loss_verdicts(records)
+        said = [judged[(r.setup.key(), "cpu")] for r in records]
+        assert [v.status for v in said] == [REFERENCE, UNCHECKED if draws else DEPARTS, DEPARTS]
+        assert said[1].random is draws
+        if draws:
+            assert names(said[1].describe("compile"), "compile", "eager", "random", "dropout")
+
+
 def test_one_parser_reads_params_for_the_factory_strictly_and_for_the_loss_guard_tolerantly():
     from stepbench.guard import _declared, peers_key
     from stepbench.setup import Setup

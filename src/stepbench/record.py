@@ -121,6 +121,10 @@ class Record:
     # Relative tolerance within which this setup's losses must agree with its peers' (the loss
     # guard, stepbench.guard); set by the parent from the precision.
     loss_tolerance: float | None = None
+    # The first step drew random numbers (dropout: the default generators' states moved); set
+    # only then. Eager and compiled steps draw them differently: the loss guard does not
+    # compare their losses.
+    draws_random: bool | None = None
     flops_per_token: float | None = None
     flops_per_token_causal: float | None = None
     flops_convention: str | None = None

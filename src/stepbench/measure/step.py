@@ -74,10 +74,13 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     phases.lap("build")
 
     progress("first_step", compiling=setup.mode == "compile")
+    rng_before = rng_states(cuda)
     start = time.perf_counter()
     losses = [step()]
     sync()
     result["first_step_s"] = time.perf_counter() - start
+    if drew_random(rng_before, rng_states(cuda)):
+        result["draws_random"] = True
     result["loss_first"] = losses[0].item()
     frames_after_first = compile_info.frames_compiled()
     phases.lap("first_step")
@@ -149,6 +152,17 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
         result["notes"] = [*result.get("notes", []), *notes]
     result.update(fields)
     phases.lap("flops")
+
+
+def rng_states(cuda: bool) -> list[torch.Tensor]:
+    """The default generators' states (the CPU's, and the current GPU's)."""
+    return [torch.get_rng_state(), *([torch.cuda.get_rng_state()] if cuda else [])]
+
+
+def drew_random(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
+    """Whether a step between the two readings drew random numbers (dropout): eager and
+    compiled code draw them differently, so the loss guard cannot compare their losses."""
+    return any(not torch.equal(a, b) for a, b in zip(before, after))
 
 
 def build(setup: Setup, device: torch.device):

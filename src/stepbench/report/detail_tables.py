@@ -229,6 +229,8 @@ def guard_cell(verdict: Verdict | None) -> str:
     "reference" (the others of its group were checked against it), "unchecked"."""
     if verdict is None:
         return "-"
+    if verdict.random:
+        return f"{verdict.status} (the step draws random numbers)"
     if verdict.status not in (OK, DEPARTS) or verdict.max_rel_diff is None:
         return verdict.status
     text = f"{verdict.status} {percent(verdict.max_rel_diff)}"
