@@ -296,6 +296,23 @@ def test_a_lazy_modules_weights_are_made_before_the_step(tmp_path, dtype):
     assert not torch.equal(before, weights[0].detach())    # the made weights are the trained ones
 
 
+@pytest.mark.parametrize("params, defaults", [("width=32", {"fail": "no"}),
+                                                 (None, {"width": 16, "fail": "no"}),
+                                                 ("fail=no;width=32", None)])
+def test_the_record_holds_the_factorys_defaults_that_no_param_gave(mlp, params, defaults):
+    # setup.params names only what --param gave: without this, a record of `make(width=16)`
+    # did not say its width, and an edit of the default left no trace.
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    setup = Setup(model=f"{mlp}:make", mode="eager", attn="sdpa", batch=2, seq=1,
+                  device="cpu", params=params)
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    assert work.record_fields().get("param_defaults") == defaults
+
+
 def flop_fields(setup, count=True) -> dict:
     """The FLOP fields a setup's process would record, built and counted in this process."""
     import torch

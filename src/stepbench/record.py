@@ -164,6 +164,9 @@ class Record:
     # checkpointing act on; tune tries neither on a model without one. None for a transformers
     # model.
     blocks: dict | None = None
+    # A user's workload: its own parameters that no --param gave, at the defaults its source
+    # declares ({"width": 256}): the setup's params name only those given.
+    param_defaults: dict | None = None
     # What could not be had without failing the measurement (FLOPs, MFU), one sentence each.
     notes: list[str] = field(default_factory=list)
     # A user's workload that failed in its process: the traceback (the error is its last line).

@@ -59,8 +59,12 @@ class FactoryBuilt(Built):
         if sig.declares("seq_len"):
             kwargs["seq_len"] = setup.seq
         defaults = dict(sig.defaults)
-        for name, text in params_of(setup.params).items():
+        given = params_of(setup.params)
+        for name, text in given.items():
             kwargs[name] = typed(text, defaults.get(name))
+        # What the setup's name and params leave unsaid: the values the factory took itself.
+        self.param_defaults = {name: json_value(value) for name, value in sig.defaults
+                               if name in sig.user_params and name not in given}
         check_takes(sig, kwargs)
         return {k: v for k, v in kwargs.items() if sig.takes(k)}
 
@@ -118,7 +122,8 @@ class FactoryBuilt(Built):
         Workload names, else the one found; none where neither)."""
         block = self.work.block or (type(self._blocks[0]) if self._blocks else None)
         blocks = {"count": len(self._blocks), **({"class": block.__name__} if block else {})}
-        return {"units": self.units, "units_per_step": self.units_per_batch, "blocks": blocks}
+        return {"units": self.units, "units_per_step": self.units_per_batch, "blocks": blocks,
+                **({"param_defaults": self.param_defaults} if self.param_defaults else {})}
 
     def flop_fields(self, setup, units_per_s: float, peak_tflops_measured, count: bool) -> dict:
         """FLOPs per step from the workload, else FlopCounterMode's count of one step;
@@ -182,6 +187,16 @@ class FactoryBuilt(Built):
         finally:
             for p, grad in zip(params, saved):
                 p.grad = grad
+
+
+def json_value(value):
+    """A literal default as JSON holds it: numbers, text, true/false, null and lists of them
+    as they are; anything else as its repr."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return repr(value)
 
 
 def call(forward, inputs):
