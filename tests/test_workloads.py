@@ -628,6 +628,19 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
 
 
+def test_a_report_of_several_units_names_units_not_tokens(capsys):
+    # A transformers model (tokens) and a factory (samples) in one report: a "Tokens/s" column
+    # over the factory's samples misnamed them; each model's unit is named in the notes.
+    from stepbench.cli import main
+
+    assert main(["report", str(MLP_RECORDS), str(MLP_RECORDS.parent / "h200-matrix.jsonl"),
+                 "--price", "cpu=1"]) == 0
+    text = capsys.readouterr().out
+    assert "Units/s" in text and "M units per $" in text and "Tokens/s" not in text
+    (said,) = lines_naming(text, "Units/s counts")
+    assert names(said, "tokens (llama-468m)", "samples (", "mlp.py:make")
+
+
 def test_a_nan_loss_is_named_and_failed_rows_still_count_their_units(capsys, tmp_path):
     from stepbench.cli import main
 

@@ -100,7 +100,7 @@ def _energy_note(rows: list[Row]) -> str | None:
     unit = rows_unit(rows)
     joules, per_kwh, hourly, cost = unit_columns(
         ["J/token", "M tokens per kWh", "$/M tokens (hourly)", "$/M tokens (energy)"], unit)
-    several = "" if unit else "; tokens here are each workload's own unit, its records' units"
+    several = "" if unit else "; units are each model's own, its records' units"
     note = (f"Energy ({joules}, {per_kwh}{several}) is the GPU's alone, from NVML's energy "
             "counter over the timed steps; the host, its cooling and the power supply's losses "
             "are not in it.")
