@@ -211,6 +211,30 @@ def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra
     assert names(str(err.value), f"{path}:make", *tokens) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("batch, tokens", [
+    ("(x, x[:, 0])", ("Linear.forward(input)", "tuple of 2", "model(*batch)", "loss_fn")),
+    ('{"x": x}', ("Linear.forward(input)", "dict of 1", "model(**batch)", "'input'")),
+])
+def test_a_batch_the_forward_cannot_take_is_named_before_the_step(tmp_path, batch, tokens):
+    # An (images, labels) tuple for forward(x) failed inside the first step with torch's
+    # "forward() takes 2 positional arguments but 3 were given".
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+    from stepbench.workload.factory import WorkloadError
+
+    path = tmp_path / "calls.py"
+    path.write_text("import torch\n\ndef make(batch_size, device):\n"
+                    "    x = torch.randn(batch_size, 4, device=device)\n"
+                    f"    return torch.nn.Linear(4, 1), lambda: {batch}\n")
+    setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
+                  device="cpu", dtype="fp32")
+    with pytest.raises(WorkloadError) as err:
+        step.build_workload(setup, torch.device("cpu"))
+    assert names(str(err.value), *tokens) and "\n" not in str(err.value)
+
+
 def test_a_workloads_own_optimizer_is_not_labelled_as_another(tmp_path):
     import dataclasses
 

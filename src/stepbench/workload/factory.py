@@ -46,6 +46,7 @@ class FactoryBuilt(Built):
         self.model.to(device=device, dtype=dtype)
         inputs = work.make_batch()
         check_devices(inputs, device, setup.model)
+        check_call(self.model, inputs)
         # autocast-bf16 keeps fp32 weights and inputs: autocast casts inside the forward.
         self.inputs = cast_floats(inputs, None if setup.dtype == "autocast-bf16" else dtype)
         materialize_lazy(self.model, self.inputs)
@@ -278,6 +279,33 @@ def check_workload(work: Workload, model: str) -> None:
     if work.units is not None and (not isinstance(work.units, str) or not work.units):
         raise WorkloadError(f"{model}'s Workload gives units={work.units!r}; name what a batch "
                             "holds (units=\"images\")")
+
+
+def check_call(module, inputs) -> None:
+    """The batch fits the model's forward as the step calls it (`call`), else one line that
+    says how it was called and the fix: a `(images, labels)` tuple for a `forward(x)` raised
+    "forward() takes 2 positional arguments but 3 were given" from inside the first step."""
+    import inspect
+
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):         # a forward Python cannot read: the step will tell
+        return
+    if isinstance(inputs, dict):
+        how, bind = "model(**batch)", lambda: signature.bind(**inputs)
+    elif isinstance(inputs, (tuple, list)):
+        how, bind = "model(*batch)", lambda: signature.bind(*inputs)
+    else:
+        how, bind = "model(batch)", lambda: signature.bind(inputs)
+    try:
+        bind()
+    except TypeError as exc:
+        kind = f"{type(inputs).__name__} of {len(inputs)}" if isinstance(
+            inputs, (dict, tuple, list)) else type(inputs).__name__
+        forward = f"{type(module).__name__}.forward({', '.join(signature.parameters)})"
+        raise WorkloadError(
+            f"{forward} cannot take make_batch's {kind} as {how}; return forward's arguments "
+            f"alone (labels go in a loss_fn): {exc}") from None
 
 
 def check_devices(inputs, device, model: str) -> None:
