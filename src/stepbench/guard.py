@@ -102,7 +102,7 @@ class Verdict:
         if self.status == DEPARTS:
             return f"{whose} losses disagree with {self.reference}"
         if self.random:
-            return (f"{whose} losses were not compared with {self.reference}'s: the step draws "
+            return (f"{whose} losses were not compared with {self.reference}: the step draws "
                     "random numbers (dropout), which compiled code draws apart from eager; "
                     "set its dropout to 0 (a --param) for the guard to compare them")
         if self.status == OK:
