@@ -445,6 +445,23 @@ def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
     assert [row["status"] for row in report["rows"]] == ["ok", "ok"]
     with pytest.raises(UserError, match="takes no parameter 'depth'"):
         api.run(model=f"{mlp}:make", device="cpu", param={"depth": 2}, out=out)
+    # The factory's defaults that no param gave travel into the record.
+    assert results[0]["param_defaults"] == {"fail": "no"}
+    # A misspelled keyword is named as the script wrote it, not as "--stpes 2".
+    with pytest.raises(UserError) as err:
+        api.run(model=f"{mlp}:make", device="cpu", stpes=2, out=out)
+    assert names(str(err.value), "stepbench.api.run()", "stpes", "--help")
+    assert "--stpes" not in str(err.value)
+
+
+def test_an_unknown_api_keyword_is_named_as_a_keyword():
+    from stepbench.api import _as_keywords
+
+    said = _as_keywords("tune", "stepbench: error: unrecognized arguments: --bogus-kw 3 "
+                                "--other; see stepbench --help")
+    assert names(said, "stepbench.api.tune()", "bogus_kw, other", "stepbench tune --help")
+    assert _as_keywords("run", "--batch needs comma-separated integers, got 'x'") == \
+        "--batch needs comma-separated integers, got 'x'"
 
 
 def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies(mlp):
