@@ -337,6 +337,38 @@ def test_the_record_holds_the_factorys_defaults_that_no_param_gave(mlp, params, 
     assert work.record_fields().get("param_defaults") == defaults
 
 
+FROZEN_NORM = """
+import torch
+from torch import nn
+
+
+def make(batch_size, device, handed="train"):
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1))
+    model[1].eval()                      # fine-tuning: the norm's statistics stay frozen
+    if handed == "eval":
+        model.eval()                     # as from_pretrained hands a model over
+    x = torch.randn(batch_size, 8, device=device)
+    return model, lambda: x
+"""
+
+
+@pytest.mark.parametrize("handed", ["train", "eval"])
+def test_a_models_own_eval_parts_are_kept_and_an_eval_model_trains(tmp_path, handed):
+    # model.train() on the whole model flipped a frozen BatchNorm back to updating its
+    # statistics: another step than the one the user trains.
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    (tmp_path / "frozen.py").write_text(FROZEN_NORM)
+    setup = Setup(model=f"{tmp_path}/frozen.py:make", mode="eager", attn="sdpa", batch=4, seq=1,
+                  device="cpu", dtype="fp32", params=f"handed={handed}")
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    assert [m.training for m in work.model] == (
+        [True, False, True, True] if handed == "train" else [True] * 4)
+
+
 def flop_fields(setup, count=True) -> dict:
     """The FLOP fields a setup's process would record, built and counted in this process."""
     import torch

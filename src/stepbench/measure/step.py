@@ -179,7 +179,10 @@ def build_workload(setup: Setup, device: torch.device):
     work = workload.build(setup, device, parallel.rank())
     model = work.model
     options.apply_options(model, setup, checkpoint=work.enable_checkpointing)
-    model.train()
+    if not model.training:
+        # A model handed over in eval mode (from_pretrained's) trains; one in training mode keeps
+        # its parts' own modes (a frozen backbone's BatchNorm in eval, as fine-tuning runs it).
+        model.train()
     if setup.distributed:
         # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
         forward = parallel.wrap(setup, model, layers=work.layers, units=work.shard_units())
