@@ -273,13 +273,16 @@ def test_checkpointing_wraps_the_blocks_and_trains_the_same_model():
 
     from stepbench.measure import step
 
-    losses = {}
+    losses, flops = {}, {}
     for checkpointing in (False, True):
         work, run, _ = step.build_workload(gpt_setup(checkpointing=checkpointing), torch.device("cpu"))
         assert len(work.layers("test")) == 2 and type(work.layers("test")[0]).__name__ == "Block"
         assert work.record_fields()["blocks"] == {"count": 2, "class": "Block"}
         losses[checkpointing] = [run().item() for _ in range(3)]
+        flops[checkpointing] = work.count_flops()
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+    # MFU counts the model's FLOPs: not the checkpointed blocks' recomputed forward.
+    assert flops[True] == flops[False] > 0
 
 
 LAZY = """

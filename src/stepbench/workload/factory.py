@@ -102,6 +102,8 @@ class FactoryBuilt(Built):
             forward = block.forward
 
             def checkpointed(*args, _forward=forward, **kwargs):
+                if not self.recompute:          # counting the model's FLOPs (count_flops)
+                    return _forward(*args, **kwargs)
                 return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
 
             block.forward = functools.wraps(forward)(checkpointed)
@@ -168,9 +170,13 @@ class FactoryBuilt(Built):
                        "mfu_measured": flops.mfu(achieved, peak_tflops_measured)})
         return fields
 
+    recompute = True    # checkpointed blocks recompute their forward in the backward
+
     def count_flops(self) -> float:
         """FLOPs of one forward + backward of this batch, as FlopCounterMode counts them
-        (matrix products); gradients and the RNG are left as they were."""
+        (matrix products), without checkpointing's recompute: the model's FLOPs, which MFU
+        counts, not the hardware's (a checkpointed setup counted a third more, and its MFU
+        read higher for the same work); gradients and the RNG are left as they were."""
         import torch
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -180,12 +186,14 @@ class FactoryBuilt(Built):
         for p in params:
             p.grad = None
         cuda = self.setup.device == "cuda"
+        self.recompute = False
         try:
             with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []), \
                     FlopCounterMode(display=False) as counter:
                 self.loss(model).backward()
             return float(counter.get_total_flops())
         finally:
+            self.recompute = True
             for p, grad in zip(params, saved):
                 p.grad = grad
 
