@@ -193,22 +193,29 @@ def test_failures_inside_the_process_are_failed_setups_with_their_traceback(mlp,
     ("units=''", ("units=''", 'units="images"')),
 ])
 def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra, tokens):
+    said = workload_error(tmp_path, "stepbench.Workload(model=torch.nn.Linear(4, 1), "
+                                    f"make_batch=lambda: x, {extra})")
+    assert names(said, f"{tmp_path / 'made.py'}:make", *tokens) and "\n" not in said
+
+
+def workload_error(tmp_path, returned: str) -> str:
+    """The WorkloadError's text of a factory that makes x (batch_size x 4) and returns
+    `returned`, built as a setup's process builds it."""
     import torch
 
     from stepbench.measure import step
     from stepbench.setup import Setup
     from stepbench.workload.factory import WorkloadError
 
-    path = tmp_path / "parts.py"
+    path = tmp_path / "made.py"
     path.write_text("import torch, stepbench\n\ndef make(batch_size, device):\n"
                     "    x = torch.randn(batch_size, 4, device=device)\n"
-                    "    return stepbench.Workload(model=torch.nn.Linear(4, 1), "
-                    f"make_batch=lambda: x, {extra})\n")
+                    f"    return {returned}\n")
     setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
                   device="cpu", dtype="fp32")
     with pytest.raises(WorkloadError) as err:
         step.build_workload(setup, torch.device("cpu"))
-    assert names(str(err.value), f"{path}:make", *tokens) and "\n" not in str(err.value)
+    return str(err.value)
 
 
 @pytest.mark.parametrize("batch, tokens", [
@@ -218,21 +225,8 @@ def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra
 def test_a_batch_the_forward_cannot_take_is_named_before_the_step(tmp_path, batch, tokens):
     # An (images, labels) tuple for forward(x) failed inside the first step with torch's
     # "forward() takes 2 positional arguments but 3 were given".
-    import torch
-
-    from stepbench.measure import step
-    from stepbench.setup import Setup
-    from stepbench.workload.factory import WorkloadError
-
-    path = tmp_path / "calls.py"
-    path.write_text("import torch\n\ndef make(batch_size, device):\n"
-                    "    x = torch.randn(batch_size, 4, device=device)\n"
-                    f"    return torch.nn.Linear(4, 1), lambda: {batch}\n")
-    setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
-                  device="cpu", dtype="fp32")
-    with pytest.raises(WorkloadError) as err:
-        step.build_workload(setup, torch.device("cpu"))
-    assert names(str(err.value), *tokens) and "\n" not in str(err.value)
+    said = workload_error(tmp_path, f"torch.nn.Linear(4, 1), lambda: {batch}")
+    assert names(said, *tokens) and "\n" not in said
 
 
 def test_a_workloads_own_optimizer_is_not_labelled_as_another(tmp_path):
