@@ -256,11 +256,15 @@ def distributed_note(rows: list[Row], unit: str | None = None) -> str:
     """DISTRIBUTED_NOTE in a user's workload's own unit where the rows share one (`unit`: the
     rows' rows_unit, where the caller has it), in units where they count several."""
     unit = unit or rows_unit(rows)
+    note = DISTRIBUTED_NOTE
+    if all(r.setup.device == "cpu" for r in rows if r.setup.distributed):
+        # gloo on one machine's CPU: its processes share the CPU and the machine's price.
+        note = (note.replace("one GPU each", "sharing the CPU").replace(" (per GPU)", "")
+                .replace("pays for every GPU of the job", "pays for the machine"))
     if unit == TOKENS:
-        return DISTRIBUTED_NOTE
+        return note
     rate = unit_columns(["Tokens/s"], unit)[0]
     unit = (unit or "units").lower()                 # in a sentence; the header capitalizes it
-    return (DISTRIBUTED_NOTE.replace("Tokens/s counts the global batch (batch x sequence x "
-                                     "processes)", f"{rate} counts the global batch ({unit} per "
-                                     "batch x processes)")
+    return (note.replace("Tokens/s counts the global batch (batch x sequence x processes)",
+                         f"{rate} counts the global batch ({unit} per batch x processes)")
             .replace("cost per token", f"cost per million {unit}"))
