@@ -19,7 +19,7 @@ import pytest
 from stepbench.cli import main
 
 from conftest import FAULT_ENV, read_jsonl, run_cli, with_hooks
-from says import names, table_rows
+from says import lines_naming, names, table_rows
 
 TINY = ["--device", "cpu", "--model", "llama-tiny", "--seq", "64", "--warmup", "1", "--steps", "2",
         "--modes", "eager", "--attn", "sdpa", "--repeats", "1"]
@@ -199,6 +199,17 @@ def test_the_report_of_real_two_gpu_jobs_pays_for_every_gpu_and_shows_scaling(tm
 
 
 H200X2 = Path(__file__).parent.parent / "benchmarks/results/h200x2-2026-12-01-one-gpu-ddp-fsdp2.jsonl"
+
+
+def test_the_note_on_cpu_jobs_speaks_of_the_cpu_not_of_gpus(capsys):
+    # gloo jobs on one machine's CPU: "one GPU each ... (per GPU) ... pays for every GPU of the
+    # job" described no GPU; their cost pays for the machine once (Row.gpus is 1).
+    cpu = Path(__file__).parent / "data" / "cpu-fsdp2-x2.jsonl"
+    for path, said, unsaid in ((cpu, ("sharing the CPU", "pays for the machine"), "GPU"),
+                               (H200X2, ("one GPU each", "every GPU of the job"), "the CPU")):
+        assert main(["report", str(path)]) == 0
+        (note,) = lines_naming(capsys.readouterr().out, "torchrun job")
+        assert names(note, *said) and unsaid not in note
 
 
 def _planned(*flags):

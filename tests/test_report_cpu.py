@@ -103,6 +103,18 @@ def test_processes_that_disagree_on_peak_memory_are_marked_and_not_compared(caps
     assert names(texts(doc, "compile_memory"), "peak memory", CPU)
 
 
+def test_a_memory_change_the_tables_cannot_show_is_no_change(capsys, tmp_path):
+    # A tiny model's 84 kB eager and 57 kB compiled: "cut peak memory by 32% (0.00 GB): from
+    # 0.00 GB to 0.00 GB" said a change no table can show.
+    records = [rec("eager", 0, EAGER[0], peak=0.000084), rec("compile", 0, COMPILED[0],
+                                                              peak=0.000057)]
+    said = texts(report(capsys, tmp_path, records), "compile_memory")
+    assert names(said, "unchanged") and "0.00 GB" not in said and "%" not in said
+    records[1]["peak_memory_gb"] = 0.03            # 0.08 GB against 0.03 GB stays a cut
+    records[0]["peak_memory_gb"] = 0.08
+    assert names(texts(report(capsys, tmp_path, records), "compile_memory"), "cut", "62%")
+
+
 def test_a_cpu_row_names_the_cpu_model_and_cores_in_every_format(capsys, tmp_path):
     # "cpu" alone named no machine: two CPUs' records were one row. The row names the model and
     # core count the records hold, the same in the table, Markdown, CSV and JSON.

@@ -1249,6 +1249,31 @@ def test_a_named_block_the_model_does_not_hold_is_named_in_the_reason():
     assert seen.blockless(eager.replace(mode="compile")) is None
 
 
+class DrawingRunner(FakeRunner):
+    """FakeRunner whose model draws random numbers in its step (dropout): every record says so."""
+
+    def measure(self, s, repeat, timeout_s, tag):
+        return dataclasses.replace(super().measure(s, repeat, timeout_s, tag), draws_random=True)
+
+
+@pytest.mark.parametrize("draws", [True, False])
+def test_a_model_that_draws_random_numbers_is_not_compiled_by_a_tune(tmp_path, draws):
+    # Dropout: the loss guard cannot check a compiled setup against eager (guard.py), so none
+    # may win; compiling them spent the budget (5 compiles of a 2-minute CPU tune). The tune
+    # says so once, with the fix, and measures no compiled setup.
+    runner = (DrawingRunner if draws else FakeRunner)(ResultsFile(tmp_path / "r.jsonl"), Clock())
+    result, _ = tune_with(tmp_path, 3600, runner=runner, space=NARROW)
+    compiled = [t for t in result.tried if t.record.setup.mode == "compile"]
+    said = [text for text in result.skipped if "random numbers" in text]
+    assert result.winner is not None
+    if draws:
+        assert compiled == [] and result.winner.setup.mode == "eager"
+        [line] = said
+        assert names(line, "not tried", "compile", "dropout", "--param")
+    else:
+        assert compiled and said == []
+
+
 @pytest.mark.parametrize("count", [0, 12])
 def test_a_model_without_repeated_blocks_is_not_checkpointed_where_it_does_not_fit(tmp_path,
                                                                                    count):

@@ -193,22 +193,40 @@ def test_failures_inside_the_process_are_failed_setups_with_their_traceback(mlp,
     ("units=''", ("units=''", 'units="images"')),
 ])
 def test_a_workload_part_of_the_wrong_kind_is_named_with_its_fix(tmp_path, extra, tokens):
+    said = workload_error(tmp_path, "stepbench.Workload(model=torch.nn.Linear(4, 1), "
+                                    f"make_batch=lambda: x, {extra})")
+    assert names(said, f"{tmp_path / 'made.py'}:make", *tokens) and "\n" not in said
+
+
+def workload_error(tmp_path, returned: str) -> str:
+    """The WorkloadError's text of a factory that makes x (batch_size x 4) and returns
+    `returned`, built as a setup's process builds it."""
     import torch
 
     from stepbench.measure import step
     from stepbench.setup import Setup
     from stepbench.workload.factory import WorkloadError
 
-    path = tmp_path / "parts.py"
+    path = tmp_path / "made.py"
     path.write_text("import torch, stepbench\n\ndef make(batch_size, device):\n"
                     "    x = torch.randn(batch_size, 4, device=device)\n"
-                    "    return stepbench.Workload(model=torch.nn.Linear(4, 1), "
-                    f"make_batch=lambda: x, {extra})\n")
+                    f"    return {returned}\n")
     setup = Setup(model=f"{path}:make", mode="eager", attn="sdpa", batch=2, seq=1,
                   device="cpu", dtype="fp32")
     with pytest.raises(WorkloadError) as err:
         step.build_workload(setup, torch.device("cpu"))
-    assert names(str(err.value), f"{path}:make", *tokens) and "\n" not in str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("batch, tokens", [
+    ("(x, x[:, 0])", ("Linear.forward(input)", "tuple of 2", "model(*batch)", "loss_fn")),
+    ('{"x": x}', ("Linear.forward(input)", "dict of 1", "model(**batch)", "'input'")),
+])
+def test_a_batch_the_forward_cannot_take_is_named_before_the_step(tmp_path, batch, tokens):
+    # An (images, labels) tuple for forward(x) failed inside the first step with torch's
+    # "forward() takes 2 positional arguments but 3 were given".
+    said = workload_error(tmp_path, f"torch.nn.Linear(4, 1), lambda: {batch}")
+    assert names(said, *tokens) and "\n" not in said
 
 
 def test_a_workloads_own_optimizer_is_not_labelled_as_another(tmp_path):
@@ -249,13 +267,103 @@ def test_checkpointing_wraps_the_blocks_and_trains_the_same_model():
 
     from stepbench.measure import step
 
-    losses = {}
+    losses, flops = {}, {}
     for checkpointing in (False, True):
         work, run, _ = step.build_workload(gpt_setup(checkpointing=checkpointing), torch.device("cpu"))
         assert len(work.layers("test")) == 2 and type(work.layers("test")[0]).__name__ == "Block"
         assert work.record_fields()["blocks"] == {"count": 2, "class": "Block"}
         losses[checkpointing] = [run().item() for _ in range(3)]
+        flops[checkpointing] = work.count_flops()
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+    # MFU counts the model's FLOPs: not the checkpointed blocks' recomputed forward.
+    assert flops[True] == flops[False] > 0
+
+
+LAZY = """
+import torch
+from torch import nn
+
+import stepbench
+
+
+def make(batch_size, device):
+    model = nn.Sequential(nn.LazyLinear(16), nn.ReLU(), nn.Linear(16, 1))
+    x = torch.randn(batch_size, 8, device=device)
+    return stepbench.Workload(model=model, make_batch=lambda: x,
+                              loss_fn=lambda out, _: out.float().pow(2).mean())
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_a_lazy_modules_weights_are_made_before_the_step(tmp_path, dtype):
+    # nn.LazyLinear has no weights until a forward: counting or optimizing them raised
+    # "Attempted to use an uninitialized parameter" in every setup.
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    (tmp_path / "lazy.py").write_text(LAZY)
+    setup = Setup(model=f"{tmp_path}/lazy.py:make", mode="eager", attn="sdpa", batch=4, seq=1,
+                  device="cpu",
+                  dtype=dtype)
+    work, run, optimizer = step.build_workload(setup, torch.device("cpu"))
+    weights = list(work.model.parameters())
+    assert sum(p.numel() for p in weights) == 8 * 16 + 16 + 16 + 1
+    assert {p.dtype for p in weights} == {torch.bfloat16 if dtype == "bf16" else torch.float32}
+    assert len(optimizer.param_groups[0]["params"]) == len(weights)
+    before = weights[0].detach().clone()
+    assert torch.isfinite(run())
+    assert not torch.equal(before, weights[0].detach())    # the made weights are the trained ones
+
+
+@pytest.mark.parametrize("params, defaults", [("width=32", {"fail": "no"}),
+                                                 (None, {"width": 16, "fail": "no"}),
+                                                 ("fail=no;width=32", None)])
+def test_the_record_holds_the_factorys_defaults_that_no_param_gave(mlp, params, defaults):
+    # setup.params names only what --param gave: without this, a record of `make(width=16)`
+    # did not say its width, and an edit of the default left no trace.
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    setup = Setup(model=f"{mlp}:make", mode="eager", attn="sdpa", batch=2, seq=1,
+                  device="cpu", params=params)
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    assert work.record_fields().get("param_defaults") == defaults
+
+
+FROZEN_NORM = """
+import torch
+from torch import nn
+
+
+def make(batch_size, device, handed="train"):
+    model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1))
+    model[1].eval()                      # fine-tuning: the norm's statistics stay frozen
+    if handed == "eval":
+        model.eval()                     # as from_pretrained hands a model over
+    x = torch.randn(batch_size, 8, device=device)
+    return model, lambda: x
+"""
+
+
+@pytest.mark.parametrize("handed", ["train", "eval"])
+def test_a_models_own_eval_parts_are_kept_and_an_eval_model_trains(tmp_path, handed):
+    # model.train() on the whole model flipped a frozen BatchNorm back to updating its
+    # statistics: another step than the one the user trains.
+    import torch
+
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    (tmp_path / "frozen.py").write_text(FROZEN_NORM)
+    setup = Setup(model=f"{tmp_path}/frozen.py:make", mode="eager", attn="sdpa", batch=4, seq=1,
+                  device="cpu", dtype="fp32", params=f"handed={handed}")
+    work, _, _ = step.build_workload(setup, torch.device("cpu"))
+    assert [m.training for m in work.model] == (
+        [True, False, True, True] if handed == "train" else [True] * 4)
 
 
 def flop_fields(setup, count=True) -> dict:
@@ -366,6 +474,23 @@ def test_the_python_api_runs_the_command_and_returns_its_records(mlp, tmp_path):
     assert [row["status"] for row in report["rows"]] == ["ok", "ok"]
     with pytest.raises(UserError, match="takes no parameter 'depth'"):
         api.run(model=f"{mlp}:make", device="cpu", param={"depth": 2}, out=out)
+    # The factory's defaults that no param gave travel into the record.
+    assert results[0]["param_defaults"] == {"fail": "no"}
+    # A misspelled keyword is named as the script wrote it, not as "--stpes 2".
+    with pytest.raises(UserError) as err:
+        api.run(model=f"{mlp}:make", device="cpu", stpes=2, out=out)
+    assert names(str(err.value), "stepbench.api.run()", "stpes", "--help")
+    assert "--stpes" not in str(err.value)
+
+
+def test_an_unknown_api_keyword_is_named_as_a_keyword():
+    from stepbench.api import _as_keywords
+
+    said = _as_keywords("tune", "stepbench: error: unrecognized arguments: --bogus-kw 3 "
+                                "--other; see stepbench --help")
+    assert names(said, "stepbench.api.tune()", "bogus_kw, other", "stepbench tune --help")
+    assert _as_keywords("run", "--batch needs comma-separated integers, got 'x'") == \
+        "--batch needs comma-separated integers, got 'x'"
 
 
 def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies(mlp):
@@ -448,6 +573,61 @@ def test_the_loss_guard_pairs_a_declared_attn_as_a_transformers_models_attention
                     ("compile", "attn=plain"): (DEPARTS, "eager attn=plain")}
 
 
+DROPOUT = """
+import torch
+from torch import nn
+
+import stepbench
+
+
+def make(batch_size, device, p=0.5):
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(p), nn.Linear(16, 1))
+    x = torch.randn(batch_size, 8, device=device)
+    return stepbench.Workload(model=model, make_batch=lambda: x,
+                              loss_fn=lambda out, _: out.pow(2).mean())
+"""
+
+
+@pytest.mark.parametrize("p, draws", [(0.5, True), (0.0, None)])
+def test_a_step_that_draws_random_numbers_says_so_in_its_record(tmp_path, p, draws):
+    from stepbench.measure import step
+    from stepbench.setup import Setup
+
+    (tmp_path / "drop.py").write_text(DROPOUT)
+    setup = Setup(model=f"{tmp_path}/drop.py:make", mode="eager", attn="sdpa", batch=4, seq=1,
+                  device="cpu", dtype="fp32", warmup=0, steps=1, params=f"p={p}")
+    result: dict = {}
+    step.measure(setup, result, lambda *a, **k: None)
+    assert result.get("draws_random") is draws
+
+
+def test_the_loss_guard_does_not_compare_compiled_and_eager_steps_that_draw_random_numbers(mlp):
+    # Dropout: inductor draws its masks from its own generator, so a compiled step's losses
+    # differ from eager's by the draw, not by a fault: "departs 55%" was a false alarm. Eager
+    # setups draw alike and are still compared.
+    from stepbench.guard import DEPARTS, REFERENCE, UNCHECKED, loss_verdicts
+    from stepbench.record import Machine, Record
+    from stepbench.setup import Setup
+
+    def record(mode, optimizer="fused", drift=0.0, draws=True):
+        setup = Setup(model=f"{mlp}:make", mode=mode, attn="sdpa", batch=2, seq=1,
+                      device="cpu", optimizer=optimizer)
+        losses = [2.0 * (1 + drift * i) for i in range(4)]
+        return Record(run_id="r", repeat=0, setup=setup, status="ok", losses=losses,
+                      loss_first=losses[0], machine=Machine(gpu="cpu"),
+                      draws_random=draws or None)
+
+    for draws in (True, False):
+        records = [record("eager", draws=draws), record("compile", drift=0.3, draws=draws),
+                   record("eager", "foreach", drift=0.3, draws=draws)]
+        judged = loss_verdicts(records)
+        said = [judged[(r.setup.key(), "cpu")] for r in records]
+        assert [v.status for v in said] == [REFERENCE, UNCHECKED if draws else DEPARTS, DEPARTS]
+        assert said[1].random is draws
+        if draws:
+            assert names(said[1].describe("compile"), "compile", "eager", "random", "dropout")
+
+
 def test_one_parser_reads_params_for_the_factory_strictly_and_for_the_loss_guard_tolerantly():
     from stepbench.guard import _declared, peers_key
     from stepbench.setup import Setup
@@ -516,6 +696,19 @@ def test_a_factory_without_seq_len_shows_no_seq_and_its_rows_say_their_units(mlp
     # A transformers model's rows count tokens.
     assert main(["report", str(MLP_RECORDS.parent / "h200-matrix.jsonl"), "--format", "json"]) == 0
     assert {r["units"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"tokens"}
+
+
+def test_a_report_of_several_units_names_units_not_tokens(capsys):
+    # A transformers model (tokens) and a factory (samples) in one report: a "Tokens/s" column
+    # over the factory's samples misnamed them; each model's unit is named in the notes.
+    from stepbench.cli import main
+
+    assert main(["report", str(MLP_RECORDS), str(MLP_RECORDS.parent / "h200-matrix.jsonl"),
+                 "--price", "cpu=1"]) == 0
+    text = capsys.readouterr().out
+    assert "Units/s" in text and "M units per $" in text and "Tokens/s" not in text
+    (said,) = lines_naming(text, "Units/s counts")
+    assert names(said, "tokens (llama-468m)", "samples (", "mlp.py:make")
 
 
 def test_a_nan_loss_is_named_and_failed_rows_still_count_their_units(capsys, tmp_path):

@@ -89,6 +89,20 @@ def _flags(settings: dict) -> list[str]:
     return flags
 
 
+def _as_keywords(command: str, message: str) -> str:
+    """The command line's "unrecognized arguments: --bogus-kw 3" as the keywords a script
+    passed: "stepbench.api.run() takes no keyword bogus_kw; ..."."""
+    head, found, rest = message.partition("unrecognized arguments: ")
+    if not found:
+        return message
+    names = [word[2:].replace("-", "_") for word in rest.split(";")[0].split()
+             if word.startswith("--")]
+    if not names:
+        return message
+    return (f"stepbench.api.{command}() takes no keyword {', '.join(names)}; its keywords are "
+            f"`stepbench {command}`'s flags with _ for - (stepbench {command} --help)")
+
+
 def _call(command: str, flags: list[str]) -> str:
     """Run `python -m stepbench COMMAND FLAGS --format json`; its stdout. Progress (stderr) is
     passed on line by line; exit 2 (bad input) raises UserError with its message."""
@@ -112,7 +126,8 @@ def _call(command: str, flags: list[str]) -> str:
         code = proc.wait()
     out = kept[0] if kept else ""
     if code == 2:
-        raise UserError(last.removeprefix(f"stepbench {command}: ").removeprefix("error: "))
+        raise UserError(_as_keywords(command, last.removeprefix(f"stepbench {command}: ")
+                                     .removeprefix("error: ")))
     if code not in (0, 1):      # 1: some setup did not run (its record says why)
         raise RuntimeError(f"stepbench {command} exited with {code}: {last}")
     return out

@@ -15,6 +15,9 @@ sequence on the same GPU, with no fused kernels and no float8 (the plainest: bf1
 AdamW, no checkpointing, first); a setup of another precision against the eager setup of its own
 precision where there is one, and that one against the reference. Where there is no eager
 setup, a setup departs when it disagrees with most of its peers.
+A step that draws random numbers (dropout: `Record.draws_random`) draws them differently eager
+and compiled (inductor's own generator): such a compiled setup and an eager one are not compared,
+their verdict `unchecked` and `random`; eager setups draw alike and are compared as any.
 Losses are compared over the steps both ran (the first step and every step after it), so
 setups with other warm-up or timed step counts are still peers. Reads records only (no torch).
 """
@@ -69,6 +72,8 @@ class Verdict:
     first_loss: float | None = None
     reference_first_loss: float | None = None
     by_peers: bool = False            # no eager reference: judged by a vote of its peers
+    random: bool = False              # unchecked: its step or its reference's draws random
+                                      # numbers, and one of them is compiled (draws_random)
 
     @property
     def departs(self) -> bool:
@@ -96,6 +101,10 @@ class Verdict:
                     f"{percent(self.tolerance)})")
         if self.status == DEPARTS:
             return f"{whose} losses disagree with {self.reference}"
+        if self.random:
+            return (f"{whose} losses were not compared with {self.reference}: the step draws "
+                    "random numbers (dropout), which compiled code draws apart from eager; "
+                    "set its dropout to 0 (a --param) for the guard to compare them")
         if self.status == OK:
             what = ("first loss agrees" if self.first_only
                     else f"losses agree over {self.steps} steps")
@@ -178,20 +187,29 @@ def loss_verdicts(records: list[Record]) -> dict[tuple[str, str], Verdict]:
     weights, and the processes of one setup agree with each other far inside the tolerance.
     """
     first: dict[tuple[str, str], tuple[Setup, list[float]]] = {}
+    random = set()
     for record in records:
         key = (record.setup.key(), record.machine.gpu)
         if record.status == "ok" and key not in first and losses_of(record):
             first[key] = (record.setup, losses_of(record))
+        if record.draws_random:
+            random.add(key)
     groups: dict[tuple, list[tuple[str, str]]] = {}
     for key, (setup, _) in first.items():
         groups.setdefault(peers_key(setup, key[1]), []).append(key)
     verdicts = {}
     for keys in groups.values():
-        verdicts.update(_judge_group(keys, first))
+        verdicts.update(_judge_group(keys, first, random))
     return verdicts
 
 
-def _judge_group(keys, first) -> dict:
+def _draw_apart(a: tuple, b: tuple, first, random: set) -> bool:
+    """Setups `a` and `b` (keys of `first`) draw their random numbers differently: one is
+    compiled and the other not, and a step of either drew some."""
+    return bool({a, b} & random) and first[a][0].mode != first[b][0].mode
+
+
+def _judge_group(keys, first, random: set = frozenset()) -> dict:
     """The group's reference is its plainest eager setup (`_rank`). A compiled setup whose eager
     twin is a candidate is checked against that twin; every other setup against the plainest
     eager setup of its own precision (which keeps fp32's tight tolerance among fp32 setups),
@@ -202,7 +220,7 @@ def _judge_group(keys, first) -> dict:
     candidates = sorted(((i, k) for i, k in enumerate(keys) if can_be_reference(first[k][0])),
                         key=lambda c: _rank(first[c[1]][0], len(first[c[1]][1]), c[0]))
     if not candidates:
-        return {key: _by_majority(key, keys, first) for key in keys}
+        return {key: _by_majority(key, keys, first, random) for key in keys}
     main = candidates[0][1]
     for key in keys:
         setup, losses = first[key]
@@ -216,6 +234,10 @@ def _judge_group(keys, first) -> dict:
         ref_key = _twin(setup, key[1], order) or _alike(setup, before, first) or main
         ref_setup, ref_losses = first[ref_key]
         tolerance = max(loss_tolerance(setup), loss_tolerance(ref_setup))
+        if _draw_apart(key, ref_key, first, random):
+            out[key] = Verdict(UNCHECKED, reference=_label(ref_setup, setup), tolerance=tolerance,
+                               random=True)
+            continue
         verdict = compare(losses, ref_losses, tolerance,
                           first_only=weights_of(ref_setup) != weights_of(setup))
         out[key] = (Verdict(UNCHECKED, tolerance=tolerance) if verdict is None else
@@ -256,13 +278,15 @@ def _with_reference(verdict: Verdict, reference: str) -> Verdict:
     return dataclasses.replace(verdict, reference=reference)
 
 
-def _by_majority(key, keys, first) -> Verdict:
+def _by_majority(key, keys, first, random: set) -> Verdict:
     """No eager reference: the setup departs when it disagrees with more than half of its peers
     (with one peer and a disagreement, neither can be trusted, so both depart)."""
     setup, losses = first[key]
-    others = [k for k in keys if k != key]
+    others = [k for k in keys if k != key and not _draw_apart(key, k, first, random)]
     if not others:
-        return Verdict(UNCHECKED, tolerance=loss_tolerance(setup))
+        apart = len(keys) > 1      # it has peers, but they draw their random numbers apart
+        return Verdict(UNCHECKED, tolerance=loss_tolerance(setup), random=apart,
+                       reference="its peers" if apart else None)
     results = []
     for other in others:
         other_setup, other_losses = first[other]

@@ -121,6 +121,10 @@ class Record:
     # Relative tolerance within which this setup's losses must agree with its peers' (the loss
     # guard, stepbench.guard); set by the parent from the precision.
     loss_tolerance: float | None = None
+    # The first step drew random numbers (dropout: the default generators' states moved); set
+    # only then. Eager and compiled steps draw them differently: the loss guard does not
+    # compare their losses.
+    draws_random: bool | None = None
     flops_per_token: float | None = None
     flops_per_token_causal: float | None = None
     flops_convention: str | None = None
@@ -160,6 +164,9 @@ class Record:
     # checkpointing act on; tune tries neither on a model without one. None for a transformers
     # model.
     blocks: dict | None = None
+    # A user's workload: its own parameters that no --param gave, at the defaults its source
+    # declares ({"width": 256}): the setup's params name only those given.
+    param_defaults: dict | None = None
     # What could not be had without failing the measurement (FLOPs, MFU), one sentence each.
     notes: list[str] = field(default_factory=list)
     # A user's workload that failed in its process: the traceback (the error is its last line).

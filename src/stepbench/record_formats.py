@@ -39,4 +39,5 @@ LATER_FIELDS = ("peak_allocated_gb", "peak_memory_source", "loss_tolerance", "pe
                 "phases", "ranks", "scaling", "placement", "host", "rental", "search", "threads",
                 "profile", "units", "units_per_step", "flops_per_step", "flops_source", "notes",
                 "traceback", "memory_cap", "host_lead_ms", "host_lead_steps_ms",
-                "host_lead_offset_ms", "cpu_pinning", "blocks")
+                "host_lead_offset_ms", "cpu_pinning", "blocks", "draws_random",
+                "param_defaults")

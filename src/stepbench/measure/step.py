@@ -75,10 +75,13 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     phases.lap("build")
 
     progress("first_step", compiling=setup.mode == "compile")
+    rng_before = rng_states(cuda)
     start = time.perf_counter()
     losses = [step()]
     sync()
     result["first_step_s"] = time.perf_counter() - start
+    if drew_random(rng_before, rng_states(cuda)):
+        result["draws_random"] = True
     result["loss_first"] = losses[0].item()
     frames_after_first = compile_info.frames_compiled()
     phases.lap("first_step")
@@ -155,6 +158,17 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     phases.lap("flops")
 
 
+def rng_states(cuda: bool) -> list[torch.Tensor]:
+    """The default generators' states (the CPU's, and the current GPU's)."""
+    return [torch.get_rng_state(), *([torch.cuda.get_rng_state()] if cuda else [])]
+
+
+def drew_random(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
+    """Whether a step between the two readings drew random numbers (dropout): eager and
+    compiled code draw them differently, so the loss guard cannot compare their losses."""
+    return any(not torch.equal(a, b) for a, b in zip(before, after))
+
+
 def build(setup: Setup, device: torch.device):
     """The model (random weights from the seed, drawn where Setup.init says), its training step,
     the inputs of a step and the optimizer; `build_workload` also returns the workload."""
@@ -169,7 +183,10 @@ def build_workload(setup: Setup, device: torch.device):
     work = workload.build(setup, device, parallel.rank())
     model = work.model
     options.apply_options(model, setup, checkpoint=work.enable_checkpointing)
-    model.train()
+    if not model.training:
+        # A model handed over in eval mode (from_pretrained's) trains; one in training mode keeps
+        # its parts' own modes (a frozen backbone's BatchNorm in eval, as fine-tuning runs it).
+        model.train()
     if setup.distributed:
         # DDP wraps, FSDP2 shards in place (and compiles per layer): the optimizer is made after.
         forward = parallel.wrap(setup, model, layers=work.layers, units=work.shard_units())

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from stepbench.errors import first_line
-from stepbench.units import TOKENS, common_unit
+from stepbench.units import TOKENS, common_unit, unit_of
 from stepbench.workload.spec import is_factory
 from stepbench.report import table
 from stepbench.report.marks import (COMPILE_MARK, DEPARTS_MARK, MEMORY_FLAG, MEMORY_MARK,
@@ -81,14 +81,17 @@ def rows_unit(rows: list[Row]) -> str | None:
 def unit_headers(columns: list[str], rows: list[Row]) -> list[str]:
     """The headers, with a user's workload's unit in place of tokens where every row that ran
     counts the same one ("Images/s", "M images per $"); tokens stay tokens, and rows of several
-    units keep the token headers (their records say each row's unit)."""
+    units say units ("Units/s": a "Tokens/s" header over an image model's rows misnamed them;
+    the notes say which unit each model counts)."""
     return unit_columns(columns, rows_unit(rows))
 
 
 def unit_columns(columns: list[str], unit: str | None) -> list[str]:
-    """`columns` with `unit` in place of tokens; unchanged for tokens or None (several units)."""
-    if unit in (None, TOKENS):
+    """`columns` with `unit` in place of tokens ("units" for None: several); unchanged for
+    tokens."""
+    if unit == TOKENS:
         return list(columns)
+    unit = unit or "units"
     one = unit[:-1] if unit.endswith("s") else unit        # images: J/image
     names = {"Tokens/s": f"{unit.capitalize()}/s", "M tokens per $": f"M {unit} per $",
              "Tokens/s per GPU": f"{unit.capitalize()}/s per GPU", "J/token": f"J/{one}",
@@ -141,12 +144,12 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
         elif unit is not None:
             rate = f"{unit.capitalize()}/s is the {unit} one step trains per step time"
         else:
-            rate = "Tokens/s counts each workload's own unit (its records' units) per step time"
+            rate = f"Units/s counts each model's own unit per step time: {_units_by_model(rows)}"
         notes.append(f"Step (ms) is the mean of a process's timed steps; {rate}; Peak memory is "
                      "the peak allocated during the timed steps; First step includes "
                      "compilation.")
     if explain and any(r.m_tokens_per_dollar is not None for r in rows):
-        notes.append(f'"{per_dollar}" is training {unit or TOKENS} per dollar of GPU time, in '
+        notes.append(f'"{per_dollar}" is training {unit or "units"} per dollar of GPU time, in '
                      "millions, at each machine's hourly price.")
     if any(r.setup.distributed for r in rows):
         notes.append(distributed_note(rows, unit))
@@ -241,15 +244,27 @@ DISTRIBUTED_NOTE = (
     "the job.")
 
 
+def _units_by_model(rows: list[Row]) -> str:
+    """"tokens (llama-tiny), pixels (net.py:make)": what each model's rows count."""
+    units: dict[str, str] = {}
+    for row in rows:
+        units.setdefault(row.setup.model, unit_of(*(r.units for r in row.records)))
+    return ", ".join(f"{unit} ({model})" for model, unit in units.items())
+
+
 def distributed_note(rows: list[Row], unit: str | None = None) -> str:
     """DISTRIBUTED_NOTE in a user's workload's own unit where the rows share one (`unit`: the
-    rows' rows_unit, where the caller has it)."""
+    rows' rows_unit, where the caller has it), in units where they count several."""
     unit = unit or rows_unit(rows)
-    if unit in (None, TOKENS):
-        return DISTRIBUTED_NOTE
+    note = DISTRIBUTED_NOTE
+    if all(r.setup.device == "cpu" for r in rows if r.setup.distributed):
+        # gloo on one machine's CPU: its processes share the CPU and the machine's price.
+        note = (note.replace("one GPU each", "sharing the CPU").replace(" (per GPU)", "")
+                .replace("pays for every GPU of the job", "pays for the machine"))
+    if unit == TOKENS:
+        return note
     rate = unit_columns(["Tokens/s"], unit)[0]
-    unit = unit.lower()                              # in a sentence; the header capitalizes it
-    return (DISTRIBUTED_NOTE.replace("Tokens/s counts the global batch (batch x sequence x "
-                                     "processes)", f"{rate} counts the global batch ({unit} per "
-                                     "batch x processes)")
+    unit = (unit or "units").lower()                 # in a sentence; the header capitalizes it
+    return (note.replace("Tokens/s counts the global batch (batch x sequence x processes)",
+                         f"{rate} counts the global batch ({unit} per batch x processes)")
             .replace("cost per token", f"cost per million {unit}"))

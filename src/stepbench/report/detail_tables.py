@@ -100,7 +100,7 @@ def _energy_note(rows: list[Row]) -> str | None:
     unit = rows_unit(rows)
     joules, per_kwh, hourly, cost = unit_columns(
         ["J/token", "M tokens per kWh", "$/M tokens (hourly)", "$/M tokens (energy)"], unit)
-    several = "" if unit else "; tokens here are each workload's own unit, its records' units"
+    several = "" if unit else "; units are each model's own, its records' units"
     note = (f"Energy ({joules}, {per_kwh}{several}) is the GPU's alone, from NVML's energy "
             "counter over the timed steps; the host, its cooling and the power supply's losses "
             "are not in it.")
@@ -229,6 +229,8 @@ def guard_cell(verdict: Verdict | None) -> str:
     "reference" (the others of its group were checked against it), "unchecked"."""
     if verdict is None:
         return "-"
+    if verdict.random:
+        return f"{verdict.status} (the step draws random numbers)"
     if verdict.status not in (OK, DEPARTS) or verdict.max_rel_diff is None:
         return verdict.status
     text = f"{verdict.status} {percent(verdict.max_rel_diff)}"

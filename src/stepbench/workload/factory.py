@@ -46,8 +46,10 @@ class FactoryBuilt(Built):
         self.model.to(device=device, dtype=dtype)
         inputs = work.make_batch()
         check_devices(inputs, device, setup.model)
+        check_call(self.model, inputs)
         # autocast-bf16 keeps fp32 weights and inputs: autocast casts inside the forward.
         self.inputs = cast_floats(inputs, None if setup.dtype == "autocast-bf16" else dtype)
+        materialize_lazy(self.model, self.inputs)
         # Found once, before any option wraps the model (FSDP2 and compile replace classes):
         # what layers() gives and the record's `blocks` says.
         self._blocks = find_blocks(self.model, work.block)
@@ -58,19 +60,18 @@ class FactoryBuilt(Built):
         if sig.declares("seq_len"):
             kwargs["seq_len"] = setup.seq
         defaults = dict(sig.defaults)
-        for name, text in params_of(setup.params).items():
+        given = params_of(setup.params)
+        for name, text in given.items():
             kwargs[name] = typed(text, defaults.get(name))
+        # What the setup's name and params leave unsaid: the values the factory took itself.
+        self.param_defaults = {name: json_value(value) for name, value in sig.defaults
+                               if name in sig.user_params and name not in given}
         check_takes(sig, kwargs)
         return {k: v for k, v in kwargs.items() if sig.takes(k)}
 
     def loss(self, forward):
         inputs = self.inputs
-        if isinstance(inputs, dict):
-            output = forward(**inputs)
-        elif isinstance(inputs, (tuple, list)):
-            output = forward(*inputs)
-        else:
-            output = forward(inputs)
+        output = call(forward, inputs)
         if self.work.loss_fn is not None:
             loss = self.work.loss_fn(output, inputs)
         else:
@@ -101,6 +102,8 @@ class FactoryBuilt(Built):
             forward = block.forward
 
             def checkpointed(*args, _forward=forward, **kwargs):
+                if not self.recompute:          # counting the model's FLOPs (count_flops)
+                    return _forward(*args, **kwargs)
                 return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
 
             block.forward = functools.wraps(forward)(checkpointed)
@@ -122,7 +125,8 @@ class FactoryBuilt(Built):
         Workload names, else the one found; none where neither)."""
         block = self.work.block or (type(self._blocks[0]) if self._blocks else None)
         blocks = {"count": len(self._blocks), **({"class": block.__name__} if block else {})}
-        return {"units": self.units, "units_per_step": self.units_per_batch, "blocks": blocks}
+        return {"units": self.units, "units_per_step": self.units_per_batch, "blocks": blocks,
+                **({"param_defaults": self.param_defaults} if self.param_defaults else {})}
 
     def flop_fields(self, setup, units_per_s: float, peak_tflops_measured, count: bool) -> dict:
         """FLOPs per step from the workload, else FlopCounterMode's count of one step;
@@ -166,9 +170,13 @@ class FactoryBuilt(Built):
                        "mfu_measured": flops.mfu(achieved, peak_tflops_measured)})
         return fields
 
+    recompute = True    # checkpointed blocks recompute their forward in the backward
+
     def count_flops(self) -> float:
         """FLOPs of one forward + backward of this batch, as FlopCounterMode counts them
-        (matrix products); gradients and the RNG are left as they were."""
+        (matrix products), without checkpointing's recompute: the model's FLOPs, which MFU
+        counts, not the hardware's (a checkpointed setup counted a third more, and its MFU
+        read higher for the same work); gradients and the RNG are left as they were."""
         import torch
         from torch.utils.flop_counter import FlopCounterMode
 
@@ -178,14 +186,48 @@ class FactoryBuilt(Built):
         for p in params:
             p.grad = None
         cuda = self.setup.device == "cuda"
+        self.recompute = False
         try:
             with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []), \
                     FlopCounterMode(display=False) as counter:
                 self.loss(model).backward()
             return float(counter.get_total_flops())
         finally:
+            self.recompute = True
             for p, grad in zip(params, saved):
                 p.grad = grad
+
+
+def json_value(value):
+    """A literal default as JSON holds it: numbers, text, true/false, null and lists of them
+    as they are; anything else as its repr."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return repr(value)
+
+
+def call(forward, inputs):
+    """`forward(**inputs)` (a dict), `forward(*inputs)` (a tuple or list) or `forward(inputs)`."""
+    if isinstance(inputs, dict):
+        return forward(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return forward(*inputs)
+    return forward(inputs)
+
+
+def materialize_lazy(model, inputs) -> None:
+    """A model with lazy modules (nn.LazyLinear, nn.LazyConv2d) has no weights until its first
+    forward: one forward of the batch, without gradients, makes them, in the dtype and on the
+    device the model was given, before anything counts, wraps or optimizes its parameters (as
+    a training script's dry run does). Other models are left untouched."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    if any(is_lazy(t) for t in (*model.parameters(), *model.buffers())):
+        with torch.no_grad():
+            call(model, inputs)
 
 
 def check_takes(sig: Signature, kwargs: dict) -> None:
@@ -245,6 +287,33 @@ def check_workload(work: Workload, model: str) -> None:
     if work.units is not None and (not isinstance(work.units, str) or not work.units):
         raise WorkloadError(f"{model}'s Workload gives units={work.units!r}; name what a batch "
                             "holds (units=\"images\")")
+
+
+def check_call(module, inputs) -> None:
+    """The batch fits the model's forward as the step calls it (`call`), else one line that
+    says how it was called and the fix: a `(images, labels)` tuple for a `forward(x)` raised
+    "forward() takes 2 positional arguments but 3 were given" from inside the first step."""
+    import inspect
+
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):         # a forward Python cannot read: the step will tell
+        return
+    if isinstance(inputs, dict):
+        how, bind = "model(**batch)", lambda: signature.bind(**inputs)
+    elif isinstance(inputs, (tuple, list)):
+        how, bind = "model(*batch)", lambda: signature.bind(*inputs)
+    else:
+        how, bind = "model(batch)", lambda: signature.bind(inputs)
+    try:
+        bind()
+    except TypeError as exc:
+        kind = f"{type(inputs).__name__} of {len(inputs)}" if isinstance(
+            inputs, (dict, tuple, list)) else type(inputs).__name__
+        forward = f"{type(module).__name__}.forward({', '.join(signature.parameters)})"
+        raise WorkloadError(
+            f"{forward} cannot take make_batch's {kind} as {how}; return forward's arguments "
+            f"alone (labels go in a loss_fn): {exc}") from None
 
 
 def check_devices(inputs, device, model: str) -> None:

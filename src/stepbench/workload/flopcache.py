@@ -31,6 +31,7 @@ from stepbench.workload.base import tensors_in
 # Setup fields that cannot change the count: how the step is compiled, timed, stepped and spread
 # (a distributed setup is not counted), and where its memory limit sits.
 IGNORED = frozenset({"mode", "compile_mode", "compile_scope", "optimizer", "warmup", "steps",
+                     "checkpointing",     # counted without its recompute (FactoryBuilt.count_flops)
                      "memory_limit_gb", "nproc", "nnodes", "parallel", "fsdp_reshard",
                      "fsdp_unit", "fsdp_prefetch", "fsdp_optimizer"})
 

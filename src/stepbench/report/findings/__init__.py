@@ -16,8 +16,8 @@ that `key_findings` can choose the few a reader should see first without parsing
 
 from __future__ import annotations
 
-from stepbench.report.findings.caveats import (TESTS, loss_guard, loss_guard_agreed, software,
-                                               testing, untested)
+from stepbench.report.findings.caveats import (TESTS, loss_guard, loss_guard_agreed,
+                                               loss_guard_random, software, testing, untested)
 from stepbench.report.findings.compiling import (compile_cost, compile_memory, compile_payback,
                                                  compile_speed, fit)
 from stepbench.report.findings.speed import (attention_speed, attention_vs_compile, energy,
@@ -93,8 +93,8 @@ def _workload_names(rows: list[Row]) -> dict[Setup, tuple[str | None, str | None
                 ", ".join(parts[n](w) for n in varying)) for w in workloads}
 
 
-RULES = [loss_guard, software, fastest_setup, scaling, compile_speed, compile_memory,
-         compile_cost, compile_payback, fit, attention_speed, attention_vs_compile, gpus,
+RULES = [loss_guard, loss_guard_random, software, fastest_setup, scaling, compile_speed,
+         compile_memory, compile_cost, compile_payback, fit, attention_speed, attention_vs_compile, gpus,
          untested, loss_guard_agreed, mfu, host_bound, energy, testing]
 
 

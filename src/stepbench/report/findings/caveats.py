@@ -27,6 +27,14 @@ def loss_guard(rows: list[Row]) -> list[Finding]:
             for r in rows if r.departs]
 
 
+def loss_guard_random(rows: list[Row]) -> list[Finding]:
+    """Setups the loss guard could not check because their step draws random numbers (dropout)
+    and they or their reference are compiled: not a departure, but not a checked loss either
+    (a search does not pick them)."""
+    return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe()}.")
+            for r in rows if r.loss_guard is not None and r.loss_guard.random]
+
+
 def loss_guard_agreed(rows: list[Row]) -> list[Finding]:
     """When no setup departs: that every setup the loss guard checked agreed with its
     reference, and the largest difference (a compiled setup's against its eager twin, where

@@ -211,6 +211,24 @@ class Measurements:
                              none[setup.model, setup.params])
         return None
 
+    def unguarded(self, setup: Setup) -> str | None:
+        """Why a compiled `setup` cannot win, so is not worth a process: an eager record of its
+        model (with its parameters) drew random numbers (dropout), which compiled code draws
+        apart from eager, so the loss guard cannot check it (guard.py) and `acceptable` is
+        False; None otherwise."""
+        if setup.mode == "eager":
+            return None
+        drawn = self.kept("random", lambda: {(r.setup.model, r.setup.params)
+                                             for r in self.records()
+                                             if r.draws_random and r.setup.mode == "eager"})
+        if (setup.model, setup.params) not in drawn:
+            return None
+        params = f" ({setup.params})" if setup.params else ""
+        return (f"compile: {setup.model}{params}'s step draws random numbers (dropout), which "
+                "compiled code draws apart from eager, so the loss guard cannot check a "
+                "compiled setup and a tune picks none; set the dropout to 0 (a --param) to "
+                "tune compiled setups")
+
     def capacity_gb(self, setup: Setup) -> float | None:
         if setup.device != "cuda":
             return None     # a CPU's cap is address space, which resident memory does not show

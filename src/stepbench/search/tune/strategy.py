@@ -188,9 +188,9 @@ class Tuner:
         self.say(f"{stage}: {label(record.setup)}{which}: {outcome(record)}")
 
     def blockless(self, setup: Setup) -> str | None:
-        """Why `setup` takes no process: an option of it acts on each repeated block of a
-        model whose records found none (said once)."""
-        why = self.seen.blockless(setup)
+        """Why `setup` takes no process (said once): an option of it acts on each repeated
+        block of a model whose records found none, or it is compiled and could not win."""
+        why = self.seen.blockless(setup) or self.seen.unguarded(setup)
         if why is not None:
             self.skip(f"not tried: {why}")
         return why
