@@ -27,6 +27,7 @@ from stepbench.record import Machine, Record, ResultsFile, resume_key
 from stepbench.execute.protocol import KILL_GRACE_S
 from stepbench.search.gains import Observation, committed
 from stepbench.search.tune import STAGES, Tuner, TuneResult
+from stepbench.search.tune.results import label
 from stepbench.settings import parse_budget
 from stepbench.setup import Setup
 
@@ -1257,21 +1258,26 @@ class DrawingRunner(FakeRunner):
 
 
 @pytest.mark.parametrize("draws", [True, False])
-def test_a_model_that_draws_random_numbers_is_not_compiled_by_a_tune(tmp_path, draws):
-    # Dropout: the loss guard cannot check a compiled setup against eager (guard.py), so none
-    # may win; compiling them spent the budget (5 compiles of a 2-minute CPU tune). The tune
-    # says so once, with the fix, and measures no compiled setup.
+def test_a_model_that_draws_random_numbers_is_compiled_and_its_unchecked_winner_said(tmp_path,
+                                                                                    draws):
+    # Dropout: the loss guard cannot compare a compiled setup with eager (guard.py: inductor
+    # draws its own masks). Such a setup may still win, since no reference could ever check
+    # it and the question is whether to compile; the verdict says its losses were not
+    # checked, and the fix. A model that draws nothing keeps the guard's rule.
     runner = (DrawingRunner if draws else FakeRunner)(ResultsFile(tmp_path / "r.jsonl"), Clock())
     result, _ = tune_with(tmp_path, 3600, runner=runner, space=NARROW)
     compiled = [t for t in result.tried if t.record.setup.mode == "compile"]
-    said = [text for text in result.skipped if "random numbers" in text]
-    assert result.winner is not None
+    assert compiled and result.winner is not None
+    from stepbench.report.tune import verdict
+    said = [line for line in verdict(result) if "not checked" in line]
+    assert result.winner.setup.mode == "compile"          # the fakes' compile is faster
     if draws:
-        assert compiled == [] and result.winner.setup.mode == "eager"
+        assert result.unchecked == [label(result.winner.setup)]
         [line] = said
-        assert names(line, "not tried", "compile", "dropout", "--param")
+        assert names(line, label(result.winner.setup), "dropout", "--param")
+        assert TuneResult.from_dict(result.to_dict()).unchecked == result.unchecked
     else:
-        assert compiled and said == []
+        assert result.unchecked == [] and said == []
 
 
 @pytest.mark.parametrize("count", [0, 12])

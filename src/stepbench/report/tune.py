@@ -117,6 +117,11 @@ def verdict(result: TuneResult) -> list[str]:
                        "(another process, throttling, a recompile: the marks above) took from "
                        "its timed steps, measured again up to the tune's processes; measure "
                        "again on a quiet machine before relying on the choice.")
+        if result.unchecked:
+            out.append(f"Its losses were not checked: {' and '.join(result.unchecked)}'s step "
+                       "draws random numbers (dropout), which compiled code draws apart from "
+                       "eager, so the loss guard compares none of them; set the dropout to 0 "
+                       "(a --param) and measure it again to have them checked.")
         if second is not None:
             marks = disturbed_marks(winner, second)
             out.append(f"Runner-up: {label(second.setup)}: {second.tokens_per_s:,.0f} "

@@ -151,7 +151,8 @@ def result(tuner, order: list[Setup]) -> TuneResult:
         [{"setup": c.setup.to_dict(), "why": c.why, "reason": c.reason}
          for c in said.unmeasured.values() if not seen.processes(c.setup)], ended=said.ended,
         host_bound=said.host_bound,
-        disturbed=[label(s) for s in order[:2] if seen.disturbed(s)])
+        disturbed=[label(s) for s in order[:2] if seen.disturbed(s)],
+        unchecked=[label(s) for s in order[:1] if seen.unchecked(s)])
 
 
 def say_unmeasured(tuner, leaders: list[Setup]) -> None:

@@ -155,10 +155,19 @@ class Measurements:
     def acceptable(self, setup: Setup) -> bool:
         """Ran in every process, and the loss guard found its losses in agreement with its
         reference's (or it is the reference): a setup that may win. One the guard could not
-        check (no reference at its batch) may not: the search must not pick a wrong loss."""
+        check for want of a reference at its batch may not: the search must not pick a wrong
+        loss. One it could not compare because its step draws random numbers (dropout: a
+        compiled setup draws them apart from eager, `Verdict.random`) may, said beside the
+        winner (`unchecked`): no reference could ever check it, and a tune that never
+        compiled a model with dropout would not answer whether to compile it."""
         verdict = self.verdict(setup)
         return self.explorable(setup) and verdict is not None and \
-            verdict.status in (OK, REFERENCE)
+            (verdict.status in (OK, REFERENCE) or verdict.random)
+
+    def unchecked(self, setup: Setup) -> bool:
+        """Acceptable although the guard compared none of its losses (`acceptable`)."""
+        verdict = self.verdict(setup)
+        return bool(verdict and verdict.random and verdict.status not in (OK, REFERENCE))
 
     def compare(self, a: Setup, b: Setup) -> stats.Comparison | None:
         """a's time per token against b's, as the report tests two setups."""
@@ -210,24 +219,6 @@ class Measurements:
             return no_blocks(" and ".join(needs), setup.model + params,
                              none[setup.model, setup.params])
         return None
-
-    def unguarded(self, setup: Setup) -> str | None:
-        """Why a compiled `setup` cannot win, so is not worth a process: an eager record of its
-        model (with its parameters) drew random numbers (dropout), which compiled code draws
-        apart from eager, so the loss guard cannot check it (guard.py) and `acceptable` is
-        False; None otherwise."""
-        if setup.mode == "eager":
-            return None
-        drawn = self.kept("random", lambda: {(r.setup.model, r.setup.params)
-                                             for r in self.records()
-                                             if r.draws_random and r.setup.mode == "eager"})
-        if (setup.model, setup.params) not in drawn:
-            return None
-        params = f" ({setup.params})" if setup.params else ""
-        return (f"compile: {setup.model}{params}'s step draws random numbers (dropout), which "
-                "compiled code draws apart from eager, so the loss guard cannot check a "
-                "compiled setup and a tune picks none; set the dropout to 0 (a --param) to "
-                "tune compiled setups")
 
     def capacity_gb(self, setup: Setup) -> float | None:
         if setup.device != "cuda":

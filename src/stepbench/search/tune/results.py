@@ -55,6 +55,9 @@ class TuneResult:
     host_bound: list[dict] = field(default_factory=list)
     # the winner and runner-up (labels) whose every process that counts was disturbed
     disturbed: list[str] = field(default_factory=list)
+    # the winner (its label) where the loss guard compared none of its losses: its step draws
+    # random numbers (dropout), which compiled code draws apart from eager
+    unchecked: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"winner": self.winner.to_dict() if self.winner else None,
@@ -68,7 +71,7 @@ class TuneResult:
                 "gains": self.gains, "earlier_tune": self.earlier,
                 "processes": self.processes, "not_measured": self.not_measured,
                 "stopped": self.stopped, "ended": self.ended, "host_bound": self.host_bound,
-                "disturbed": self.disturbed}
+                "disturbed": self.disturbed, "unchecked": self.unchecked}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TuneResult":
@@ -85,7 +88,8 @@ class TuneResult:
                    data.get("ladder"), list(data.get("gains") or []), data.get("earlier_tune"),
                    data.get("processes"), list(data.get("not_measured") or []),
                    data.get("stopped", False), data.get("ended"),
-                   list(data.get("host_bound") or []), list(data.get("disturbed") or []))
+                   list(data.get("host_bound") or []), list(data.get("disturbed") or []),
+                   list(data.get("unchecked") or []))
 
 
 def stage_of(record: Record) -> str:

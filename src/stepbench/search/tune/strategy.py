@@ -189,8 +189,8 @@ class Tuner:
 
     def blockless(self, setup: Setup) -> str | None:
         """Why `setup` takes no process (said once): an option of it acts on each repeated
-        block of a model whose records found none, or it is compiled and could not win."""
-        why = self.seen.blockless(setup) or self.seen.unguarded(setup)
+        block of a model whose records found none."""
+        why = self.seen.blockless(setup)
         if why is not None:
             self.skip(f"not tried: {why}")
         return why
