@@ -15,7 +15,9 @@ from stepbench.measure import memcap
 
 # Forks children from one process that imported torch (and ran no parallel op, which would
 # hang the children's first one): each caps itself, starts torch's threads and allocates
-# about 2 x MB of tensors, then says what it came to.
+# about 2 x MB of tensors, then says what it came to. One such process serves every group of
+# (cap, MB, times, how) of the file's tests: each started alone paid for a Python and torch's
+# import, six times over.
 CHILDREN = r"""
 import json, os, sys
 import torch
@@ -23,43 +25,60 @@ from stepbench.measure import memcap
 from stepbench.measure.worker import classify_exception, limit_memory
 from stepbench.setup import Setup
 
-cap_gb, mb, times, how = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-for _ in range(times):
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        measured = {}
-        try:
-            if how == "asked":    # the kernel is asked whether it counts mappings
-                limit_memory(Setup(model="llama-tiny", mode="eager", attn="sdpa", device="cpu",
-                                   memory_limit_gb=cap_gb),
-                             measured)
-            else:                 # the other answer forced: both ways must repeat
-                measured["memory_cap"] = memcap.cap_cpu(int(cap_gb * 1e9),
-                                                        count_mappings=how == "data")
-            torch.set_num_threads(2)
-            x = torch.ones(mb * 2**20 // 4)
-            status = "ok" if float((x * 2).sum()) > 0 else "wrong"
-        except BaseException as exc:
-            status = classify_exception(exc)[0]
-        os.write(write, json.dumps([status, measured.get("memory_cap")]).encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        print(f.read())
-    os.waitpid(pid, 0)
+for group, (cap_gb, mb, times, how) in enumerate(json.loads(sys.argv[1])):
+    for _ in range(times):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            measured = {}
+            try:
+                if how == "asked":    # the kernel is asked whether it counts mappings
+                    limit_memory(Setup(model="llama-tiny", mode="eager", attn="sdpa", device="cpu",
+                                       memory_limit_gb=cap_gb),
+                                 measured)
+                else:                 # the other answer forced: both ways must repeat
+                    measured["memory_cap"] = memcap.cap_cpu(int(cap_gb * 1e9),
+                                                            count_mappings=how == "data")
+                torch.set_num_threads(2)
+                x = torch.ones(mb * 2**20 // 4)
+                status = "ok" if float((x * 2).sum()) > 0 else "wrong"
+            except BaseException as exc:
+                status = classify_exception(exc)[0]
+            os.write(write, json.dumps([status, measured.get("memory_cap")]).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            print(json.dumps([group, *json.loads(f.read())]))
+        os.waitpid(pid, 0)
 """
 
 
-def capped(cap_gb: float, mb: int, times: int, how: str = "asked") -> list:
-    out = subprocess.run([sys.executable, "-c", CHILDREN, str(cap_gb), str(mb), str(times), how],
+# Every group the tests below ask for, and the outcomes of each (their children's [status, cap]).
+GROUPS = [(cap_gb, 100, 5, how) for how in ("asked", "data", "address_space")
+          for cap_gb in (0.1, 0.5)]
+
+
+@pytest.fixture(scope="module")
+def capped():
+    """`capped(cap_gb, mb, times, how)`: the outcomes of that group's children, all run in one
+    process (CHILDREN) the first time a test asks."""
+    out = subprocess.run([sys.executable, "-c", CHILDREN, json.dumps(GROUPS)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    return [json.loads(line) for line in out.stdout.splitlines()]
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert sorted({group for group, *_ in lines}) == list(range(len(GROUPS)))
+
+    def outcomes(cap_gb: float, mb: int, times: int, how: str = "asked") -> list:
+        group = GROUPS.index((cap_gb, mb, times, how))
+        found = [outcome for number, *outcome in lines if number == group]
+        assert len(found) == times
+        return found
+
+    return outcomes
 
 
 @pytest.mark.slow
-def test_the_same_cap_gives_the_same_outcome_every_time():
+def test_the_same_cap_gives_the_same_outcome_every_time(capped):
     """About 200 MB of tensors (and two torch threads, whose stacks and arenas start after the
     cap): under 0.1 GB always oom, under 0.5 GB always ok, five times each; the kernel's answer
     and the mechanism the record names agree with what a mapping over the cap does here."""
@@ -74,7 +93,7 @@ def test_the_same_cap_gives_the_same_outcome_every_time():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["data", "address_space"])
-def test_either_mechanism_repeats(how):
+def test_either_mechanism_repeats(capped, how):
     """Each mechanism forced (the other kernel's answer): the same outcomes five times each."""
     assert [status for status, _ in capped(0.1, 100, 5, how)] == ["oom"] * 5
     under = capped(0.5, 100, 5, how)

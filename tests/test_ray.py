@@ -5,6 +5,7 @@ The setups are tiny eager CPU setups, real processes in real Ray jobs; the test 
 runs cuda setups whose processes are short scripts (tests/fakes.py's ProtocolChild) through the
 real Runner and Ray executor, since the fake GPUs cannot run a model. The client (stepbench run)
 enters the cluster's network namespace only, so it is this test's child and Ctrl-C reaches it.
+A user's factory (tests/carried.py) runs here too, as a job with its folder as working_dir.
 Skipped, with the reason, where Ray cannot be imported or the namespace cannot be made.
 """
 
@@ -22,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from carried import MODEL, TINY, one_ok, only_the_nodes_have_it, project, with_src
 from conftest import RAY_POLL_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
-from says import error_line, names
+from says import error_line, lines_naming, names
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
 
@@ -357,3 +359,23 @@ def test_ray_local_starts_a_cluster_for_the_run_and_stops_it(tmp_path):
     [record] = read_jsonl(out)
     assert record["status"] == "ok" and record["placement"]["ray"]["node_id"]
     assert token            # the local Ray made a token for its clients (Ray's default)
+
+
+# ---------------------------------------------------------------- a user's factory
+
+def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster, tmp_path):
+    run = project(tmp_path)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run(ray_cluster.client_argv(
+        [sys.executable, "-m", "stepbench", "run", "--ray", ray_cluster.address, "--model",
+         MODEL, "--workload-dir", "../proj", *TINY, "--out", str(out), "--format", "json"]),
+        cwd=run, capture_output=True, text=True, timeout=600,
+        env=with_src(RAY_AUTH_MODE="disabled"))
+    assert proc.returncode == 0, proc.stderr
+    record = one_ok(json.loads(proc.stdout), "server")
+    assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
+    assert lines_naming(proc.stderr, "Ray job", "../proj", "2 files")
+    # A package the nodes have and this client has not: read in a short Ray job.
+    only_the_nodes_have_it(ray_cluster, ["--ray", ray_cluster.address], run, out,
+                           with_src(RAY_AUTH_MODE="disabled"), "on the Ray cluster")
+

@@ -5,7 +5,8 @@ The setups are tiny eager CPU setups, real processes in real Slurm jobs; the tes
 (and of a job over two nodes) runs setups whose processes are short scripts (tests/fakes.py's
 ProtocolChild) through the real Runner and Slurm executor, since the fake GPUs cannot run a model.
 The client (stepbench run, submitit) enters the cluster's network namespace only, so it is this
-test's child and Ctrl-C reaches it. Skipped, with the reason, where Slurm cannot be started.
+test's child and Ctrl-C reaches it. A user's factory (tests/carried.py) runs here too, in its own
+folder. Skipped, with the reason, where Slurm cannot be started.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import textwrap
 
 import pytest
 
+from carried import MODEL, TINY, one_ok, only_the_nodes_have_it, project
 from conftest import SETUP_FAULT_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
 from says import error_line, names
 
@@ -208,3 +210,27 @@ def test_the_matrix_through_slurm_ctrl_c_a_rerun_resumes_and_a_timeout(slurm_clu
                       "--timeout", "1", "--out", out, "--format", "json")
     resumed_and_timed_out(again, kept, out, "slurm")
     nothing_left(slurm_cluster, out)
+
+
+# ---------------------------------------------------------------- a user's factory
+
+def test_a_factory_runs_as_a_slurm_job_in_this_folder(slurm_cluster, tmp_path):
+    # The nodes share this filesystem: nothing is carried, the job runs in this very folder.
+    run = project(tmp_path, guard=False)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run(slurm_cluster.client_argv(
+        [sys.executable, "-m", "stepbench", "run", "--slurm", "--model", MODEL, *TINY,
+         "--out", str(out), "--format", "json"]),
+        cwd=run, capture_output=True, text=True, timeout=600,
+        env=dict(slurm_cluster.env, PYTHONPATH=os.pathsep.join([SRC, os.environ.get(
+            "PYTHONPATH", "")])))
+    assert proc.returncode == 0, proc.stderr
+    record = one_ok(json.loads(proc.stdout))
+    assert record["placement"]["slurm"]
+    # A package only the nodes have (tests/slurmnet.py's task prolog): read in a short job.
+    # Refused as a GPU run: the read job asks one of the run's GPUs (gres), on the node that has
+    # them (sb1), as a GPU partition may refuse a job that asks none.
+    only_the_nodes_have_it(slurm_cluster, ["--slurm"], run, out,
+                           dict(slurm_cluster.env, PYTHONPATH=SRC), "on Slurm node",
+                           ("--device", "cuda", "--gpu-type", "h100"))
+    assert not (run.parent / ".stepbench-slurm").exists() and slurm_cluster.jobs() == []

@@ -146,7 +146,7 @@ def test_a_slurm_read_the_queue_does_not_start_is_cancelled_and_said(tmp_path, m
 
     from stepbench.execute.slurm import signatures
 
-    # (The read itself, in a real Slurm job: test_workload_remote.py.)
+    # (The read itself, in a real Slurm job: test_slurm.py.)
     monkeypatch.setattr(signatures, "READ_TIMEOUT_S", 0.3)
     monkeypatch.setattr(signatures, "LOOK_S", 0.05)
     monkeypatch.setattr(signatures, "POLL_S", 0.05)

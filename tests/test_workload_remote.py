@@ -1,11 +1,8 @@
 """A user's factory (`--model FILE.py:FUNCTION`) on the remote backends: what a job carries
-(execute/bundle.py) and where it is unpacked (hostprep), fast; and one real tiny run through each
-of SSH (tests/sshd.py), Ray (tests/raynet.py) and Slurm (tests/slurmnet.py), each skipped where
-its server cannot be had here.
-
-The real runs' factory refuses to run from the file the test wrote (`ORIGIN`): an `ok` record
-says the job imported a carried copy, at the same relative path, with the module beside it
-(--workload-dir) importable there too.
+(execute/bundle.py) and where it is unpacked (hostprep), fast; and one real tiny run on an SSH host
+(tests/sshd.py) and one on a rented machine, of the project in tests/carried.py. Its real runs as
+a Ray and a Slurm job are in tests/test_ray.py and tests/test_slurm.py, on the cluster each of
+those files starts anyway (a cluster of its own here cost a second start, 20 to 28 s of a worker).
 """
 
 from __future__ import annotations
@@ -20,58 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC, read_jsonl
+from carried import FACTORY, MODEL, TINY, one_ok, project, with_src
+from conftest import read_jsonl
 from says import error_line, lines_naming, names
 from stepbench.errors import UserError
 from stepbench.execute import bundle as carry
 from stepbench.execute.hosts import hostprep
-
-FACTORY = '''
-from pathlib import Path
-
-import torch
-from torch import nn
-
-from helper import WIDTH        # beside this file: it travels with --workload-dir
-
-ORIGIN = {origin!r}
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(8, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 1))
-
-    def forward(self, x):
-        return self.body(x).pow(2).mean()
-
-
-def make(batch_size, device):
-    here = str(Path(__file__).resolve())
-    if ORIGIN and here.startswith(ORIGIN):
-        raise RuntimeError(f"imported from {{here}}, not from a carried copy")
-    x = torch.randn(batch_size, 8, device=device)
-    return Net(), lambda: x
-'''
-MODEL = "../proj/nets/mlp.py:make"
-TINY = ["--device", "cpu", "--modes", "eager", "--batch", "2", "--warmup", "1", "--steps", "2",
-        "--repeats", "1"]
-
-
-def project(root: Path, guard: bool = True) -> Path:
-    """root/proj/nets/{mlp,helper}.py (with a .git and a __pycache__ that do not travel) and
-    root/run, the folder the run starts in; returns root/run."""
-    nets = root / "proj" / "nets"
-    nets.mkdir(parents=True)
-    (nets / "mlp.py").write_text(FACTORY.format(origin=str((root / "proj").resolve())
-                                                if guard else ""))
-    (nets / "helper.py").write_text("WIDTH = 16\n")
-    (nets / "__pycache__").mkdir()
-    (nets / "__pycache__" / "mlp.cpython-311.pyc").write_bytes(b"\0" * 10)
-    (root / "proj" / ".git").mkdir()
-    (root / "proj" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (root / "run").mkdir()
-    return root / "run"
 
 
 # ---------------------------------------------------------------- what travels (fast)
@@ -257,20 +208,6 @@ def test_slurm_checks_the_factorys_file_or_folder_is_shared(tmp_path, monkeypatc
 
 # ---------------------------------------------------------------- real runs (slow)
 
-def _ok(records: list[dict], start: str | None = None) -> dict:
-    [record] = records
-    assert record["status"] == "ok", record.get("error")
-    assert record["setup"]["model"] == MODEL      # the identity, as given
-    assert len(record["step_times_ms"]) == 2 and record["units"] == "samples"
-    if start:
-        assert record["placement"]["start"] == start
-    return record
-
-
-def _env(**extra) -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get(
-        "PYTHONPATH")])), **extra)
-
 
 @pytest.mark.slow
 def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path, capsys):
@@ -281,9 +218,9 @@ def test_a_factory_runs_on_an_ssh_host_from_its_carried_folder(sshd, tmp_path, c
          str(sshd.config), "--remote-python", sys.executable, "--remote-dir",
          str(tmp_path / "remote"), "--model", MODEL, "--workload-dir", "../proj", *TINY,
          "--out", str(out), "--format", "json"],
-        cwd=run, capture_output=True, text=True, timeout=600, env=_env())
+        cwd=run, capture_output=True, text=True, timeout=600, env=with_src())
     assert proc.returncode == 0, proc.stderr
-    record = _ok(json.loads(proc.stdout), "server")
+    record = one_ok(json.loads(proc.stdout), "server")
     assert record["host"] == "alpha"
     assert lines_naming(proc.stderr, "alpha:", "../proj", "2 files")
     [unpacked] = (tmp_path / "remote" / "workloads").iterdir()
@@ -353,9 +290,9 @@ def test_a_factory_runs_on_a_rented_machine_from_its_carried_file(sshd, tmp_path
              str(tmp_path / "remote"), "--model", MODEL, *TINY, "--out", str(tmp_path / "r.jsonl"),
              "--format", "json"],
             cwd=run, capture_output=True, text=True, timeout=600,
-            env=_env(RUNCRATE_API_KEY=key, RUNCRATE_BASE_URL=api.url))
+            env=with_src(RUNCRATE_API_KEY=key, RUNCRATE_BASE_URL=api.url))
         assert proc.returncode == 0, proc.stderr
-        record = _ok(json.loads(proc.stdout))
+        record = one_ok(json.loads(proc.stdout))
         assert record["host"] == "runcrate:L40S" and api.live() == []
         assert lines_naming(proc.stderr, "runcrate:L40S:", "../proj/nets/mlp.py", "1 file")
         monkeypatch.setenv("RUNCRATE_API_KEY", key)
@@ -401,61 +338,3 @@ def _a_package_only_the_rented_machine_has(sshd, api, tmp_path, capsys):
     code, out, err = run("--dry-run")
     assert code == 0 and lines_naming(err, "rpkg.net", "not checked here",
                                       "on the first rented machine")
-
-
-@pytest.mark.slow
-def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster, tmp_path):
-    run = project(tmp_path)
-    out = tmp_path / "r.jsonl"
-    proc = subprocess.run(ray_cluster.client_argv(
-        [sys.executable, "-m", "stepbench", "run", "--ray", ray_cluster.address, "--model",
-         MODEL, "--workload-dir", "../proj", *TINY, "--out", str(out), "--format", "json"]),
-        cwd=run, capture_output=True, text=True, timeout=600, env=_env(RAY_AUTH_MODE="disabled"))
-    assert proc.returncode == 0, proc.stderr
-    record = _ok(json.loads(proc.stdout), "server")
-    assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
-    assert lines_naming(proc.stderr, "Ray job", "../proj", "2 files")
-    # A package the nodes have and this client has not: read in a short Ray job.
-    _only_the_nodes_have_it(ray_cluster, ["--ray", ray_cluster.address], run, out,
-                            _env(RAY_AUTH_MODE="disabled"), "on the Ray cluster")
-
-
-def _only_the_nodes_have_it(cluster, engine: list[str], run: Path, out: Path, env: dict,
-                            where: str, refusing: tuple[str, ...] = ()) -> None:
-    """`--model nodes_only_net:make` (tests/nodes_only: the test cluster's nodes import it, this
-    client cannot): its signature read `where`, then measured; a --param it does not take
-    refused in one line, exit 2, before any setup's job (`refusing`: more flags of that run)."""
-    for flags, code in [(["--param", "depth=2"], 0), (["--param", "width=8", *refusing], 2)]:
-        proc = subprocess.run(cluster.client_argv(
-            [sys.executable, "-m", "stepbench", "run", *engine, "--model", "nodes_only_net:make",
-             *flags, *TINY, "--out", str(out), "--format", "json"]),
-            cwd=run, capture_output=True, text=True, timeout=600, env=env)
-        assert proc.returncode == code, proc.stderr
-        assert lines_naming(proc.stderr, "read the signature of nodes_only_net:make", where)
-    [record] = [r for r in read_jsonl(out) if r["setup"]["model"] == "nodes_only_net:make"]
-    assert record["status"] == "ok" and record["setup"]["params"] == "depth=2"
-    assert error_line(proc.stderr.strip().splitlines()[-1], "run")
-    assert names(proc.stderr, "--param width", "depth")
-
-
-@pytest.mark.slow
-def test_a_factory_runs_as_a_slurm_job_in_this_folder(slurm_cluster, tmp_path):
-    # The nodes share this filesystem: nothing is carried, the job runs in this very folder.
-    run = project(tmp_path, guard=False)
-    out = tmp_path / "r.jsonl"
-    proc = subprocess.run(slurm_cluster.client_argv(
-        [sys.executable, "-m", "stepbench", "run", "--slurm", "--model", MODEL, *TINY,
-         "--out", str(out), "--format", "json"]),
-        cwd=run, capture_output=True, text=True, timeout=600,
-        env=dict(slurm_cluster.env, PYTHONPATH=os.pathsep.join([SRC, os.environ.get(
-            "PYTHONPATH", "")])))
-    assert proc.returncode == 0, proc.stderr
-    record = _ok(json.loads(proc.stdout))
-    assert record["placement"]["slurm"]
-    # A package only the nodes have (tests/slurmnet.py's task prolog): read in a short job.
-    # Refused as a GPU run: the read job asks one of the run's GPUs (gres), on the node that has
-    # them (sb1), as a GPU partition may refuse a job that asks none.
-    _only_the_nodes_have_it(slurm_cluster, ["--slurm"], run, out,
-                            dict(slurm_cluster.env, PYTHONPATH=SRC), "on Slurm node",
-                            ("--device", "cuda", "--gpu-type", "h100"))
-    assert not (run.parent / ".stepbench-slurm").exists() and slurm_cluster.jobs() == []
