@@ -24,9 +24,10 @@ class Phases:
         self.mark = time.perf_counter()
         self.seconds["start"] = round(max(_seconds_since_process_start(), 0.0), 3)
 
-    def lap(self, name: str) -> None:
-        """The time since the last lap belongs to phase `name`."""
-        now = time.perf_counter()
+    def lap(self, name: str, now: float | None = None) -> None:
+        """The time since the last lap belongs to phase `name` (up to `now`, a perf_counter
+        reading the caller took for its own measurement, so that the two agree)."""
+        now = time.perf_counter() if now is None else now
         self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self.mark, 3)
         self.mark = now
 
