@@ -530,8 +530,12 @@ def test_a_real_tune_measures_each_param_value_against_its_own_reference(mlp, tm
     result = json.loads(proc.stdout)
     tried = {t["setup"]["params"] for t in result["tried"] if t["status"] == "ok"}
     assert tried == {"width=4", "width=64"}, result["tried"]
-    # Each process found the MLP's blocks: none (one Sequential of leaf layers; issue 35).
-    assert [t.get("blocks") for t in result["tried"]] == [{"count": 0}] * len(result["tried"])
+    # Each process that ran found the MLP's blocks: none (one Sequential of leaf layers; issue
+    # 35). One the budget's end stopped (a timeout under the tune's shortened limit, on a busy
+    # machine) sent no record body, so no blocks.
+    ran = [t for t in result["tried"] if t["status"] == "ok"]
+    assert len(ran) >= 2 and [t.get("blocks") for t in ran] == [{"count": 0}] * len(ran)
+    assert all(t["status"] in ("ok", "timeout") for t in result["tried"]), result["tried"]
     assert result["winner"]["setup"]["params"] in tried
     assert "tokens/s" not in proc.stderr and "samples/s" in proc.stderr, proc.stderr[-2000:]
 
