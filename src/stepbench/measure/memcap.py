@@ -24,13 +24,14 @@ ran out in a longer measurement (git 2d86cbb, reverted).
 
 Either way glibc's thresholds are fixed first (`fix_malloc`): by default its mmap threshold
 rises to the size of each mapped block freed (up to 32 MiB) and its trim threshold to twice that,
-so blocks of the step's size came from the heaps and arenas afterwards and freed ones stayed
-there, in a layout that depends on how the intra-op threads were scheduled. A busy machine then
-moved what a step held by up to 7% (issue 37, item 4; benchmarks/README.md, section j3). Fixed at
-128 KiB, every block from 128 KiB up is mapped and unmapped on free, and the data memory of a step
-repeats. The cap covers the setup's build and steps only: `release` lifts it after the timed ones,
-before stepbench's own extra steps (the profiler's count of the tensors, the FLOP counter), which
-need more than a step and are no part of what the cap asks.
+at moments that depend on the order in which the threads freed blocks, so the heaps' layout, and
+what a step held, differed by up to 8% between processes on a busy machine (issue 37, item 4;
+benchmarks/README.md, section j3). Fixed from the start at 32 MiB, the layout repeats. What a
+step holds still grows a little over its first tens of steps (freed blocks stay in the heaps): a
+cap fitted to a short run can be too small for a long one. The cap covers the setup's build and
+steps only: `release` lifts it after the timed ones, before stepbench's own extra steps (the
+profiler's count of the tensors, the FLOP counter), which need more than a step and are no part
+of what the cap asks.
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ import resource
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
-FIXED_THRESHOLD = 128 * 1024    # glibc's own starting value of both
+# Both thresholds, fixed at the mmap threshold's dynamic maximum (32 MiB on 64-bit glibc), where
+# an uncapped process's threshold ends after its first steps: a capped step runs as fast as an
+# uncapped one. At 128 KiB (glibc's starting value) every block from 128 KiB up was mapped and
+# faulted in again in every step: a step of llama-tiny took 1.65x as long (section j3).
+FIXED_THRESHOLD = 32 * 1024 * 1024
 
 _lifted: list = []    # (resource, limits before the cap) to restore in `release`
 
@@ -83,7 +88,7 @@ def release() -> None:
 
 
 def fix_malloc() -> bool:
-    """glibc's mmap and trim thresholds fixed at 128 KiB (no dynamic rise), and what the process
+    """glibc's mmap and trim thresholds fixed at FIXED_THRESHOLD (no dynamic rise), and what the process
     already freed at the top of its heap given back, so that the baseline holds no spare room:
     False where the C library is not glibc."""
     libc = _libc()
