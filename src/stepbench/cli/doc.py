@@ -68,10 +68,12 @@ AXIS_DOCS: dict[str, tuple[str | None, str]] = {
                                 "process holds after the imports, heap and private mappings "
                                 "alike: not the tensors alone, so a step needs more than the "
                                 "peak memory its record reports, which counts only the tensors "
-                                "(1.4 to 1.5 times for llama-tiny at batch 8 x 256); the same "
-                                "for a forked and a fresh process, whatever it ran before, and "
-                                "on a busy machine; the profiler's and the FLOP counter's extra "
-                                "step after the timed ones runs uncapped)"),
+                                "(1.2 times for llama-tiny at batch 8 x 256); the same for a "
+                                "forked and a fresh process, whatever it ran before, and on a "
+                                "busy machine; the profiler's and the FLOP counter's extra step "
+                                "after the timed ones runs uncapped. A capped step runs slower, "
+                                "1.65x for llama-tiny: every block from 128 KiB up is mapped "
+                                "afresh)"),
     "parallel": (None, "comma list of `none`, `ddp`, `fsdp2`: each setup as one torchrun job of "
                        "`--nproc` processes with DistributedDataParallel or FSDP2 (`none`: one "
                        "process, the baseline of scaling efficiency)"),

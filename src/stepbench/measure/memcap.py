@@ -26,12 +26,12 @@ Either way glibc's thresholds are fixed first (`fix_malloc`): by default its mma
 rises to the size of each mapped block freed (up to 32 MiB) and its trim threshold to twice that,
 at moments that depend on the order in which the threads freed blocks, so the heaps' layout, and
 what a step held, differed by up to 8% between processes on a busy machine (issue 37, item 4;
-benchmarks/README.md, section j3). Fixed from the start at 32 MiB, the layout repeats. What a
-step holds still grows a little over its first tens of steps (freed blocks stay in the heaps): a
-cap fitted to a short run can be too small for a long one. The cap covers the setup's build and
-steps only: `release` lifts it after the timed ones, before stepbench's own extra steps (the
-profiler's count of the tensors, the FLOP counter), which need more than a step and are no part
-of what the cap asks.
+benchmarks/README.md, section j3). Fixed at 128 KiB, every block of the step's size is mapped
+and unmapped on free, the heaps keep only small ones, and the data memory of a step repeats, also
+from one step to the next; a capped step is slower for it (FIXED_THRESHOLD). The cap covers the
+setup's build and steps only: `release` lifts it after the timed ones, before stepbench's own
+extra steps (the profiler's count of the tensors, the FLOP counter), which need more than a step
+and are no part of what the cap asks.
 """
 
 from __future__ import annotations
@@ -44,11 +44,13 @@ import resource
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
-# Both thresholds, fixed at the mmap threshold's dynamic maximum (32 MiB on 64-bit glibc), where
-# an uncapped process's threshold ends after its first steps: a capped step runs as fast as an
-# uncapped one. At 128 KiB (glibc's starting value) every block from 128 KiB up was mapped and
-# faulted in again in every step: a step of llama-tiny took 1.65x as long (section j3).
-FIXED_THRESHOLD = 32 * 1024 * 1024
+# Both thresholds, fixed at glibc's starting value: every block from 128 KiB up is mapped, and
+# unmapped when freed, so what a step holds does not depend on the heaps' layout. It costs speed:
+# the blocks are faulted in again in every step (llama-tiny at batch 8 x 256: 1.65x the step
+# time). Fixed at 32 MiB, where an uncapped process's threshold ends, a step cost nothing more,
+# but fresh processes' heaps (address-space randomization) still moved the need by over 6%
+# (benchmarks/README.md, section j3).
+FIXED_THRESHOLD = 128 * 1024
 
 _lifted: list = []    # (resource, limits before the cap) to restore in `release`
 
