@@ -4,7 +4,7 @@
 # 2 warm-up and 5 timed steps, 10 processes per cap and start method; then what the cap costs:
 # the same setup uncapped and under a generous cap (1 GB), fresh processes alternating, quiet.
 #
-#   NEED_SERVER=0.198 NEED_FRESH=0.215 bash benchmarks/cpu_memcap.sh \
+#   NEED_SERVER=0.173 NEED_FRESH=0.173 bash benchmarks/cpu_memcap.sh \
 #       benchmarks/results/cpu-2core-2026-12-05-memcap
 #
 # NEED_*: the least cap (GB) under which the setup ran, per start method (a forked process reuses

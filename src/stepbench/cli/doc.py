@@ -72,7 +72,7 @@ AXIS_DOCS: dict[str, tuple[str | None, str]] = {
                                 "forked and a fresh process, whatever it ran before, and on a "
                                 "busy machine; the profiler's and the FLOP counter's extra step "
                                 "after the timed ones runs uncapped. A capped step runs slower, "
-                                "1.65x for llama-tiny: every block from 128 KiB up is mapped "
+                                "1.7x for llama-tiny: every block from 128 KiB up is mapped "
                                 "afresh)"),
     "parallel": (None, "comma list of `none`, `ddp`, `fsdp2`: each setup as one torchrun job of "
                        "`--nproc` processes with DistributedDataParallel or FSDP2 (`none`: one "

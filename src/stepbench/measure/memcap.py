@@ -46,8 +46,8 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 # Both thresholds, fixed at glibc's starting value: every block from 128 KiB up is mapped, and
 # unmapped when freed, so what a step holds does not depend on the heaps' layout. It costs speed:
-# the blocks are faulted in again in every step (llama-tiny at batch 8 x 256: 1.65x the step
-# time). Fixed at 32 MiB, where an uncapped process's threshold ends, a step cost nothing more,
+# the blocks are faulted in again in every step (llama-tiny at batch 8 x 256: 1.65-1.75x the
+# step time). Fixed at 32 MiB, where an uncapped process's threshold ends, a step cost nothing more,
 # but fresh processes' heaps (address-space randomization) still moved the need by over 6%
 # (benchmarks/README.md, section j3).
 FIXED_THRESHOLD = 128 * 1024
