@@ -61,8 +61,8 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
     "test_ray.py": 150, "test_workloads.py": 110, "test_run_outcomes.py": 93,
-    "test_distributed.py": 91, "test_run.py": 82, "test_server.py": 63,
-    "test_workload_remote.py": 59, "test_memory_cap.py": 48, "test_remote.py": 43,
+    "test_distributed.py": 91, "test_run.py": 82, "test_memory_cap.py": 75,
+    "test_server.py": 63, "test_workload_remote.py": 59, "test_remote.py": 43,
     "test_backend_registry.py": 37, "test_slurm.py": 33, "test_rent.py": 33,
     "test_remote_stops.py": 31, "test_max_batch.py": 31, "test_tune.py": 30,
     "test_cli_errors.py": 30, "test_peak.py": 29, "test_axes.py": 26, "test_runner.py": 19,

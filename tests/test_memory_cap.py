@@ -23,6 +23,8 @@ import json, os, sys
 import torch
 from stepbench.measure import memcap, models
 from stepbench.measure.step import build_workload
+from stepbench.execute.protocol import Outcome
+from stepbench.execute.runner import classify
 from stepbench.measure.worker import classify_exception, limit_memory
 from stepbench.setup import Setup
 
@@ -50,13 +52,17 @@ for _ in range(times):
                 _, step, _ = build_workload(tiny, torch.device("cpu"))
                 status = "ok" if all(float(step()) > 0 for _ in range(4)) else "wrong"
         except BaseException as exc:
-            status = classify_exception(exc)[0]
+            status = classify_exception(exc, capped=True)[0]
         os.write(write, json.dumps([status, measured.get("memory_cap")]).encode())
         os._exit(0)
     os.close(write)
     with os.fdopen(read) as f:
-        print(f.read())
-    os.waitpid(pid, 0)
+        said = f.read()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    # A refused allocation in oneDNN can end the process by SIGSEGV: the runner's rule says what
+    # that is under a CPU cap.
+    print(said or json.dumps([classify(Outcome(returncode=code), "first_step", 60,
+                                       capped_cpu=True)[0], None]))
 """
 
 
@@ -93,16 +99,17 @@ def test_either_mechanism_repeats(how):
 
 @pytest.mark.slow
 def test_a_step_near_its_need_ends_the_same_beside_a_busy_cpu():
-    """The tiny setup's build and 4 steps (batch 2 x 128) need 0.0475-0.05 GB over the data
-    memory after the imports (bisected on the 2-core CPU, torch 2.13: benchmarks/results/
+    """The tiny setup's build and 4 steps (batch 2 x 128, two torch threads started after the
+    cap, OMP_NUM_THREADS=1 as conftest sets it) need 0.065-0.0675 GB over the data memory after
+    the imports (bisected on the 2-core CPU, torch 2.13: benchmarks/results/
     cpu-2core-2026-12-05-memcap-tiny-need.txt). With a busy loop on a CPU beside them, 3
     processes each at about 8% under and over that: all oom, then all ok. Before glibc's
     thresholds were fixed in capped processes, how the threads were scheduled moved a step's
     data memory by as much (benchmarks/README.md, section j3)."""
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        over = capped(0.044, 0, 3)
-        under = capped(0.054, 0, 3)
+        over = capped(0.06, 0, 3)
+        under = capped(0.073, 0, 3)
     finally:
         busy.kill()
         busy.wait()
