@@ -62,10 +62,10 @@ HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
     "test_ray.py": 180, "test_workloads.py": 110, "test_distributed.py": 95,
-    "test_run_outcomes.py": 93, "test_run.py": 82, "test_server.py": 66,
-    "test_workload_remote.py": 56, "test_tune.py": 48, "test_remote.py": 43,
+    "test_run_outcomes.py": 93, "test_run.py": 82, "test_memory_cap.py": 60,
+    "test_server.py": 66, "test_workload_remote.py": 56, "test_tune.py": 48, "test_remote.py": 43,
     "test_remote_stops.py": 39, "test_backend_registry.py": 37, "test_slurm.py": 36,
-    "test_memory_cap.py": 33, "test_rent.py": 33, "test_max_batch.py": 31,
+    "test_rent.py": 33, "test_max_batch.py": 31,
     "test_cli_errors.py": 30, "test_peak.py": 29, "test_axes.py": 26, "test_runner.py": 19,
     "test_caches.py": 19, "test_hooks.py": 17, "test_gpu_pool.py": 15, "test_oom_kill.py": 12,
     "test_plan.py": 12, "test_compare.py": 11,

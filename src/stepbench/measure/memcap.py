@@ -21,38 +21,84 @@ what remains counted beyond the step's own memory (the stacks of the threads it 
 same each time the setup runs. Forcing every block onto the heap (M_MMAP_MAX 0) made the outcome
 deterministic too, but the heap fragmented over steps, so a batch that fitted in a short probe
 ran out in a longer measurement (git 2d86cbb, reverted).
+
+Either way glibc's thresholds are fixed first (`fix_malloc`): by default its mmap threshold
+rises to the size of each mapped block freed (up to 32 MiB) and its trim threshold to twice that,
+at moments that depend on the order in which the threads freed blocks, so the heaps' layout, and
+what a step held, differed by up to 8% between processes on a busy machine (issue 37, item 4;
+benchmarks/README.md, section j3). Fixed at 128 KiB, every block of the step's size is mapped
+and unmapped on free, the heaps keep only small ones, and the data memory of a step repeats, also
+from one step to the next; a capped step is slower for it (FIXED_THRESHOLD). The cap covers the
+setup's build and steps only: `release` lifts it after the timed ones, before stepbench's own
+extra steps (the profiler's count of the tensors, the FLOP counter), which need more than a step
+and are no part of what the cap asks.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 import resource
 
-M_ARENA_MAX = -8        # glibc's mallopt parameter (malloc.h)
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+# Both thresholds, fixed at glibc's starting value: every block from 128 KiB up is mapped, and
+# unmapped when freed, so what a step holds does not depend on the heaps' layout. It costs speed:
+# the blocks are faulted in again in every step (llama-tiny at batch 8 x 256: 1.65-1.75x the
+# step time). Fixed at 32 MiB, where an uncapped process's threshold ends, a step cost nothing more,
+# but fresh processes' heaps (address-space randomization) still moved the need by over 6%
+# (benchmarks/README.md, section j3).
+FIXED_THRESHOLD = 128 * 1024
+
+_lifted: list = []    # (resource, limits before the cap) to restore in `release`
 
 
 def cap_cpu(limit_bytes: int, count_mappings: bool | None = None) -> dict:
     """Cap this process's memory at `limit_bytes` more than it holds now, and return how
     (the record's `memory_cap`, without `limit_gb`). `count_mappings` forces the answer to
     "does RLIMIT_DATA count mappings here" (tests); None asks the kernel."""
+    fixed = fix_malloc()
     before = resource.getrlimit(resource.RLIMIT_DATA)
     baseline = status_bytes("VmData")
-    cap = baseline + limit_bytes
-    resource.setrlimit(resource.RLIMIT_DATA, (cap, before[1]))   # the hard limit once decided
+    # Soft limits only: the process lifts them itself after its timed steps (`release`).
+    resource.setrlimit(resource.RLIMIT_DATA, (baseline + limit_bytes, before[1]))
     if count_mappings is None:
         count_mappings = not mapping_fits(limit_bytes)
     if count_mappings:
-        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
-        return {"mechanism": "rlimit_data", "baseline_gb": round(baseline / 1e9, 4)}
+        _lifted.append((resource.RLIMIT_DATA, before))
+        return {"mechanism": "rlimit_data", "baseline_gb": round(baseline / 1e9, 4),
+                "malloc_thresholds_kb": FIXED_THRESHOLD // 1024 if fixed else None}
     resource.setrlimit(resource.RLIMIT_DATA, before)
     one_arena = set_arena_max(1)
+    before = resource.getrlimit(resource.RLIMIT_AS)
     baseline = status_bytes("VmSize")
-    resource.setrlimit(resource.RLIMIT_AS, (baseline + limit_bytes, baseline + limit_bytes))
+    resource.setrlimit(resource.RLIMIT_AS, (baseline + limit_bytes, before[1]))
+    _lifted.append((resource.RLIMIT_AS, before))
     return {"mechanism": "rlimit_as", "baseline_gb": round(baseline / 1e9, 4),
             "why": "RLIMIT_DATA does not count mappings on this kernel",
-            "malloc_arenas": 1 if one_arena else None}
+            "malloc_arenas": 1 if one_arena else None,
+            "malloc_thresholds_kb": FIXED_THRESHOLD // 1024 if fixed else None}
+
+
+def release() -> None:
+    """Lift the cap `cap_cpu` set (nothing where none was): after the setup's timed steps."""
+    while _lifted:
+        which, limits = _lifted.pop()
+        resource.setrlimit(which, limits)
+
+
+def fix_malloc() -> bool:
+    """glibc's mmap and trim thresholds fixed at FIXED_THRESHOLD (no dynamic rise), and what the process
+    already freed at the top of its heap given back, so that the baseline holds no spare room:
+    False where the C library is not glibc."""
+    libc = _libc()
+    if libc is None:
+        return False
+    fixed = all(libc.mallopt(p, FIXED_THRESHOLD) == 1 for p in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
+    libc.malloc_trim(0)
+    return fixed
 
 
 def mapping_fits(limit_bytes: int) -> bool:
@@ -69,11 +115,19 @@ def mapping_fits(limit_bytes: int) -> bool:
 
 def set_arena_max(arenas: int) -> bool:
     """glibc's mallopt(M_ARENA_MAX): False where the C library is not glibc."""
+    libc = _libc()
+    return libc is not None and bool(libc.mallopt(M_ARENA_MAX, arenas))
+
+
+def _libc():
+    """The C library where it is glibc (it has mallopt and malloc_trim), else None. The
+    process's own symbols: ctypes.util.find_library would start a compiler or ldconfig."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(M_ARENA_MAX, arenas))
+        libc = ctypes.CDLL(None)
+        libc.mallopt, libc.malloc_trim    # noqa: B018 - AttributeError where not glibc
     except (OSError, AttributeError):
-        return False
+        return None
+    return libc
 
 
 def status_bytes(field: str) -> int:

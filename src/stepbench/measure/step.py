@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 
 from stepbench import hostlead, workload
-from stepbench.measure import (compile_info, inductor_cache, kernels, machine, options,  # noqa: F401
-                               parallel, telemetry)
+from stepbench.measure import (compile_info, inductor_cache, kernels, machine, memcap,  # noqa: F401
+                               options, parallel, telemetry)
 from stepbench.measure.phases import Phases
 from stepbench.errors import first_line
 from stepbench.noise import noise_flags_for
@@ -115,6 +115,8 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     result["loss_last"] = result["losses"][-1]
     result.update(step_time_summary(step_times_ms, work.units_per_batch))
     phases.lap("timed")
+    # --memory-limit-gb on a CPU caps the setup's steps, not the counting below (measure/memcap.py).
+    memcap.release()
     progress("done")
 
     # Everything below reads what the window left behind; nothing here is timed.
