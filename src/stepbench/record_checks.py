@@ -133,7 +133,7 @@ _OBJECTS = {
     "phases": dict[str, float],
     "threads": {"intra_op": int, "inter_op": int},
     "memory_cap": {"baseline_gb": float, "limit_gb": float, "mechanism": str,
-                   "malloc_thresholds_kb": int},
+                   "malloc_thresholds_kb": int, "timed_steps_capped": bool},
     "ranks": [_RANK],
     "scaling": {"backend": str, "parallel": str, "wrapping": str, "nnodes": int, "nproc_per_node": int,
                 "world_size": int, "efficiency": float, "tokens_per_s_per_gpu": float,

@@ -64,16 +64,18 @@ AXIS_DOCS: dict[str, tuple[str | None, str]] = {
                    "of 0.1 read as `cpu`, and `--init cpu` resumes or reproduces them"),
     "memory_limit_gb": ("none", "cap each child's memory to see what fits a smaller card (GPU: a "
                                 "fraction of the card; CPU: the memory that the setup's build, "
-                                "first step, warm-up and timed steps may allocate beyond what its "
+                                "first step and warm-up steps may allocate beyond what its "
                                 "process holds after the imports, heap and private mappings "
                                 "alike: not the tensors alone, so a step needs more than the "
                                 "peak memory its record reports, which counts only the tensors "
                                 "(1.2 times for llama-tiny at batch 8 x 256); the same for a "
                                 "forked and a fresh process, whatever it ran before, and on a "
-                                "busy machine; the profiler's and the FLOP counter's extra step "
-                                "after the timed ones runs uncapped. A capped step runs slower, "
-                                "1.7x for llama-tiny: every block from 128 KiB up is mapped "
-                                "afresh)"),
+                                "busy machine. The capped steps run slower (1.7x for llama-tiny: "
+                                "every block from 128 KiB up is mapped afresh), so the cap is "
+                                "lifted before the timed steps, which repeat the warm-up's "
+                                "computation at an uncapped step's speed; with `--warmup 0` the "
+                                "timed steps run capped too (the record's "
+                                "`memory_cap.timed_steps_capped`))"),
     "parallel": (None, "comma list of `none`, `ddp`, `fsdp2`: each setup as one torchrun job of "
                        "`--nproc` processes with DistributedDataParallel or FSDP2 (`none`: one "
                        "process, the baseline of scaling efficiency)"),

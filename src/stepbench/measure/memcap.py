@@ -28,10 +28,12 @@ at moments that depend on the order in which the threads freed blocks, so the he
 what a step held, differed by up to 8% between processes on a busy machine (issue 37, item 4;
 benchmarks/README.md, section j3). Fixed at 128 KiB, every block of the step's size is mapped
 and unmapped on free, the heaps keep only small ones, and the data memory of a step repeats, also
-from one step to the next; a capped step is slower for it (FIXED_THRESHOLD). The cap covers the
-setup's build and steps only: `release` lifts it after the timed ones, before stepbench's own
-extra steps (the profiler's count of the tensors, the FLOP counter), which need more than a step
-and are no part of what the cap asks.
+from one step to the next; a step is slower for it (FIXED_THRESHOLD). So the cap covers the
+setup's build, first step and warm-up steps, which are the timed steps' computation, and
+`release` lifts it before the timed steps (after them where there is no warm-up step), with the
+thresholds where an uncapped process's end (RELEASED_THRESHOLD): the timed steps run at an
+uncapped step's speed, and stepbench's own extra steps after them (the profiler's count of the
+tensors, the FLOP counter), which need more than a step, are no part of what the cap asks.
 """
 
 from __future__ import annotations
@@ -51,8 +53,13 @@ M_ARENA_MAX = -8
 # but fresh processes' heaps (address-space randomization) still moved the need by over 6%
 # (benchmarks/README.md, section j3).
 FIXED_THRESHOLD = 128 * 1024
+# Where `release` leaves them: the mmap threshold where glibc's dynamic one stops rising (32 MiB
+# on 64-bit), the trim threshold twice that, as an uncapped process's end up; fixed there, a
+# step took the uncapped time (1.00x, benchmarks/README.md, section j3).
+RELEASED_THRESHOLD = 32 * 1024 * 1024
 
 _lifted: list = []    # (resource, limits before the cap) to restore in `release`
+_fixed: list = []     # True once fix_malloc fixed the thresholds, for `release` to raise them
 
 
 def cap_cpu(limit_bytes: int, count_mappings: bool | None = None) -> dict:
@@ -83,10 +90,16 @@ def cap_cpu(limit_bytes: int, count_mappings: bool | None = None) -> dict:
 
 
 def release() -> None:
-    """Lift the cap `cap_cpu` set (nothing where none was): after the setup's timed steps."""
+    """Lift the cap `cap_cpu` set, and raise glibc's thresholds to RELEASED_THRESHOLD (nothing
+    where no cap was): before the setup's timed steps, after its warm-up ones."""
     while _lifted:
         which, limits = _lifted.pop()
         resource.setrlimit(which, limits)
+    libc = _libc() if _fixed else None
+    if libc is not None:
+        libc.mallopt(M_MMAP_THRESHOLD, RELEASED_THRESHOLD)
+        libc.mallopt(M_TRIM_THRESHOLD, 2 * RELEASED_THRESHOLD)
+    _fixed.clear()
 
 
 def fix_malloc() -> bool:
@@ -98,6 +111,7 @@ def fix_malloc() -> bool:
         return False
     fixed = all(libc.mallopt(p, FIXED_THRESHOLD) == 1 for p in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD))
     libc.malloc_trim(0)
+    _fixed.append(True)
     return fixed
 
 

@@ -92,6 +92,10 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
         progress("warmup", i + 1, setup.warmup)
         losses.append(step())
     sync()
+    if setup.warmup:
+        # --memory-limit-gb on a CPU: the first and warm-up steps, the timed steps' computation,
+        # ran capped; the timed ones run at an uncapped step's speed (measure/memcap.py).
+        memcap.release()
     phases.lap("warmup")
 
     progress("timed", setup.steps)
@@ -115,7 +119,7 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
     result["loss_last"] = result["losses"][-1]
     result.update(step_time_summary(step_times_ms, work.units_per_batch))
     phases.lap("timed")
-    # --memory-limit-gb on a CPU caps the setup's steps, not the counting below (measure/memcap.py).
+    # Without warm-up steps the timed ones ran capped; the counting below never does.
     memcap.release()
     progress("done")
 
