@@ -105,6 +105,7 @@ def test_the_same_cap_gives_the_same_outcome_every_time(capped):
     cap = under[0][1]
     assert cap["mechanism"] == ("rlimit_data" if kernel_counts_mappings() else "rlimit_as")
     assert cap["limit_gb"] == 0.5 and cap["baseline_gb"] > 0
+    assert cap["timed_steps_capped"] is False     # the Setup's warm-up steps: lifted after them
 
 
 @pytest.mark.slow
@@ -182,6 +183,7 @@ def test_a_capped_tiny_setup_ends_the_same_in_every_process(tmp_path):
         caps = [r["memory_cap"] for r in records if r.get("memory_cap")]
         assert {c["mechanism"] for c in caps} <= {"rlimit_data", "rlimit_as"}
         assert all(c["limit_gb"] == float(cap) for c in caps)
+        assert all(c["timed_steps_capped"] for c in caps)     # --warmup 0: the timed ones capped
     assert outcomes == {("0.02", "server"): ["oom"] * 5, ("0.02", "fresh"): ["oom"] * 3,
                         ("0.3", "server"): ["ok"] * 5}
 
@@ -211,7 +213,8 @@ def test_a_refused_allocation_in_a_native_library_is_oom_under_a_cpu_cap():
 @pytest.mark.parametrize("count_mappings", [True, False])
 def test_the_cap_holds_the_steps_and_is_lifted_after_them(count_mappings):
     """The cap is a soft limit over what the process holds now, which the process lifts after
-    its timed steps (memcap.release, before the profiler's and the FLOP counter's extra steps);
+    its warm-up steps (memcap.release; after the timed ones where none ran; always before the
+    profiler's and the FLOP counter's extra steps);
     a second release, or one without a cap, changes nothing. Here, in the test's own process,
     with a cap far above what it holds."""
     import resource
