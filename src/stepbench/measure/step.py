@@ -153,17 +153,19 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
             result["profile"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
         phases.lap("profile")
     if not cuda and not setup.distributed:
-        counted = memory.tensors_peak(step, held_tensors(model, optimizer, work.held()))
-        if counted.get("notes"):
-            result["notes"] = [*result.get("notes", []), *counted.pop("notes")]
-        result.update(counted)
+        add_fields(result, memory.tensors_peak(step, held_tensors(model, optimizer, work.held())))
         phases.lap("memory")
-    fields = work.flop_fields(setup, result["tokens_per_s"], peak_tflops_measured, count=not probe)
+    add_fields(result, work.flop_fields(setup, result["tokens_per_s"], peak_tflops_measured,
+                                        count=not probe))
+    phases.lap("flops")
+
+
+def add_fields(result: dict, fields: dict) -> None:
+    """`fields` into the record body `result`, their `notes` after the notes it has."""
     notes = fields.pop("notes", None)
     if notes:
         result["notes"] = [*result.get("notes", []), *notes]
     result.update(fields)
-    phases.lap("flops")
 
 
 def rng_states(cuda: bool) -> list[torch.Tensor]:
