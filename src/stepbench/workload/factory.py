@@ -208,13 +208,20 @@ def json_value(value):
     return repr(value)
 
 
-def call(forward, inputs):
-    """`forward(**inputs)` (a dict), `forward(*inputs)` (a tuple or list) or `forward(inputs)`."""
+def spread(inputs) -> tuple[tuple, dict, str]:
+    """How the step passes a batch to forward: (args, kwargs, the call in words): `**inputs`
+    (a dict), `*inputs` (a tuple or list) or `inputs` itself."""
     if isinstance(inputs, dict):
-        return forward(**inputs)
+        return (), inputs, "model(**batch)"
     if isinstance(inputs, (tuple, list)):
-        return forward(*inputs)
-    return forward(inputs)
+        return tuple(inputs), {}, "model(*batch)"
+    return (inputs,), {}, "model(batch)"
+
+
+def call(forward, inputs):
+    """`forward` called with the batch `inputs` as the step calls it (`spread`)."""
+    args, kwargs, _ = spread(inputs)
+    return forward(*args, **kwargs)
 
 
 def materialize_lazy(model, inputs) -> None:
@@ -290,7 +297,7 @@ def check_workload(work: Workload, model: str) -> None:
 
 
 def check_call(module, inputs) -> None:
-    """The batch fits the model's forward as the step calls it (`call`), else one line that
+    """The batch fits the model's forward as the step calls it (`spread`), else one line that
     says how it was called and the fix: a `(images, labels)` tuple for a `forward(x)` raised
     "forward() takes 2 positional arguments but 3 were given" from inside the first step."""
     import inspect
@@ -299,14 +306,9 @@ def check_call(module, inputs) -> None:
         signature = inspect.signature(module.forward)
     except (TypeError, ValueError):         # a forward Python cannot read: the step will tell
         return
-    if isinstance(inputs, dict):
-        how, bind = "model(**batch)", lambda: signature.bind(**inputs)
-    elif isinstance(inputs, (tuple, list)):
-        how, bind = "model(*batch)", lambda: signature.bind(*inputs)
-    else:
-        how, bind = "model(batch)", lambda: signature.bind(inputs)
+    args, kwargs, how = spread(inputs)
     try:
-        bind()
+        signature.bind(*args, **kwargs)
     except TypeError as exc:
         kind = f"{type(inputs).__name__} of {len(inputs)}" if isinstance(
             inputs, (dict, tuple, list)) else type(inputs).__name__
