@@ -229,11 +229,12 @@ class GainTable:
         self.machine = list(machine)
         self.gpu = gpu
         self.other_models = other_models
-        ours = [] if other_models else [o for o in self.committed
-                                        if gpu is not None and o.gpu == gpu]
-        self._ours = ours
-        mine = set(map(id, ours))
-        self._others = [o for o in self.committed if id(o) not in mine]
+
+        def ours(o: Observation) -> bool:      # measured on this machine class, of these models
+            return not other_models and gpu is not None and o.gpu == gpu
+
+        self._ours = [o for o in self.committed if ours(o)]
+        self._others = [o for o in self.committed if not ours(o)]
         self._found: dict[tuple, Gain] = {}     # key -> its gain: a tune asks thousands of times
 
     def with_machine(self, machine: list[Observation], gpu: str | None = None) -> "GainTable":
