@@ -31,7 +31,7 @@ and unmapped on free, the heaps keep only small ones, and the data memory of a s
 from one step to the next; a step is slower for it (FIXED_THRESHOLD). So the cap covers the
 setup's build, first step and warm-up steps, which are the timed steps' computation, and
 `release` lifts it before the timed steps (after them where there is no warm-up step), with the
-thresholds where an uncapped process's end (RELEASED_THRESHOLD): the timed steps run at an
+thresholds raised to where an uncapped process's end up (RELEASED_THRESHOLD): the timed steps run at an
 uncapped step's speed, and stepbench's own extra steps after them (the profiler's count of the
 tensors, the FLOP counter), which need more than a step, are no part of what the cap asks.
 """

@@ -30,7 +30,7 @@ def loss_guard(rows: list[Row]) -> list[Finding]:
 def loss_guard_random(rows: list[Row]) -> list[Finding]:
     """Setups the loss guard could not check because their step draws random numbers (dropout)
     and they or their reference are compiled: not a departure, but not a checked loss either
-    (a search does not pick them)."""
+    (a tune may still name one the winner, saying so)."""
     return [Finding("loss_guard", f"{r.row_label()}: {r.loss_guard.describe()}.")
             for r in rows if r.loss_guard is not None and r.loss_guard.random]
 
