@@ -89,6 +89,12 @@ def cap_cpu(limit_bytes: int, count_mappings: bool | None = None) -> dict:
             "malloc_thresholds_kb": FIXED_THRESHOLD // 1024 if fixed else None}
 
 
+def caps_timed_steps(warmup: int) -> bool:
+    """Whether a setup's timed steps run under the cap: only where no warm-up step ran before
+    them (the warm-up steps are the timed steps' computation, so the cap is lifted after them)."""
+    return not warmup
+
+
 def release() -> None:
     """Lift the cap `cap_cpu` set, and raise glibc's thresholds to RELEASED_THRESHOLD (nothing
     where no cap was): before the setup's timed steps, after its warm-up ones."""

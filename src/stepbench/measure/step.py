@@ -92,7 +92,7 @@ def measure(setup: Setup, result: dict, progress: Progress, phases: Phases | Non
         progress("warmup", i + 1, setup.warmup)
         losses.append(step())
     sync()
-    if setup.warmup:
+    if not memcap.caps_timed_steps(setup.warmup):
         # --memory-limit-gb on a CPU: the first and warm-up steps, the timed steps' computation,
         # ran capped; the timed ones run at an uncapped step's speed (measure/memcap.py).
         memcap.release()

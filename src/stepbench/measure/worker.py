@@ -180,10 +180,8 @@ def limit_memory(setup, measured: dict | None = None) -> None:
     else:
         from stepbench.measure import memcap
 
-        # The first and warm-up steps run capped, the timed ones too only without warm-up steps
-        # (memcap.release).
         cap = {"limit_gb": setup.memory_limit_gb, **memcap.cap_cpu(limit_bytes),
-               "timed_steps_capped": not setup.warmup}
+               "timed_steps_capped": memcap.caps_timed_steps(setup.warmup)}
     if measured is not None:
         measured["memory_cap"] = cap
 
