@@ -40,6 +40,10 @@ done
 if [[ " $steps " == *" seed "* || " $steps " == *" wander "* ]] && [ ! -f "$seed" ]; then
   echo "SEED $seed is no file; copy the post's script there" | tee -a "$job/steps.txt" >&2; exit 2
 fi
+# The chain's own copy: a device call that does not carry SEED's ignored folder removes it from
+# the working tree while the chain runs (the 2026-12-05 H100 lease lost the script's side of 30
+# wander rounds and the seed step so).
+if [ -f "$seed" ]; then cp "$seed" "$job/seed_script.py"; seed=$job/seed_script.py; fi
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 cache=$job/cache/inductor
 quiet() { grep -v -e "TensorFloat32" -e "torch.set_float32_matmul_precision" -e "^ *warnings.warn" ; }
@@ -87,7 +91,9 @@ seed() {
       echo "seed_${mode}_${attn}_wall_s $((SECONDS - s0))" >>"$job/hf/walltimes.txt"
     done
   done
-  python3 benchmarks/compare_seed.py "$job/hf/stepbench.jsonl" "$job/hf/seed.jsonl" >"$job/hf/compare.md"
+  python3 benchmarks/compare_seed.py "$job/hf/stepbench.jsonl" "$job/hf/seed.jsonl" >"$job/hf/compare.md" || return
+  # A step that measured nothing does not say exit 0: four setups, four lines.
+  [ "$(grep -c . "$job/hf/seed.jsonl" 2>/dev/null)" -eq 4 ] || { tail -3 "$job/hf/seed.log" >&2; return 1; }
 }
 tune() {   # the budgets in turn on one results file, until the host-bound rule shows
   mkdir -p "$job/tune"

@@ -5,6 +5,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAIN = ROOT / "benchmarks" / "gpu_chain_hf_user_wander.sh"
 
@@ -40,3 +42,23 @@ def test_the_wander_resolves_seed_against_the_callers_folder(tmp_path, monkeypat
     # The script's processes start in ROOT: the path must still name the caller's file there.
     assert seed.is_absolute() and (ROOT / seed).is_file()
     assert seed == tmp_path / "anchors" / "seed_train.py"
+
+
+@pytest.mark.slow
+def test_the_chain_runs_its_own_copy_of_seed(tmp_path):
+    """A device call that does not carry SEED's ignored folder removes it from the working tree
+    while the setsid chain runs (the 2026-12-05 lease lost the script's side so): the chain
+    copies SEED into JOB before any step and names the copy."""
+    import os
+    import subprocess
+
+    seed = tmp_path / "anchors" / "seed_train.py"
+    seed.parent.mkdir()
+    seed.write_text("print('the post script')\n")
+    job = tmp_path / "job"
+    env = {**os.environ, "STEPS": " ", "JOB": str(job), "SEED": str(seed)}
+    subprocess.run(["bash", str(CHAIN)], cwd=ROOT, env=env, check=True, timeout=120,
+                   capture_output=True)
+    copy = job / "seed_script.py"
+    assert copy.read_text() == seed.read_text() and (job / "done").is_file()
+    assert f"SEED={copy} " in (job / "steps.txt").read_text()
