@@ -409,3 +409,49 @@ def test_fsdp2_shards_a_model_without_a_named_block_as_one_unit(tmp_path):
     finally:
         dist.destroy_process_group()
     assert losses["fsdp2"] == pytest.approx(losses["none"], rel=1e-5)
+
+
+def test_a_distributed_factory_setup_reads_the_single_process_flop_count_or_names_the_fix(
+        tmp_path, monkeypatch):
+    # In this process, as the one rank of a job of one. A rank never counts (DDP's reducer, FSDP2's
+    # collectives): it reads what the single-process setup of the same model and per-rank batch
+    # cached, under FSDP2's classes and layers compiled in place as under DDP.
+    import torch
+    import torch.distributed as dist
+
+    from stepbench.measure import cache, step
+    from stepbench.setup import Setup
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    common = dict(model=f"{GPT}:make", attn="sdpa", batch=2, seq=16, device="cpu",
+                  dtype="fp32", compile_scope="layer", nproc=1,
+                  params="n_embd=32;n_head=2;n_layer=2;vocab_size=128")
+
+    def fields(parallel, mode="eager"):
+        setup = Setup(**common, mode=mode, parallel=parallel)
+        work, _, _ = step.build_workload(setup, torch.device("cpu"))
+        return work.flop_fields(setup, 100.0, None, count=True)
+
+    jobs = (("ddp", "eager"), ("fsdp2", "eager"), ("fsdp2", "compile"))
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    try:
+        for job in jobs:
+            uncounted = fields(*job)
+            assert uncounted.get("flops_per_step") is None and "mfu_datasheet" not in uncounted
+            (note,) = uncounted["notes"]
+            assert names(note, "--parallel none", "flops_per_step"), note
+        assert not (tmp_path / "cache" / "factory_flops.json").exists()     # nothing counted
+        single = fields("none")
+        counted = single["flops_per_step"]
+        assert counted > 0 and single["flops_source"] == "flop_counter" and not single["notes"]
+        for job in jobs:
+            read = fields(*job)
+            assert (read["flops_per_step"], read["flops_source"]) == (counted, "flop_counter")
+            # 100 tokens/s of 2 x 16 per step; no datasheet peak for a CPU.
+            assert read["achieved_tflops"] == pytest.approx(counted * 100 / 32 / 1e12)
+            assert read["mfu_datasheet"] is None
+            (note,) = read["notes"]
+            assert names(note, "single-process", "cached"), note
+    finally:
+        dist.destroy_process_group()
