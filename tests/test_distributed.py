@@ -455,3 +455,21 @@ def test_a_distributed_factory_setup_reads_the_single_process_flop_count_or_name
             assert names(note, "single-process", "cached"), note
     finally:
         dist.destroy_process_group()
+
+
+def test_the_report_shows_a_jobs_flops_from_its_single_process_count_and_why_one_has_none(
+        capsys):
+    # A real CPU run of examples/gpt.py (tiny) at `--nproc 2 --parallel ddp,none,fsdp2`: the ddp
+    # job ran before the single-process setup had cached its count, the fsdp2 job after it.
+    path = Path(__file__).resolve().parent / "data" / "cpu-gpt-ddp-none-fsdp2-flops.jsonl"
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {row["parallel"]: row for row in doc["rows"]}
+    records = {r["setup"].get("parallel", "none"): r for r in read_jsonl(path)}
+    assert rows["ddp"]["achieved_tflops"] is None
+    for style in ("none", "fsdp2"):
+        assert rows[style]["achieved_tflops"] == pytest.approx(records[style]["achieved_tflops"])
+    assert records["fsdp2"]["flops_per_step"] == records["none"]["flops_per_step"]
+    assert len(lines_naming("\n".join(doc["notes"]), "ddp x2", "--parallel none",
+                            "flops_per_step")) == 1
+    assert lines_naming("\n".join(doc["notes"]), "FlopCounterMode", "fsdp2", "single-process")
