@@ -331,6 +331,15 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
         for rank in job["ranks"]:
             assert rank["loss_first"] == pytest.approx(single["loss_first"], rel=1e-5)
             assert rank["loss_last"] == pytest.approx(single["loss_last"], rel=1e-4)
+    # The single-process setup ran first and cached its FLOP count, which each job's ranks read
+    # (a rank never counts): TFLOP/s per process, at the slowest rank's step time.
+    counted = single["flops_per_step"]
+    assert counted > 0 and single["flops_source"] == "flop_counter"
+    for job in (ddp, fsdp2):
+        assert (job["flops_per_step"], job["flops_source"]) == (counted, "flop_counter")
+        assert job["achieved_tflops"] == pytest.approx(counted / (job["step_ms"] / 1000) / 1e12)
+        assert job["mfu_datasheet"] is None                 # no datasheet peak for a CPU
+        assert lines_naming("\n".join(job["notes"]), "single-process", "cached")
     assert ddp["scaling"]["wrapping"] == "DDP"
     # The Workload names its block (gpt.Block): one FSDP2 unit per block, then the root.
     assert names(fsdp2["scaling"]["wrapping"].split(", ")[0], "per Block + root")
@@ -356,10 +365,14 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
     assert first["loss_first"] == pytest.approx(second["loss_first"], rel=1e-5)
     assert root["setup"]["mode"] == "compile" and root["compile"]["graphs"] >= 1
     assert not stub.exists()
-    # Its report's scaling table counts its own unit.
+    # No single-process run of it cached a FLOP count: no FLOPs; the note says how to get them.
+    assert root.get("flops_per_step") is None
+    assert lines_naming("\n".join(root["notes"]), "--parallel none", "flops_per_step")
+    # Its report's scaling table counts its own unit; its notes say why it has no MFU.
     assert main(["report", str(tmp_path / "root.jsonl")]) == 0
     text = capsys.readouterr().out
     assert "Samples/s per GPU" in text and "Tokens/s" not in text
+    assert lines_naming(text, "--parallel none", "flops_per_step")
 
 
 MLP = """
