@@ -19,7 +19,7 @@
 #   compiled, one process without a wrapper beside `--nproc 1 --parallel ddp,fsdp2` (torchrun
 #   jobs of one rank: the wrappers' own cost without communication), ending by GPT_S (235 s);
 #   GPT_MODES=eager leaves the compiled three out (a shorter GPT_S fits them otherwise not).
-#   Writes OUT/gpt-nproc1.jsonl, OUT/gpt.md.
+#   Writes OUT/gpt-nproc1.jsonl, OUT/gpt.md (with TFLOP/s, MFU and where the FLOPs came from).
 # Logs: OUT/run.log; the machine: OUT/env.txt. Exits 1 when a run or a table failed (a run
 # stopped at its deadline keeps its records and counts as run).
 set -uo pipefail
@@ -81,8 +81,9 @@ if [[ " $parts " == *" gpt "* ]]; then
     --nproc 1 --parallel none,ddp,fsdp2 --repeats 1 --out "$out/gpt-nproc1.jsonl"
   python3 - "$out/gpt-nproc1.jsonl" <<'PY' | tee "$out/gpt.md"
 import json, sys
-print("| setup | parallel | status | step ms | tokens/s | peak GB | first step s | loss last | wrapping |")
-print("|" + " --- |" * 9)
+print("| setup | parallel | status | step ms | tokens/s | peak GB | first step s | loss last | "
+      "TFLOP/s | MFU (datasheet) | FLOPs from | wrapping |")
+print("|" + " --- |" * 12)
 for line in open(sys.argv[1]):
     r = json.loads(line)
     s = r["setup"]
@@ -90,7 +91,8 @@ for line in open(sys.argv[1]):
     print(f"| {s['name']} | {s.get('parallel', 'none')} | {r['status']} | {num(r.get('step_ms'), '.1f')} | "
           f"{num(r.get('tokens_per_s'), ',.0f')} | {num(r.get('peak_memory_gb'), '.2f')} | "
           f"{num(r.get('first_step_s'), '.1f')} | {num(r.get('loss_last'), '.4f')} | "
-          f"{(r.get('scaling') or {}).get('wrapping', '')} |")
+          f"{num(r.get('achieved_tflops'), '.1f')} | {num(r.get('mfu_datasheet'), '.1%')} | "
+          f"{r.get('flops_source') or '-'} | {(r.get('scaling') or {}).get('wrapping', '')} |")
 PY
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

@@ -331,6 +331,15 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
         for rank in job["ranks"]:
             assert rank["loss_first"] == pytest.approx(single["loss_first"], rel=1e-5)
             assert rank["loss_last"] == pytest.approx(single["loss_last"], rel=1e-4)
+    # The single-process setup ran first and cached its FLOP count, which each job's ranks read
+    # (a rank never counts): TFLOP/s per process, at the slowest rank's step time.
+    counted = single["flops_per_step"]
+    assert counted > 0 and single["flops_source"] == "flop_counter"
+    for job in (ddp, fsdp2):
+        assert (job["flops_per_step"], job["flops_source"]) == (counted, "flop_counter")
+        assert job["achieved_tflops"] == pytest.approx(counted / (job["step_ms"] / 1000) / 1e12)
+        assert job["mfu_datasheet"] is None                 # no datasheet peak for a CPU
+        assert lines_naming("\n".join(job["notes"]), "single-process", "cached")
     assert ddp["scaling"]["wrapping"] == "DDP"
     # The Workload names its block (gpt.Block): one FSDP2 unit per block, then the root.
     assert names(fsdp2["scaling"]["wrapping"].split(", ")[0], "per Block + root")
@@ -356,10 +365,14 @@ def test_a_user_factory_runs_as_ddp_and_fsdp2_jobs_and_trains_the_single_process
     assert first["loss_first"] == pytest.approx(second["loss_first"], rel=1e-5)
     assert root["setup"]["mode"] == "compile" and root["compile"]["graphs"] >= 1
     assert not stub.exists()
-    # Its report's scaling table counts its own unit.
+    # No single-process run of it cached a FLOP count: no FLOPs; the note says how to get them.
+    assert root.get("flops_per_step") is None
+    assert lines_naming("\n".join(root["notes"]), "--parallel none", "flops_per_step")
+    # Its report's scaling table counts its own unit; its notes say why it has no MFU.
     assert main(["report", str(tmp_path / "root.jsonl")]) == 0
     text = capsys.readouterr().out
     assert "Samples/s per GPU" in text and "Tokens/s" not in text
+    assert lines_naming(text, "--parallel none", "flops_per_step")
 
 
 MLP = """
@@ -409,3 +422,67 @@ def test_fsdp2_shards_a_model_without_a_named_block_as_one_unit(tmp_path):
     finally:
         dist.destroy_process_group()
     assert losses["fsdp2"] == pytest.approx(losses["none"], rel=1e-5)
+
+
+def test_a_distributed_factory_setup_reads_the_single_process_flop_count_or_names_the_fix(
+        tmp_path, monkeypatch):
+    # In this process, as the one rank of a job of one. A rank never counts (DDP's reducer, FSDP2's
+    # collectives): it reads what the single-process setup of the same model and per-rank batch
+    # cached, under FSDP2's classes and layers compiled in place as under DDP.
+    import torch
+    import torch.distributed as dist
+
+    from stepbench.measure import cache, step
+    from stepbench.setup import Setup
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    common = dict(model=f"{GPT}:make", attn="sdpa", batch=2, seq=16, device="cpu",
+                  dtype="fp32", compile_scope="layer", nproc=1,
+                  params="n_embd=32;n_head=2;n_layer=2;vocab_size=128")
+
+    def fields(parallel, mode="eager"):
+        setup = Setup(**common, mode=mode, parallel=parallel)
+        work, _, _ = step.build_workload(setup, torch.device("cpu"))
+        return work.flop_fields(setup, 100.0, None, count=True)
+
+    jobs = (("ddp", "eager"), ("fsdp2", "eager"), ("fsdp2", "compile"))
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
+    try:
+        for job in jobs:
+            uncounted = fields(*job)
+            assert uncounted.get("flops_per_step") is None and "mfu_datasheet" not in uncounted
+            (note,) = uncounted["notes"]
+            assert names(note, "--parallel none", "flops_per_step"), note
+        assert not (tmp_path / "cache" / "factory_flops.json").exists()     # nothing counted
+        single = fields("none")
+        counted = single["flops_per_step"]
+        assert counted > 0 and single["flops_source"] == "flop_counter" and not single["notes"]
+        for job in jobs:
+            read = fields(*job)
+            assert (read["flops_per_step"], read["flops_source"]) == (counted, "flop_counter")
+            # 100 tokens/s of 2 x 16 per step; no datasheet peak for a CPU.
+            assert read["achieved_tflops"] == pytest.approx(counted * 100 / 32 / 1e12)
+            assert read["mfu_datasheet"] is None
+            (note,) = read["notes"]
+            assert names(note, "single-process", "cached"), note
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_report_shows_a_jobs_flops_from_its_single_process_count_and_why_one_has_none(
+        capsys):
+    # A real CPU run of examples/gpt.py (tiny) at `--nproc 2 --parallel ddp,none,fsdp2`: the ddp
+    # job ran before the single-process setup had cached its count, the fsdp2 job after it.
+    path = Path(__file__).resolve().parent / "data" / "cpu-gpt-ddp-none-fsdp2-flops.jsonl"
+    assert main(["report", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {row["parallel"]: row for row in doc["rows"]}
+    records = {r["setup"].get("parallel", "none"): r for r in read_jsonl(path)}
+    assert rows["ddp"]["achieved_tflops"] is None
+    for style in ("none", "fsdp2"):
+        assert rows[style]["achieved_tflops"] == pytest.approx(records[style]["achieved_tflops"])
+    assert records["fsdp2"]["flops_per_step"] == records["none"]["flops_per_step"]
+    assert len(lines_naming("\n".join(doc["notes"]), "ddp x2", "--parallel none",
+                            "flops_per_step")) == 1
+    assert lines_naming("\n".join(doc["notes"]), "FlopCounterMode", "fsdp2", "single-process")

@@ -181,6 +181,7 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
               for row in rows if row.ok and _loss_not_finite(row)]
     if not explain:
         return notes
+    notes += _uncounted_notes(rows, names)
     unknown = sorted({f for r in rows for f in r.noise_flags
                       if f not in NOISE_MARKS and f != MEMORY_FLAG})
     if unknown:
@@ -195,6 +196,21 @@ def footnotes(rows: list[Row], explain: bool = True) -> list[str]:
                      + " are the provider's hourly price of the rented machine, per GPU; "
                      "--price or --prices overrides them.")
     return notes
+
+
+def _uncounted_notes(rows: list[Row], names: dict[int, str]) -> list[str]:
+    """Why a row has no TFLOP/s or MFU, where its records' notes say (a user's factory: a
+    distributed job without its single-process count, a search's probe, the counter failed;
+    each such note ends "no MFU"): a row missing from the FLOPs table says what to do."""
+    found = []
+    for row in rows:
+        if not row.ok or row.achieved_tflops is not None:
+            continue
+        said = next((n for r in row.records if r.ok for n in r.notes
+                     if n.endswith("no MFU")), None)
+        if said:
+            found.append(f"{names[id(row)]}: {said}.")
+    return found
 
 
 def _loss_not_finite(row: Row) -> bool:

@@ -40,8 +40,12 @@ def _flops_note(rows: list[Row]) -> str | None:
         # A user's factory: its FLOPs per step as it gave them, or as FlopCounterMode counted.
         said = {"flop_counter": "as torch's FlopCounterMode counted one step (matrix products "
                                 "only)", "workload": "as the workload gave them (flops_per_step)"}
+        # A ddp or fsdp2 row's count is its model's single-process one (workload/factory.py).
+        alone = ("; a ddp or fsdp2 row's count is its single-process setup's, per process"
+                 if "flop_counter" in sources and any(r.setup.distributed for r in counted)
+                 else "")
         return "TFLOP/s and MFU count the FLOPs per step " + " or ".join(
-            said[s] for s in sorted(sources)) + "."
+            said[s] for s in sorted(sources)) + alone + "."
     note = ("TFLOP/s and MFU count the model's FLOPs "
             + ("as " + "; ".join(conventions) if conventions else "by a convention the records "
                "do not name") + ". Attention is counted non-causal, the full score matrix")

@@ -129,9 +129,11 @@ class FactoryBuilt(Built):
                 **({"param_defaults": self.param_defaults} if self.param_defaults else {})}
 
     def flop_fields(self, setup, units_per_s: float, peak_tflops_measured, count: bool) -> dict:
-        """FLOPs per step from the workload, else FlopCounterMode's count of one step;
-        achieved TFLOP/s and MFU from them. Without a count (a search's probe, or the counter
-        failed) the fields stay empty and a note says why: the measurement is still ok."""
+        """FLOPs per step from the workload, else FlopCounterMode's count of one step (a
+        distributed job's: the single-process setup's, cached); achieved TFLOP/s and MFU from
+        them. Without a count (a search's probe, the counter failed, a distributed job without
+        the cached count) the fields stay empty and a note says why: the measurement is still
+        ok."""
         import torch
 
         from stepbench.measure import flops, machine, options
@@ -139,7 +141,12 @@ class FactoryBuilt(Built):
 
         fields: dict = {"notes": []}
         per_step, source = self.work.flops_per_step, "workload"
-        if per_step is None and not setup.distributed:
+        if per_step is None and setup.distributed:
+            per_step = self.single_process_count(setup, fields["notes"])
+            if per_step is not None:
+                source = "flop_counter"
+                fields["flop_counter_per_step"] = per_step
+        elif per_step is None:
             try:
                 with torch.compiler.set_stance("force_eager"), options.forward_context(setup):
                     # Cached per machine (flopcache.py): the first process of a setup counts.
@@ -169,6 +176,27 @@ class FactoryBuilt(Built):
                        "mfu_datasheet": flops.mfu(achieved, peak),
                        "mfu_measured": flops.mfu(achieved, peak_tflops_measured)})
         return fields
+
+    def single_process_count(self, setup, notes: list) -> float | None:
+        """A distributed job's FLOPs per (rank) step: FlopCounterMode's count of the same model
+        and per-rank batch that a single-process setup cached on this machine (flopcache.py),
+        else None; `notes` says which. A rank never counts: DDP's reducer hooks fire on a backward
+        run outside its forward, and FSDP2's ranks would all have to count together (its
+        gathers are collectives) where one rank may find the count cached and another not."""
+        try:
+            per_step = flopcache.counted(
+                flopcache.key(setup, self.factory, self.work, self.inputs), None, may_count=False)
+        except Exception as exc:  # noqa: BLE001 - MFU must not cost the measurement
+            print(f"stepbench: reading the FLOP cache failed: {exc}", file=sys.stderr)
+            per_step = None
+        if per_step is None:
+            notes.append("FLOPs not counted in a distributed job: measure `--parallel none` of "
+                         "this model on this machine first (its count is cached), or give "
+                         "flops_per_step in the factory; no MFU")
+        else:
+            notes.append("FLOPs per step counted by FlopCounterMode in a single-process run of "
+                         "this model and per-rank batch on this machine (its cached count)")
+        return per_step
 
     recompute = True    # checkpointed blocks recompute their forward in the backward
 

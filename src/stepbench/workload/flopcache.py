@@ -12,7 +12,12 @@ on, and a count is stored only where that key can be told:
   (`IGNORED`: the count runs eagerly, before any optimizer step, on one process), so a new axis
   is in the key until someone argues it out;
 * what was built: the batch's tensor shapes and dtypes, and the parameters' names, shapes and
-  dtypes.
+  dtypes as the model defines them, however it was wrapped: a DDP or FSDP2 rank of a job computes
+  the key of the single-process setup with its per-rank batch, and reads the count that setup
+  cached (a rank never counts: factory.py `FactoryBuilt.single_process_count`). FSDP2's sharded
+  parameters (DTensors) give their global shapes, its classes made on the fly (`FSDP<Block>`)
+  and a layer compiled in its place (`OptimizedModule`, `_orig_mod.` in the names) give the
+  model's own.
 A factory file changed on disk since it was imported (the process server imports it once per
 run) gives no key: counted, never stored.
 """
@@ -29,7 +34,8 @@ from pathlib import Path
 from stepbench.workload.base import tensors_in
 
 # Setup fields that cannot change the count: how the step is compiled, timed, stepped and spread
-# (a distributed setup is not counted), and where its memory limit sits.
+# (a distributed setup's rank reads the single-process setup's count), and where its memory limit
+# sits.
 IGNORED = frozenset({"mode", "compile_mode", "compile_scope", "optimizer", "warmup", "steps",
                      "checkpointing",     # counted without its recompute (FactoryBuilt.count_flops)
                      "memory_limit_gb", "nproc", "nnodes", "parallel", "fsdp_reshard",
@@ -46,7 +52,7 @@ def code_files(factory, work, module) -> list[Path]:
     """The files the step's code comes from (see the module's docstring), sorted."""
     files = {inspect.getsourcefile(factory) or ""}
     for m in work.model.modules():
-        files.add(_file_of(type(m)))
+        files.add(_file_of(model_class(m)))
     for fn in (work.make_batch, work.loss_fn, work.optimizer, work.block):
         files.add(_file_of(fn))
     module_file = getattr(module, "__file__", None)
@@ -71,6 +77,26 @@ def installed(path: str) -> bool:
     parts = Path(path).parts
     return "site-packages" in parts or "dist-packages" in parts or \
         Path(path).resolve().is_relative_to(Path(__file__).resolve().parent.parent)
+
+
+def model_class(module) -> type | None:
+    """The class the model's code gave `module`: FSDP2's `fully_shard` swaps in a subclass made on
+    the fly (from torch's file), a layer compiled in its place is an OptimizedModule holding the
+    original (`_orig_mod`, also among the modules: None here); neither is the model's code."""
+    cls = type(module)
+    # Neither can be there unless its module was imported.
+    dynamo, fsdp = (sys.modules.get(name) for name in ("torch._dynamo.eval_frame",
+                                                       "torch.distributed.fsdp"))
+    if dynamo is not None and issubclass(cls, dynamo.OptimizedModule):
+        return None
+    if fsdp is not None and issubclass(cls, fsdp.FSDPModule):
+        return next(c for c in cls.__mro__ if not issubclass(c, fsdp.FSDPModule))
+    return cls
+
+
+def parameter_name(name: str) -> str:
+    """A parameter's name without the `_orig_mod.` a layer compiled in its place adds."""
+    return ".".join(part for part in name.split(".") if part != "_orig_mod")
 
 
 def _file_of(thing) -> str:
@@ -105,7 +131,9 @@ def _key(setup, factory, work, inputs) -> dict | None:
     code = digest(code_files(factory, work, module))
     fields = {f.name: getattr(setup, f.name) for f in dataclasses.fields(setup)
               if f.name not in IGNORED}
-    shapes = hashlib.sha256(repr([(name, tuple(p.shape), str(p.dtype), p.requires_grad)
+    # A DTensor's shape is the global one: an FSDP2 rank's shard gives the whole parameter's.
+    shapes = hashlib.sha256(repr([(parameter_name(name), tuple(p.shape), str(p.dtype),
+                                   p.requires_grad)
                                   for name, p in work.model.named_parameters()]).encode())
     return {"factory": f"{Path(source).resolve()}:{factory.__name__}", "code": code,
             "setup": fields,
