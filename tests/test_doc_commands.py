@@ -71,6 +71,11 @@ def test_every_flag_of_a_command_is_named_in_its_docs(command):
     assert missing == set()
 
 
+def test_the_top_level_flags_are_named_in_cli_md():
+    text = (DOCS / "cli.md").read_text()
+    assert {f for f in flags(build_parser()) - {"--help"} if f"stepbench {f}" not in text} == set()
+
+
 def test_every_command_has_docs_and_its_help_shows_no_doubled_percent():
     assert set(commands()) == set(PAGES)
     for name, parser in commands().items():
