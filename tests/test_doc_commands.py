@@ -80,3 +80,11 @@ def test_every_command_has_docs_and_its_help_shows_no_doubled_percent():
     assert set(commands()) == set(PAGES)
     for name, parser in commands().items():
         assert "%%" not in parser.format_help(), name
+
+
+def test_tune_md_names_every_key_of_tunes_json():
+    from stepbench.search.tune.results import TuneResult
+
+    empty = TuneResult("tokens", 60.0, 0.0, None, None, [], [], None, None, False)
+    text = (DOCS / "tune.md").read_text().split("`--format json`: one object")[1][:3000]
+    assert {k for k in empty.to_dict() if f"`{k}`" not in text} == set()
