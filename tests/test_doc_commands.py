@@ -2,6 +2,7 @@
 every command is named in its docs: a flag renamed or added without its docs fails here.
 (`stepbench run`'s flag table itself is generated and checked in test_settings_declared.py.)"""
 
+import json
 import re
 from pathlib import Path
 
@@ -88,3 +89,14 @@ def test_tune_md_names_every_key_of_tunes_json():
     empty = TuneResult("tokens", 60.0, 0.0, None, None, [], [], None, None, False)
     text = (DOCS / "tune.md").read_text().split("`--format json`: one object")[1][:3000]
     assert {k for k in empty.to_dict() if f"`{k}`" not in text} == set()
+
+
+def test_predict_md_names_every_key_of_predicts_json(capsys):
+    from stepbench.cli import main
+
+    data = ROOT / "tests" / "data" / "predict" / "h200-profile-matrix.jsonl"
+    assert main(["predict", str(data), "--gpu", "L40S", "--format", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    keys = set(found) | set().union(*found["rows"]) | set().union(*found["sources"])
+    text = (DOCS / "predict.md").read_text()
+    assert {k for k in keys if f"`{k}`" not in text and f'"{k}"' not in text} == set()
