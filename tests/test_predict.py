@@ -186,6 +186,13 @@ def test_results_without_a_profile_say_how_to_get_one(capsys):
     assert len(err) == 1 and names(err[0], "h200-matrix.jsonl", "--profile")
 
 
+def test_cpu_records_say_the_profile_must_come_from_a_gpu(capsys):
+    # `run --profile` works on a CPU too; the fix the line names is then a GPU, not --profile.
+    assert main(["predict", str(DATA / "cpu-factory-mlp.jsonl"), "--gpu", "L40S"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and names(err[0], "cpu-factory-mlp.jsonl", "CPU", "--profile DIR` on a GPU")
+
+
 def test_records_without_classes_are_split_from_their_stored_traces(tmp_path):
     from stepbench.predict.source import measured
 

@@ -404,3 +404,11 @@ def test_report_leaves_the_garbage_collector_as_it_found_it(capsys, tmp_path):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_every_json_row_key_is_named_in_report_mds_json_section(post_json):
+    text = (Path(__file__).parent.parent / "docs" / "report.md").read_text()
+    section = text.split("\n## JSON\n")[1].split("\n## ")[0]
+    named = set(re.findall(r"`([a-z_]+)`", section))
+    keys = set().union(*(row.keys() for row in post_json["rows"]))
+    assert keys - named == set(), "docs/report.md's JSON section misses these row keys"

@@ -36,3 +36,13 @@ def test_every_record_field_is_documented_and_nothing_else():
     assert doc["setup"] == names(Setup) | {"name"}
     assert doc["machine"] == names(Machine)
     assert doc["software"] == names(Software)
+
+
+def test_the_fields_left_out_while_empty_are_the_ones_the_code_leaves_out():
+    from stepbench.axes import AXES
+    from stepbench.record import LATER_FIELDS
+
+    text = DOC.read_text().split("Every field is present in every record, except")[1]
+    listed = set(re.findall(r"`([a-z_]+)`", text.split("A number that was not")[0]))
+    assert set(LATER_FIELDS) <= listed, "results-schema.md: fields a record leaves out while empty"
+    assert {a.name for a in AXES if a.later} <= listed

@@ -23,7 +23,7 @@ def add(sub) -> None:
         "compare", help="compare two results files setup by setup (before and after a change)",
         description="Match the setups of BEFORE and AFTER (every setting but warm-up and timed "
                     "steps, on the same GPU) and show each one's change in step time and "
-                    "tokens/s with its 95%% interval, tested against noise as the report "
+                    "tokens/s with its 95% interval, tested against noise as the report "
                     "tests; setups of one side only are listed apart.")
     p.add_argument("before", metavar="BEFORE", help="results file (*.jsonl) or folder of them")
     p.add_argument("after", metavar="AFTER", help="results file (*.jsonl) or folder of them")

@@ -156,5 +156,9 @@ def require_profiles(steps: list[Measured], paths: list[str]) -> list[Measured]:
         where = ", ".join(paths)
         ok = [m for m in steps if m.status == "ok"]
         what = "no setup ran ok" if not ok else "no record holds a profile of its kernels"
+        if ok and all(m.gpu == "cpu" for m in ok):
+            # `run --profile` on a CPU profiles a step too, but one without GPU kernels to scale.
+            what = "its records ran on the CPU, whose profiled step has no GPU kernels to scale"
+            raise UserError(f"{where}: {what}; {PROFILE_HINT.replace('DIR`', 'DIR` on a GPU')}")
         raise UserError(f"{where}: {what}; {PROFILE_HINT}")
     return usable
