@@ -226,8 +226,10 @@ def _error_line(row: Row) -> str:
 
 def _row_names(rows: list[Row], labels: dict[int, str]) -> dict[int, str]:
     """"GPU setup-label" per row (`labels`: setup_labels(rows)), for notes: the label names the
-    model (or batch, dtype...) where rows differ in it, so that a note points at one row."""
-    return {id(r): f"{r.gpu} {labels[id(r)]}" for r in rows}
+    model (or batch, dtype...) where rows differ in it, so that a note points at one row; the
+    GPU only where the rows are of more than one (a one-GPU table's title names it)."""
+    several = len({r.gpu for r in rows}) > 1
+    return {id(r): f"{r.gpu} {labels[id(r)]}" if several else labels[id(r)] for r in rows}
 
 
 def _combined_notes(rows: list[Row], names: dict[int, str]) -> list[str]:
