@@ -163,7 +163,8 @@ def test_a_rank_that_raises_ends_its_job_names_the_rank_and_the_matrix_goes_on(t
     proc = run_cli("run", *TINY, "--seed", seed, "--nproc", "2", "--parallel", "ddp,none",
                    "--out", out, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    failed, single = read_jsonl(out)
+    single, failed = read_jsonl(out)        # none first, whatever the order given
+    assert failed["setup"]["parallel"] == "ddp" and "parallel" not in single["setup"]
     assert failed["status"] == "error" and failed["phase"] == "warmup"
     assert failed["error"].startswith("rank 1 (")
     assert names(failed["error"], "fault injected", "rank 1", "phase warmup", "torchrun")
@@ -472,8 +473,9 @@ def test_a_distributed_factory_setup_reads_the_single_process_flop_count_or_name
 
 def test_the_report_shows_a_jobs_flops_from_its_single_process_count_and_why_one_has_none(
         capsys):
-    # A real CPU run of examples/gpt.py (tiny) at `--nproc 2 --parallel ddp,none,fsdp2`: the ddp
-    # job ran before the single-process setup had cached its count, the fsdp2 job after it.
+    # A real CPU run of examples/gpt.py (tiny) at `--nproc 2 --parallel ddp,none,fsdp2`, made
+    # before a run measured `none` first: the ddp job ran before the single-process setup had
+    # cached its count, the fsdp2 job after it.
     path = Path(__file__).resolve().parent / "data" / "cpu-gpt-ddp-none-fsdp2-flops.jsonl"
     assert main(["report", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)

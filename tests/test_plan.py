@@ -123,6 +123,10 @@ def test_where_the_weights_are_drawn_and_the_parallel_style_can_be_planned(plan_
     # A flag beside the plan wins over it.
     setups = dry_run(capsys, "--plan", plan_file(text), "--parallel", "none", "--nproc", "1")
     assert {s.get("parallel", "none") for s in setups} == {"none"}
+    # none runs first, whatever the order given: a user's model's FLOPs counted there are what
+    # its ddp and fsdp2 jobs read on this machine.
+    setups = dry_run(capsys, "--plan", plan_file(text), "--parallel", "fsdp2,ddp,none")
+    assert [s.get("parallel", "none") for s in setups][::2] == ["none", "fsdp2", "ddp"]
 
 
 @pytest.mark.parametrize("text, kind, tokens", [

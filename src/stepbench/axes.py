@@ -72,6 +72,8 @@ class Axis:
     # matches a before and an after setup that differ only in these (Setup.match_key).
     timing: bool = False
     nest: int = 50              # matrix order: smaller varies slower (outer loop)
+    # Values measured before the others, whatever order the flag gives them in.
+    leads: tuple = ()
     # Whether the field means something given the setup's other fields ({name: value}); where
     # it does not, a setup holds its default (eager mode has no compile mode).
     applies: Callable[[dict], bool] | None = None
@@ -172,7 +174,8 @@ class Axis:
             else:
                 value = item
             values.append(self.check(value, where=where))
-        return each_once(values, name, items)
+        # Stable: the others in the order given.
+        return tuple(sorted(each_once(values, name, items), key=lambda v: v not in self.leads))
 
     def why_not(self, value, device: str) -> str | None:
         """Why `value` cannot run on `device` here; None when nothing stands in its way."""
@@ -412,9 +415,12 @@ AXES: list[Axis] = [
          "--batch is per process", least=1, legacy=1, start=True, applies=distributed),
     Axis("parallel", str, ("none",),
          "comma list of none, ddp, fsdp2: run each setup as a torchrun job of --nproc processes "
-         "with DistributedDataParallel or FSDP2 (none: one process, the baseline of scaling "
-         "efficiency)", many=True, choices=("none", "ddp", "fsdp2"), legacy="none", start=True,
-         nest=0, detail=lambda s: s.parallel_label),
+         "with DistributedDataParallel or FSDP2 (none: one process, measured first: the "
+         "baseline of scaling efficiency)", many=True, choices=("none", "ddp", "fsdp2"),
+         legacy="none", start=True,
+         # none first: a user's model's FLOPs, counted there, are what its ddp and fsdp2 jobs
+         # read (workload/factory.py single_process_count), and scaling's baseline.
+         nest=0, leads=("none",), detail=lambda s: s.parallel_label),
     Axis("nnodes", int, 1, "hosts one distributed job spans (torchrun --nnodes)", least=1,
          legacy=1, start=True, applies=distributed),
     # FSDP2's wrapping (measure/parallel.py). The legacy values are what every fsdp2 record

@@ -78,7 +78,8 @@ AXIS_DOCS: dict[str, tuple[str | None, str]] = {
                                 "`memory_cap.timed_steps_capped`))"),
     "parallel": (None, "comma list of `none`, `ddp`, `fsdp2`: each setup as one torchrun job of "
                        "`--nproc` processes with DistributedDataParallel or FSDP2 (`none`: one "
-                       "process, the baseline of scaling efficiency)"),
+                       "process, measured first: the baseline of scaling efficiency, and a "
+                       "user's model's FLOP count for its `ddp` and `fsdp2` jobs)"),
     "nproc": (None, "processes (GPUs) per job and node; `--batch` is per process, so the global "
                     "batch is batch x nproc x nnodes. Each job takes `--nproc` GPUs of the "
                     "`--gpus` pool (default: the first `--nproc`)"),
