@@ -306,3 +306,22 @@ def test_plots_path_that_is_a_file_is_one_line_naming_it(capsys, tmp_path):
     path.write_text("")
     code, _, err = report(capsys, POST, "--prices", PRICES, "--plots", path)
     assert_user_error(code, err, f"--plots {path}", "folder")
+
+
+def test_a_job_of_one_process_is_the_wrappers_own_cost_not_scaling(capsys):
+    # The H100 lease's examples/gpt.py at --nproc 1 --parallel none,ddp,fsdp2: a job of one
+    # process has nothing to scale over; its finding says what the wrapper alone cost, that
+    # the host set the pace (the records' host_bound), and names its job once.
+    path = (Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+            / "h100-2026-12-05-gpt-nproc1.jsonl")
+    code, out, _ = report(capsys, path, "--format", "json")
+    doc = json.loads(out)
+    scaling = {f["text"].split("(")[1].split(",")[0]: f["text"] for f in doc["findings"]
+               if f["kind"] == "scaling"}
+    assert sorted(scaling) == ["ddp x1", "fsdp2 x1"]
+    assert names(scaling["ddp x1"], "wrapper's own cost", "0.84x", "unwrapped", "host-bound")
+    assert names(scaling["fsdp2 x1"], "0.39x", "host-bound")
+    assert not any("scaling efficiency" in text for text in scaling.values())
+    code, out, _ = report(capsys, path)
+    lead = out[out.index("Key findings"):out.index("Results")]
+    assert "- The ddp wrapper's own cost" in lead and "ddp x1: The" not in lead

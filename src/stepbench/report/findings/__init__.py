@@ -67,12 +67,14 @@ def key_findings(rows: list[Row], groups: list[tuple[str | None, list[Finding]]]
                  limit: int = LEAD_MAX) -> list[tuple[str | None, Finding]]:
     """The few findings of `groups` (findings_for's) to show first, as (workload, finding): the
     workload is its shortest name (e.g. the model's label) when there are several, else None.
-    The same Finding objects as in `groups`: each keeps its place there too."""
+    The same Finding objects as in `groups`: each keeps its place there too; a finding that
+    names its workload itself ("Scaling over ddp x2: ...") comes without it."""
     short = {heading: name for heading, name in _workload_names(rows).values()}
     out = []
     for kind, tag in LEAD:
         for heading, findings in groups:
-            out += [(short.get(heading), f) for f in findings
+            name = short.get(heading)
+            out += [(None if name and name in f.text else name, f) for f in findings
                     if f.kind == kind and (tag is None or tag in f.tags)]
     return out[:limit]
 

@@ -210,7 +210,8 @@ def energy(rows: list[Row]) -> list[Finding]:
 
 
 def scaling(rows: list[Row]) -> list[Finding]:
-    """A distributed job against one GPU without a wrapper: tokens/s, efficiency, memory per GPU."""
+    """A distributed job against one GPU without a wrapper: tokens/s, efficiency, memory per GPU;
+    a job of one process, the wrapper's own cost (no communication, nothing to scale)."""
     items, unit = [], counted(rows)
     for row in rows:
         if row.scaling_efficiency is None or not steady(row):
@@ -218,10 +219,19 @@ def scaling(rows: list[Row]) -> list[Finding]:
         speedup = row.scaling_efficiency * row.setup.world_size
         memory = ("" if row.peak_memory_gb is None else
                   f", peak memory {row.peak_memory_gb:.1f} GB per GPU")
+        if row.setup.world_size == 1:
+            bound = " (host-bound, ^: the wrapper's hooks set the pace)" if \
+                "host_bound" in row.noise_flags else ""
+            items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the {unit}/s of the same "
+                         f"process unwrapped{bound}{memory}")
+            continue
         items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the {unit}/s of one GPU "
                      f"({percent(row.scaling_efficiency)} scaling efficiency, "
                      f"{row.tokens_per_s_per_gpu:,.0f} {unit}/s per GPU){memory}")
     if not items:
         return []
     label = rows[0].setup.parallel_label
+    if rows[0].setup.world_size == 1:
+        return [Finding("scaling", f"The {rows[0].setup.parallel} wrapper's own cost on one "
+                        f"process ({label}, no communication): " + "; ".join(items) + ".")]
     return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
