@@ -54,21 +54,20 @@ else:
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 HOOKS = str(Path(__file__).resolve().parent / "hooks")
 # The files that wait on real child processes, longest first (seconds of one worker in a whole
-# run on 2 cores, roughly: docs/development.md; the files whose slow tests took longer in the run
-# of `pytest -m slow --durations=0` at load 4 to 5 on 2026-12-05, branch fastsuite, by that run).
-# pyproject's addopts hand whole files to the two workers in collection order
-# (--no-loadscope-reorder), so these start first and the many quick files fill in behind them;
-# a file left last that takes minutes would keep one worker busy while the other idles. A new
-# file that runs real setups belongs in this list at its place.
+# run on 2 cores: their tests' durations summed, `pytest --durations=0` of the whole suite at
+# load 1 to 2.3, 2026-12-05, branch fastsuite2; test_tune.py at its slowest that day, since its
+# real tune took 12 to 43 s). pyproject's addopts hand whole files to the two workers in
+# collection order (--no-loadscope-reorder), so these start first and the many quick files fill
+# in behind them; a file left last that takes minutes would keep one worker busy while the
+# other idles. A new file that runs real setups belongs in this list at its place.
 SLOW_FILES = {
-    "test_ray.py": 180, "test_workloads.py": 110, "test_distributed.py": 95,
-    "test_run_outcomes.py": 93, "test_run.py": 82, "test_memory_cap.py": 60,
-    "test_server.py": 66, "test_workload_remote.py": 56, "test_tune.py": 48, "test_remote.py": 43,
-    "test_remote_stops.py": 39, "test_backend_registry.py": 37, "test_slurm.py": 36,
-    "test_rent.py": 33, "test_max_batch.py": 31,
-    "test_cli_errors.py": 30, "test_peak.py": 29, "test_axes.py": 26, "test_runner.py": 19,
-    "test_caches.py": 19, "test_hooks.py": 17, "test_gpu_pool.py": 15, "test_oom_kill.py": 12,
-    "test_plan.py": 12, "test_compare.py": 11,
+    "test_ray.py": 110, "test_distributed.py": 75, "test_run_outcomes.py": 58,
+    "test_server.py": 44, "test_tune.py": 43, "test_run.py": 36, "test_slurm.py": 35,
+    "test_memory_cap.py": 32, "test_workload_remote.py": 32, "test_workloads.py": 31,
+    "test_remote.py": 23, "test_rent.py": 20, "test_max_batch.py": 20, "test_remote_stops.py": 18,
+    "test_runner.py": 16, "test_axes.py": 12, "test_gpu_pool.py": 6, "test_backend_registry.py": 5,
+    "test_compile_layers.py": 4, "test_plan.py": 4, "test_report.py": 4, "test_oom_kill.py": 3,
+    "test_hooks.py": 3, "test_cli_errors.py": 3, "test_peak.py": 2,
 }
 # A CPU run small enough for a test: llama-tiny, 4 x 64 tokens, 2 warm-up and 5 timed steps, one
 # process per setup (run's default of 2, and a third where they disagree, would double the

@@ -48,6 +48,9 @@ while True:
 # A package the nodes import and the tests' clients cannot (tests/nodes_only/nodes_only_net).
 NODES_ONLY = str(Path(__file__).resolve().parent / "nodes_only")
 DASHBOARD_PORT = 8265
+# Ray's dashboard's polls on the test cluster (RAY_POLL_ENV), and its clients' pace of deleting
+# ended jobs (tests/hooks/stepbench_test_hooks.py, settle_sooner).
+POLL_S = "0.1"
 GPU_TYPE = "FAKE-GPU"
 # Small: two cores shared with everything else. The head has two fake GPUs (and the GPU type
 # above), two CPUs; the second raylet one CPU and no GPU (the second node of a two-node job).
@@ -137,7 +140,7 @@ class RayCluster(Namespaced):
                         PYTHONPATH=os.pathsep.join(filter(None, [HOOKS, NODES_ONLY,
                                                                  env.get("PYTHONPATH")])),
                         RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
-                        **{RAY_POLL_ENV: "0.1"})
+                        **{RAY_POLL_ENV: POLL_S})
         self.holder = subprocess.Popen(["unshare", "--net", "--pid", "--fork", "--mount-proc",
                                         "--kill-child", sys.executable, "-c", HOLDER], stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL,

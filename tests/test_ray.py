@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from carried import MODEL, TINY, one_ok, only_the_nodes_have_it, project, with_src
-from conftest import RAY_POLL_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
+from carried import MODEL, TINY, one_ok, only_the_nodes_have_it, project
+from conftest import HOOKS, RAY_POLL_ENV, SMALL, SRC, read_jsonl, resumed_and_timed_out, wait_for, with_hooks
 from says import error_line, lines_naming, names
 
 pytestmark = pytest.mark.slow       # every test here starts a Ray cluster's jobs
@@ -54,8 +54,13 @@ def finished(proc: subprocess.Popen, timeout=600) -> subprocess.CompletedProcess
 
 
 def client_env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-                RAY_AUTH_MODE="disabled")
+    """A client's environment: this stepbench, no token, and tests/hooks with the cluster's
+    RAY_POLL_ENV, so that a run waits for its ended jobs' deletion to settle at the pace of the
+    test cluster's job manager (0.1 s loops: tests/hooks/stepbench_test_hooks.py), not Ray's
+    default second's (about 2 s less at every run's end)."""
+    from raynet import POLL_S
+
+    return dict(with_hooks(os.environ), RAY_AUTH_MODE="disabled", **{RAY_POLL_ENV: POLL_S})
 
 
 def nothing_left(cluster) -> None:
@@ -137,7 +142,7 @@ def test_ray_gives_gpus_0_and_1_a_third_waits_a_rerun_resumes_and_nproc_2_gets_b
 
     from fakes import ProtocolChild, check_two_gpus_then_a_third_waits
 
-    env = dict(client_env(), PYTHONPATH=os.pathsep.join([TESTS, SRC]))
+    env = dict(client_env(), PYTHONPATH=os.pathsep.join([HOOKS, TESTS, SRC]))
     proc = subprocess.run(ray_cluster.client_argv(
         [sys.executable, "-c", SCRIPTED, ray_cluster.address, str(tmp_path), GPU_TYPE]),
         capture_output=True, text=True, timeout=300, env=env)
@@ -340,7 +345,7 @@ def test_ray_local_starts_a_cluster_for_the_run_and_stops_it(tmp_path):
     # of the test's (short: Ray's Unix socket paths), not to /tmp/ray and ~/.ray.
     # Its dashboard polls as the test cluster's does (tests/raynet.py, RAY_POLL_ENV).
     home = tempfile.mkdtemp(prefix="sbray-")
-    env = dict(with_hooks(client_env()), HOME=home, RAY_TMPDIR=home, **{RAY_POLL_ENV: "0.1"})
+    env = dict(client_env(), HOME=home, RAY_TMPDIR=home)
     del env["RAY_AUTH_MODE"]        # as a user runs it: token authentication on
     try:
         proc = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc",
@@ -370,12 +375,14 @@ def test_a_factory_runs_as_a_ray_job_with_its_folder_as_working_dir(ray_cluster,
         [sys.executable, "-m", "stepbench", "run", "--ray", ray_cluster.address, "--model",
          MODEL, "--workload-dir", "../proj", *TINY, "--out", str(out), "--format", "json"]),
         cwd=run, capture_output=True, text=True, timeout=600,
-        env=with_src(RAY_AUTH_MODE="disabled"))
+        env=client_env())
     assert proc.returncode == 0, proc.stderr
     record = one_ok(json.loads(proc.stdout), "server")
     assert record["placement"]["ray"]["job_id"].startswith("stepbench-")
     assert lines_naming(proc.stderr, "Ray job", "../proj", "2 files")
-    # A package the nodes have and this client has not: read in a short Ray job.
-    only_the_nodes_have_it(ray_cluster, ["--ray", ray_cluster.address], run, out,
-                           with_src(RAY_AUTH_MODE="disabled"), "on the Ray cluster")
+    # A package the nodes have and this client has not: read in a short Ray job. (--start
+    # fresh: its one setup does not pay for a process server on every node; the run above
+    # forked its setup from one.)
+    only_the_nodes_have_it(ray_cluster, ["--ray", ray_cluster.address, "--start", "fresh"], run,
+                           out, client_env(), "on the Ray cluster")
 

@@ -521,10 +521,12 @@ def test_tune_starts_a_factory_from_its_own_parameters_and_searches_what_applies
 @pytest.mark.slow
 def test_a_real_tune_measures_each_param_value_against_its_own_reference(mlp, tmp_path):
     # Two widths: two models, each guarded against an eager run of its own width; the lines
-    # and the table count the factory's unit, samples.
+    # and the table count the factory's unit, samples. The batch ladder starts at 1024: from
+    # 4, each width's ladder doubled its batch ten times (the MLP's step costs the same up to
+    # 4096) and the tune measured 22 processes, not 6.
     proc = run_cli("tune", "--model", f"{mlp}:make", "--param", "width=4,64", "--device", "cpu",
                    "--modes", "eager", "--optimizer", "fused", "--checkpointing", "off",
-                   "--repeats", "1", "--warmup", "1", "--steps", "2", "--budget", "40s",
+                   "--batch", "1024", "--repeats", "1", "--warmup", "1", "--steps", "2", "--budget", "40s",
                    "--format", "json", "--out", tmp_path / "tune.jsonl", timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)

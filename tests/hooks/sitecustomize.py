@@ -21,8 +21,10 @@ its functions with a version that reads its variable at call time:
   to fork).
 - RAY_POLL_ENV = seconds: Ray's dashboard (the test Ray cluster's processes have this folder on
   their PYTHONPATH, tests/raynet.py) polls a job's log file and its supervisor at that interval
-  instead of once a second, so that a job's lines reach stepbench sooner (two class attributes,
-  and the log reader's module's asyncio.sleep, set as their modules are imported).
+  instead of once a second, so that a job's lines and its end reach stepbench sooner (three class
+  attributes, and the log reader's module's asyncio.sleep, set as their modules are imported);
+  in a stepbench client (tests/test_ray.py's), a deleted job is watched for 10 such intervals,
+  not SETTLE_S's 3 s.
 
 Because the variables are read at call time, a process forked from a long-lived one after these
 modules were imported there (a process server's child) is reached too, with the variables of its

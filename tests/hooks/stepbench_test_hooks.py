@@ -24,7 +24,13 @@ RAY_POLL_ENV = "STEPBENCH_TEST_RAY_POLL_S"
 # supervisor to say that node (it sleeps once more after it did). The log file's reader
 # (job/utils.py's file_tail_iterator) sleeps a second of its own at the file's end: that
 # module's asyncio is one whose sleep lasts at most RAY_POLL_ENV seconds (quick_sleeps).
-RAY_POLLS = ("LOG_TAIL_SLEEP_S", "WAIT_FOR_SUPERVISOR_ACTOR_INTERVAL_S")
+# The job manager also looks at each running job's supervisor once a loop period
+# (JOB_MONITOR_LOOP_PERIOD_S): how soon a job's end is seen, and what stepbench's deletion of an
+# ended job waits SETTLE_S on (settle_sooner).
+RAY_POLLS = ("LOG_TAIL_SLEEP_S", "WAIT_FOR_SUPERVISOR_ACTOR_INTERVAL_S", "JOB_MONITOR_LOOP_PERIOD_S")
+# SETTLE_S is 3 of the job manager's loop periods at Ray's 1 s (execute/ray/jobs.py); at the
+# test cluster's 0.1 s, 10 periods: a loop on a loaded machine takes longer than its sleep.
+SETTLE_POLLS = 10
 
 
 def spoil_weights(apply_options):
@@ -145,12 +151,21 @@ def quick_sleeps(asyncio_module):
     return QuickSleeps()
 
 
+def settle_sooner(settle_s):
+    """stepbench's SETTLE_S (a deleted job watched for that long, for a FAILED written by Ray's
+    job manager late) as the same number of the job manager's loop periods at RAY_POLL_ENV
+    seconds, where set: the test cluster's job manager (poll_faster) looks that much sooner."""
+    seconds = os.environ.get(RAY_POLL_ENV)
+    return min(settle_s, SETTLE_POLLS * float(seconds)) if seconds else settle_s
+
+
 # module -> (name of a function, class or module it uses; wrapper factory)
 PATCHES = {
     "stepbench.measure.options": ("apply_options", spoil_weights),
     "stepbench.measure.distributed": ("enter_phase", fail_on_entry),
     "stepbench.measure.step": ("measure", fail_in_setup),
     "stepbench.execute.local.serving": ("preload", thread_after_preload),
+    "stepbench.execute.ray.jobs": ("SETTLE_S", settle_sooner),
     "ray.dashboard.modules.job.job_manager": ("JobManager", poll_faster),
     "ray.dashboard.modules.job.job_head": ("JobHead", poll_faster),
     "ray.dashboard.modules.job.utils": ("asyncio", quick_sleeps),
