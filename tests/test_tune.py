@@ -383,27 +383,21 @@ def mean_tokens(records) -> float:
     return statistics.fmean(r.tokens_per_s for r in records)
 
 
-def ran(records) -> list:
-    """A setup's processes as the tune weighs them (Measured.ran): those that ran, and of those
-    the undisturbed ones where there are any (another process's CPU time in a `‡` process is the
-    disturbance's, not the setup's)."""
-    from stepbench.noise import disturbed
-
-    ok = [r for r in records if r.ok]
-    return [r for r in ok if not disturbed(r.noise_flags)] or ok
-
-
 def assert_never_slower(result, by_test: bool = True) -> None:
     """No setup the tune measured whose losses agree is faster than the winner by its mean
-    tokens/s (over the processes the tune weighs, `ran`) by more than 1% (tune's BEAT), nor
-    (`by_test`) significantly faster by the report's test."""
+    tokens/s by more than 1% (tune's BEAT), over the processes the tune weighs
+    (Measurements.mean_tokens: the undisturbed ones where there are any), nor (`by_test`)
+    significantly faster by the report's test."""
     from stepbench import stats
     from stepbench.guard import OK, REFERENCE, loss_verdicts
+    from stepbench.search.tune.measured import Measurements
 
     verdicts = loss_verdicts([t.record for t in result.tried])
     by_setup: dict = {}
+    seen = Measurements(set())
     for t in result.tried:
         by_setup.setdefault(t.record.setup, []).append(t.record)
+        seen.add(t.stage, t.record)
     # The winner's processes that ran: a final process the budget's end cut short (a timeout
     # at the tune's shortened limit) is no measurement of it, as the tune itself takes it.
     winner = [r for r in by_setup[result.winner.setup] if r.ok]
@@ -414,7 +408,8 @@ def assert_never_slower(result, by_test: bool = True) -> None:
         assert not (by_test and test and test.significant and test.ratio < 1), setup.name
         verdict = verdicts.get((setup.key(), records[0].machine.gpu))
         if verdict is not None and verdict.status in (OK, REFERENCE):
-            assert mean_tokens(ran(records)) <= 1.01 * mean_tokens(ran(winner)), setup.name
+            assert seen.mean_tokens(setup) <= 1.01 * seen.mean_tokens(result.winner.setup), \
+                setup.name
 
 
 def test_the_winner_is_never_slower_than_a_setup_measured(tmp_path):
