@@ -16,8 +16,11 @@ from stepbench.measure import kernels
 from stepbench.record import Record
 from stepbench.record_files import load
 
-PROFILE_HINT = ("measure a step's kernels with `stepbench run --profile DIR` (one more "
-                "profiled step per setup), then predict from that results file")
+def profile_hint(where: str = "") -> str:
+    """How to get what predict scales from (`where`: " on a GPU", where the records say
+    that is what was missing)."""
+    return (f"measure a step's kernels with `stepbench run --profile DIR`{where} (one more "
+            "profiled step per setup), then predict from that results file")
 
 
 @dataclass(frozen=True)
@@ -155,10 +158,11 @@ def require_profiles(steps: list[Measured], paths: list[str]) -> list[Measured]:
     if not usable:
         where = ", ".join(paths)
         ok = [m for m in steps if m.status == "ok"]
-        what = "no setup ran ok" if not ok else "no record holds a profile of its kernels"
+        what, hint = ("no setup ran ok" if not ok else "no record holds a profile of its "
+                      "kernels"), profile_hint()
         if ok and all(m.gpu == "cpu" for m in ok):
             # `run --profile` on a CPU profiles a step too, but one without GPU kernels to scale.
             what = "its records ran on the CPU, whose profiled step has no GPU kernels to scale"
-            raise UserError(f"{where}: {what}; {PROFILE_HINT.replace('DIR`', 'DIR` on a GPU')}")
-        raise UserError(f"{where}: {what}; {PROFILE_HINT}")
+            hint = profile_hint(" on a GPU")
+        raise UserError(f"{where}: {what}; {hint}")
     return usable
