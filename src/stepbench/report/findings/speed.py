@@ -213,13 +213,15 @@ def scaling(rows: list[Row]) -> list[Finding]:
     """A distributed job against one GPU without a wrapper: tokens/s, efficiency, memory per GPU;
     a job of one process, the wrapper's own cost (no communication, nothing to scale)."""
     items, unit = [], counted(rows)
+    # One workload's rows: one parallel style and size (its label is part of the workload).
+    alone = rows[0].setup.world_size == 1
     for row in rows:
         if row.scaling_efficiency is None or not steady(row):
             continue
         speedup = row.scaling_efficiency * row.setup.world_size
         memory = ("" if row.peak_memory_gb is None else
                   f", peak memory {row.peak_memory_gb:.1f} GB per GPU")
-        if row.setup.world_size == 1:
+        if alone:
             bound = " (host-bound, ^: the wrapper's hooks set the pace)" if \
                 "host_bound" in row.noise_flags else ""
             items.append(f"{row.name} on {row.gpu}: {speedup:.2f}x the {unit}/s of the same "
@@ -231,7 +233,7 @@ def scaling(rows: list[Row]) -> list[Finding]:
     if not items:
         return []
     label = rows[0].setup.parallel_label
-    if rows[0].setup.world_size == 1:
+    if alone:
         return [Finding("scaling", f"The {rows[0].setup.parallel} wrapper's own cost on one "
                         f"process ({label}, no communication): " + "; ".join(items) + ".")]
     return [Finding("scaling", f"Scaling over {label}: " + "; ".join(items) + ".")]
