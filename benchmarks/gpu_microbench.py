@@ -9,7 +9,9 @@ One GPU, about 1-2 minutes, torch only:
 1. elementwise: `torch.add(x, y, out=z)` and `torch.mul(x, 2.0, out=z)` on bf16 tensors of
    0.25 MB to 1 GB each, the same tensors again and again (as a step's chain of pointwise
    kernels reads what the one before it wrote): bytes moved (2 or 3 tensors) over the kernel's
-   time, against the datasheet bandwidth given with --bandwidth-gbs.
+   time, against the datasheet bandwidth: --bandwidth-gbs, else the GPU table's figure for the
+   device (stepbench's predict/gpus.toml; the H200's 4,800 GB/s stood for every card until the
+   2026-12-05 H100 run, benchmarks/README.md section l6).
 2. gemm: bf16 `torch.mm` (random inputs: zeros run faster) at the shapes a Llama step of the
    post's model launches (8192 tokens, hidden 1024, MLP 4096, vocabulary 32000, forward and both
    backward products), square and tall sweeps, and the shape of the RTX 5090's published rate
@@ -64,10 +66,20 @@ def timed_us(fn, reps: int, rounds: int = 5) -> float:
     return statistics.median(times)
 
 
-def elementwise(bandwidth_gbs: float | None) -> list[dict]:
+def sizes_mb(l2_mb: float | None) -> list[float]:
+    """The tensor sizes: 0.25 MB to 1 GB doubling, and quarter octaves from a sixteenth of the
+    L2 to the whole L2 a tensor, where an add's inputs leave the L2 (calibrate_predict.py's
+    l2_full_hit_share lies between two measured sizes: 0.32 and 0.64 of the L2 with doubling
+    alone, the 2026-12-05 H100 run)."""
+    sizes = {0.25 * 2 ** i for i in range(13)}
+    if l2_mb:
+        sizes |= {round(l2_mb / 16 * 2 ** (i / 4), 3) for i in range(17)}
+    return sorted(sizes)
+
+
+def elementwise(bandwidth_gbs: float | None, l2_mb: float | None = None) -> list[dict]:
     rows = []
-    size_mb = 0.25
-    while size_mb <= 1024:
+    for size_mb in sizes_mb(l2_mb):
         n = int(size_mb * MB) // 2
         x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         y = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -81,7 +93,6 @@ def elementwise(bandwidth_gbs: float | None) -> list[dict]:
             rows.append({"op": op, "tensor_mb": size_mb, "working_set_mb": tensors * size_mb,
                          "bytes": moved, "us": round(us, 3), "gbs": round(gbs, 1),
                          "of_datasheet": round(gbs / bandwidth_gbs, 4) if bandwidth_gbs else None})
-        size_mb *= 2
     return rows
 
 
@@ -96,6 +107,18 @@ def gemm_shapes() -> list[tuple[int, int, int]]:
     # H200's rate at the same shape, against the record's n=8192 burst the predictor uses.
     published = {(16384, 8192, 1280)}
     return sorted(model | square | tall | published)
+
+
+def table_bandwidth(name: str) -> float | None:
+    """The datasheet DRAM bandwidth of the GPU table (stepbench.predict.gpus) for `name`; None
+    where stepbench is not importable or the table lacks the card (each row's `of_datasheet`
+    is then None, and calibrate_predict.py needs the table's figure or --bandwidth-gbs)."""
+    try:
+        from stepbench.predict import gpus
+    except ImportError:
+        return None
+    gpu = gpus.find(name)
+    return gpu.get("memory_bandwidth_gbs") if gpu else None
 
 
 def gemms() -> list[dict]:
@@ -114,18 +137,21 @@ def gemms() -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="the JSON file to write")
-    parser.add_argument("--bandwidth-gbs", type=float, default=4800.0,
-                        help="the GPU's datasheet DRAM bandwidth (default: the H200's 4800)")
+    parser.add_argument("--bandwidth-gbs", type=float, default=None,
+                        help="the GPU's datasheet DRAM bandwidth (default: the GPU table's)")
     args = parser.parse_args()
     props = torch.cuda.get_device_properties(0)
+    l2_mb = getattr(props, "L2_cache_size", 0) / MB or None
+    if args.bandwidth_gbs is None:
+        args.bandwidth_gbs = table_bandwidth(torch.cuda.get_device_name(0))
     t0 = time.perf_counter()
     result = {"gpu": torch.cuda.get_device_name(0), "sms": props.multi_processor_count,
-              "l2_mb": getattr(props, "L2_cache_size", 0) / MB or None,
+              "l2_mb": l2_mb,
               "torch": torch.__version__,
               "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "datasheet_bandwidth_gbs": args.bandwidth_gbs,
               "method": METHOD,
-              "elementwise": elementwise(args.bandwidth_gbs), "gemm": gemms()}
+              "elementwise": elementwise(args.bandwidth_gbs, l2_mb), "gemm": gemms()}
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

@@ -25,7 +25,7 @@ echo "command: OUT=... bash benchmarks/gpu_predict_shapes.sh ($(git rev-parse --
 quiet() { grep -v -e "TensorFloat32" -e "set_float32_matmul_precision" -e "^ *warnings.warn" ; }
 
 t0=$SECONDS
-timeout 150 python3 benchmarks/gpu_microbench.py --out "$out/h200-$day-microbench.json" 2>&1 | quiet | tee -a "$out/run.log"
+PYTHONPATH=src timeout 150 python3 benchmarks/gpu_microbench.py --out "$out/h200-$day-microbench.json" 2>&1 | quiet | tee -a "$out/run.log"
 echo "microbench_wall_s $((SECONDS - t0))" | tee -a "$out/run.log"
 
 t0=$SECONDS
