@@ -489,6 +489,13 @@ def test_a_reference_cut_short_by_the_tune_still_counts(tmp_path):
     compiled = [t.record for t in result.tried if t.record.setup.mode == "compile"]
     assert len(compiled) == 2 and all(r.ok for r in compiled)
     assert result.winner.tokens_per_s > mean_tokens(compiled)
+    # The record says so: run again on the same file, the tune replays every measurement and
+    # names the same winner (a real tune beside busy loops named another: its replay took the
+    # stored timeout for the setup's own failure).
+    assert all(r.search["limit_s"] < 1800 for r in timeouts)
+    again, runner = tune_with(tmp_path, budget_s=3600, name="cut.jsonl", run_id="again",
+                              space=space, repeats=2)
+    assert runner.new == [] and again.winner.to_dict() == result.winner.to_dict()
 
 
 class LoadedRunner(FakeRunner):

@@ -167,15 +167,20 @@ class Tuner:
         else:
             timeout = self.timeout_s
         self.display.what = stage
+        tag = {"kind": "tune", "stage": stage, "role": role}
+        if timeout < self.timeout_s:
+            tag["limit_s"] = round(timeout, 3)      # the tune's own limit, not --timeout
         # retry=False: a stored record is a measurement the tune has (Measurements.stored),
         # priced at nothing and not paid again; its timeout is the budget's verdict.
         records = self.runner.run([setup], repeats=repeat + 1, timeout_s=timeout,
-                                  display=self.display, retry=False,
-                                  tag={"kind": "tune", "stage": stage, "role": role})
+                                  display=self.display, retry=False, tag=tag)
         record = next((r for r in records if r.repeat == repeat), None)
         if record is None:          # stopped before a record was kept
             raise KeyboardInterrupt("stopped")
-        if record.status == "timeout" and timeout < self.timeout_s:
+        # Stopped at a limit the tune shortened, now or (a stored record, which says so in its
+        # `search`) when it was measured: the same verdict either way, so that a tune run again
+        # on its own records names the same winner.
+        if record.status == "timeout" and (record.search or {}).get("limit_s") is not None:
             self.seen.shortened.add(id(record))
         self.use(record, stage)
         return record
