@@ -913,6 +913,11 @@ def test_a_resumed_tune_counts_an_earlier_invocation_by_its_span_not_only_its_wa
     # Without their times, or where the walls add up to more, the walls.
     assert spent_by([Record(run_id="c", repeat=0, setup=BASE, status="ok", wall_s=2.5)]) == 2.5
     assert spent_by([record("d", 0, 1, 4.0)]) == 4.0
+    # From the invocation's budget start where its records say it (the search's pricing and
+    # first decisions came before its first measurement).
+    late = [dataclasses.replace(r, search={"kind": "tune", "began_at": "2026-12-05T03:39:58Z"})
+            for r in earlier]
+    assert spent_by(late) == 22.0
 
 
 def test_a_pair_that_other_work_disturbed_is_no_observation():

@@ -62,19 +62,22 @@ class Budget:
 
 def spent_by(records: list[Record]) -> float:
     """What earlier invocations of a tune spent, from their records: each invocation (run_id)
-    from its first measurement's start to its last one's end, where the records say when, and
-    never less than their wall times. Their wall times alone leave out the invocation's own
-    time between measurements (the process server's start, the search itself): a tune run to
-    its end and started again found seconds it had already spent, and measured more (a 60 s
-    tune on a loaded CPU: 47.6 s of wall times in a 53.0 s span)."""
+    from its budget's start (`search.began_at`; else its first measurement's start) to its last
+    measurement's end, where the records say when, and never less than their wall times. Their
+    wall times alone leave out the invocation's own time between measurements (the process
+    server's start, the search itself): a tune run to its end and started again found seconds
+    it had already spent, and measured more (a 60 s tune on a loaded CPU: 47.6 s of wall times
+    in a 53.0 s span); the span alone, its time before the first measurement (0.5 s beside busy
+    loops)."""
     spent = 0.0
     for run in dict.fromkeys(r.run_id for r in records):
         mine = [r for r in records if r.run_id == run]
         walls = sum(r.wall_s or 0.0 for r in mine)
         try:
-            span = (max(_moment(r.finished_at) for r in mine)
-                    - min(_moment(r.started_at) for r in mine))
-        except (AttributeError, ValueError):  # a record without its times: its wall time alone
+            began = [_moment(r.started_at) for r in mine] + \
+                [_moment(b) for r in mine if (b := (r.search or {}).get("began_at"))]
+            span = max(_moment(r.finished_at) for r in mine) - min(began)
+        except (AttributeError, TypeError, ValueError):  # without its times: its walls alone
             span = 0.0
         spent += max(walls, span)
     return spent

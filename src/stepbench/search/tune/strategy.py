@@ -18,6 +18,7 @@ from typing import Callable
 
 from stepbench.axes import AXES, axis, canonical_params
 from stepbench.execute.local import SERVER
+from stepbench.execute.protocol import now_iso
 from stepbench.record import Record
 from stepbench.search.gains import (THIS_MACHINE, GainTable, committed, prior, rate,
                                     source_kind)
@@ -94,6 +95,7 @@ class Tuner:
         mine = [r for r in ours if not is_earlier(r)]
         self.budget = Budget(budget_s, clock, clock(), spent_by(mine),
                              {(r.setup.key(), r.repeat) for r in mine})
+        self.began_at = now_iso()      # in each record's `search`: where spent_by counts from
         self.said = Said(skipped=list(skipped or []))
         self.ladder_info: dict | None = None
         self.saturating = base.batch
@@ -167,7 +169,7 @@ class Tuner:
         else:
             timeout = self.timeout_s
         self.display.what = stage
-        tag = {"kind": "tune", "stage": stage, "role": role}
+        tag = {"kind": "tune", "stage": stage, "role": role, "began_at": self.began_at}
         if timeout < self.timeout_s:
             tag["limit_s"] = round(timeout, 3)      # the tune's own limit, not --timeout
         # retry=False: a stored record is a measurement the tune has (Measurements.stored),
