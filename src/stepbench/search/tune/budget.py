@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
+from stepbench.execute.protocol import now_iso
 from stepbench.record import Record
 from stepbench.search.gains import Gain
 from stepbench.search.prices import Price
@@ -35,6 +36,8 @@ class Budget:
     stored_s: float = 0.0
     counted: set = field(default_factory=set)
     ran_process: bool = False     # this invocation started a process (the server)
+    # When it began, by the wall clock: in each record's `search`, where spent_by counts from.
+    began_at: str = field(default_factory=now_iso)
     finalizing: bool = False      # in the final stage: nothing kept back
 
     def spent_s(self) -> float:

@@ -45,6 +45,11 @@ class Measurements:
 
     def add(self, stage: str, record: Record) -> None:
         self.tried.append(Tried(stage, record))
+        # Stopped at a limit the tune shortened, now or (a stored record says so in its
+        # `search`) when it was measured: the same verdict either way, so that a tune run again
+        # on its own records names the same winner.
+        if record.status == "timeout" and (record.search or {}).get("limit_s") is not None:
+            self.shortened.add(id(record))
         runs = self._processes.setdefault(record.setup, [])
         runs.append(record)
         runs.sort(key=lambda r: r.repeat)
@@ -140,8 +145,8 @@ class Measurements:
 
     def explorable(self, setup: Setup) -> bool:
         """Ran, and its losses do not depart: a setup to build on and to measure against. A
-        process the tune's shortened limit stopped (`shortened`, marked before the record is
-        added, so the cache below is cleared after it) is left out, where another ran: under a
+        process the tune's shortened limit stopped (`shortened`, marked as `add` takes the
+        record, which clears the cache below) is left out, where another ran: under a
         busy machine a reference's second process timed out at the budget's end, and the tune
         named a setup slower than that reference's first (issue 37)."""
         found = self._explorable.get(setup)

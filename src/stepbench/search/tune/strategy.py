@@ -18,7 +18,6 @@ from typing import Callable
 
 from stepbench.axes import AXES, axis, canonical_params
 from stepbench.execute.local import SERVER
-from stepbench.execute.protocol import now_iso
 from stepbench.record import Record
 from stepbench.search.gains import (THIS_MACHINE, GainTable, committed, prior, rate,
                                     source_kind)
@@ -95,7 +94,6 @@ class Tuner:
         mine = [r for r in ours if not is_earlier(r)]
         self.budget = Budget(budget_s, clock, clock(), spent_by(mine),
                              {(r.setup.key(), r.repeat) for r in mine})
-        self.began_at = now_iso()      # in each record's `search`: where spent_by counts from
         self.said = Said(skipped=list(skipped or []))
         self.ladder_info: dict | None = None
         self.saturating = base.batch
@@ -169,7 +167,7 @@ class Tuner:
         else:
             timeout = self.timeout_s
         self.display.what = stage
-        tag = {"kind": "tune", "stage": stage, "role": role, "began_at": self.began_at}
+        tag = {"kind": "tune", "stage": stage, "role": role, "began_at": self.budget.began_at}
         if timeout < self.timeout_s:
             tag["limit_s"] = round(timeout, 3)      # the tune's own limit, not --timeout
         # retry=False: a stored record is a measurement the tune has (Measurements.stored),
@@ -179,11 +177,6 @@ class Tuner:
         record = next((r for r in records if r.repeat == repeat), None)
         if record is None:          # stopped before a record was kept
             raise KeyboardInterrupt("stopped")
-        # Stopped at a limit the tune shortened, now or (a stored record, which says so in its
-        # `search`) when it was measured: the same verdict either way, so that a tune run again
-        # on its own records names the same winner.
-        if record.status == "timeout" and (record.search or {}).get("limit_s") is not None:
-            self.seen.shortened.add(id(record))
         self.use(record, stage)
         return record
 
