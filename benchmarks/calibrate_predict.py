@@ -1,5 +1,5 @@
-"""Turn benchmarks/gpu_microbench.py's JSON (measured on any GPU of the GPU table) into the [memory] table of
-src/stepbench/predict/calibration.toml (predict/memory.py's constants):
+"""Turn benchmarks/gpu_microbench.py's JSON (measured on any GPU of the GPU table) into the
+[memory] table of src/stepbench/predict/calibration.toml (predict/memory.py's constants):
 
     PYTHONPATH=src python3 benchmarks/calibrate_predict.py benchmarks/results/h200-DATE-microbench.json
 

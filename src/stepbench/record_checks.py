@@ -148,9 +148,9 @@ _OBJECTS = {
     "placement": {"start": str, "concurrent": int, "compile_threads": int,
                   "cuda_visible_devices": str, "gpus": list[int], "server_start_s": float,
                   "slurm": dict},
-    "search": {"kind": str, "role": str, "stage": str, "limit_s": float, "began_at": str, "start_batch": int,
-               "largest_fit": int, "smallest_oom": int, "chosen": int, "margin": float,
-               "capacity_gb": float, "stepped_down_from": list[int],
+    "search": {"kind": str, "role": str, "stage": str, "limit_s": float, "began_at": str,
+               "start_batch": int, "largest_fit": int, "smallest_oom": int, "chosen": int,
+               "margin": float, "capacity_gb": float, "stepped_down_from": list[int],
                "probes": [(int, str, float)]},
     "recipe": {"source": str, "torchtitan": str, "why": str},
 }
